@@ -1,0 +1,5 @@
+import sys
+
+from akrelay.cli import main
+
+sys.exit(main())
