@@ -1,0 +1,1 @@
+"""Thin HTTP handlers over the service layer (Litestar, served by Granian)."""

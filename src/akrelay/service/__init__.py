@@ -1,0 +1,1 @@
+"""The service layer: the only place where the protocol core meets storage."""
