@@ -4,8 +4,10 @@ Handlers and the sync loop never see a backend; the service layer talks to this
 interface only, and ``tests/store_contract.py`` holds every backend to it. Keep
 it free of SQL-isms: a Redis backend implements the same methods.
 
-This file fixes the shape of the interface; the owner of the store may extend
-it (and must keep ``docs/architecture.md`` in step).
+Every backend indexes the same facts, computed here from the envelope (the
+``protocol.query`` index terms and the ``protocol.text`` search text), so that
+filtering is the same set intersection everywhere and exactness never depends
+on which backend answers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,35 @@ class Record:
     envelope: Envelope
     withheld: bool = False
 
+    @property
+    def id(self) -> str:
+        return self.envelope.id
+
+    def to_dict(self) -> dict:
+        """The Knowledge §8.3 acceptance record as plain JSON values."""
+        return {"envelope": self.envelope.to_dict(), "accepted_at": self.accepted_at, "seq": self.seq}
+
+    def to_json(self) -> bytes:
+        """Wire JSON, splicing the stored canonical envelope bytes (no re-encoding)."""
+        return b'{"accepted_at":%d,"envelope":%b,"seq":%d}' % (
+            self.accepted_at,
+            self.envelope.canonical_bytes(),
+            self.seq,
+        )
+
+
+def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
+    """The facts every backend keeps for filtering: index terms and folded search text.
+
+    ``search_text`` joins the ASCII-folded eligible fields with newlines; a ``q``
+    term never contains ASCII whitespace, so a substring test on the joined text
+    is exactly "the term occurs inside one field".
+    """
+    from akrelay.protocol.query import index_terms
+    from akrelay.protocol.text import search_text
+
+    return frozenset(index_terms(envelope)), search_text(envelope)
+
 
 class Store(Protocol):
     """Durable acceptance log with exact filtered enumeration."""
@@ -39,16 +70,48 @@ class Store(Protocol):
         """Atomically store ``envelope`` and allocate the next ``seq``.
 
         If the ID is already retained, return its existing record and ``False``:
-        the check and the insert happen at one serialized commit point.
+        the check and the insert happen at one serialized commit point. When this
+        returns, the record is durable and covered by :meth:`checkpoint`.
         """
 
     def checkpoint(self) -> int:
-        """The committed sequence high-water mark (never decreases)."""
+        """The committed sequence high-water mark (never decreases, survives removal)."""
 
     def iter_records(self, after_seq: int, limit: int) -> list[Record]:
         """Records with ``seq > after_seq`` in ascending ``seq``, withheld included."""
 
+    def query(
+        self,
+        request_terms: Iterable[str] = (),
+        created_from: int | None = None,
+        created_before: int | None = None,
+        text_terms: Iterable[str] = (),
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int = 100,
+        include_withheld: bool = False,
+    ) -> list[Record]:
+        """Exact filtered enumeration in ascending ``seq``; complete, never top-k.
+
+        A record matches when its index terms contain every ``request_terms`` item,
+        ``created_from <= created_at < created_before`` (each bound optional),
+        every ``text_terms`` item (already ASCII-folded) is a substring of its
+        search text, and ``after_seq < seq <= upto_seq``. Returns at most ``limit``.
+        """
+
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
         """Hide or show a retained record; ``False`` if it is not retained."""
+
+    def remove(self, event_id: str) -> bool:
+        """Prune a record (retention policy); the high-water mark is kept."""
+
+    def meta_get(self, key: str) -> bytes | None:
+        """A value from the small metadata area (cursor secret, follower positions)."""
+
+    def meta_set(self, key: str, value: bytes) -> None: ...
+
+    def meta_setdefault(self, key: str, value: bytes) -> bytes:
+        """Set ``key`` if absent, atomically across processes; return the stored value."""
 
     def close(self) -> None: ...
