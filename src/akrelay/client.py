@@ -1,0 +1,274 @@
+"""An HTTPS client for Agent Knowledge services (akrelay or any conforming relay).
+
+Trust nothing the service says beyond what it signs: every envelope received is
+verified with the protocol core and matched against the ID that was asked for,
+every list response must name the origin we asked, and query pages must keep
+one checkpoint. Redirects are never followed (a redirect could hand an
+envelope or query to another origin) and JSON is parsed strictly (I-JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import urlencode, urlsplit
+
+import httpx
+
+from akrelay.protocol.errors import ProtocolError
+
+DISCOVERY_PATH = "/.well-known/agent-knowledge"
+_MAX_SAFE = 2**53 - 1
+
+
+class ResponseError(Exception):
+    """The service answered something a conforming service cannot answer."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "invalid_response"
+        self.message = message
+
+
+class ServiceError(Exception):
+    """The service refused the request with an Identity §8.1 error body."""
+
+    def __init__(self, status: int, code: str, message: str, data: Any = None, retry_after: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.data, self.retry_after = status, code, message, data, retry_after
+
+
+def origin_of(url: str) -> str:
+    """``https://host[:port]`` of a URL, lower-case host, default port dropped."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname or parts.username or parts.password:
+        raise ValueError(f"not an https URL with a host: {url!r}")
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    return f"https://{host}" + (f":{port}" if port and port != 443 else "")
+
+
+def _positive_safe(value: Any) -> bool:
+    return type(value) is int and 0 < value <= _MAX_SAFE
+
+
+def _nonneg_safe(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= _MAX_SAFE
+
+
+@dataclass
+class QueryResult:
+    """Every record of a completed enumeration and the checkpoint to persist."""
+
+    records: list[dict[str, Any]]
+    checkpoint: int
+    as_of: int
+    service: str
+    pages: int
+    page_bodies: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+
+class RelayClient:
+    """Talks to one service origin. ``cacert`` is a PEM file to trust (self-signed relays)."""
+
+    def __init__(self, relay_url: str, cacert: str | None = None, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None, discover: bool = True) -> None:
+        self.origin = origin_of(relay_url)
+        verify: Any = True
+        if cacert:
+            verify = ssl.create_default_context(cafile=cacert)
+        self._http = httpx.Client(verify=verify, timeout=timeout, follow_redirects=False, transport=transport,
+                                  headers={"accept": "application/json"})
+        self.endpoints = {key: self.origin + "/v1/knowledge/" + key for key in ("events", "query", "batch")}
+        self.discovery: dict[str, Any] | None = None
+        if discover:
+            self.discover()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RelayClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_url(self, url: str) -> None:
+        try:
+            same = origin_of(url) == self.origin
+        except ValueError:
+            same = False
+        if not same:
+            raise ResponseError(f"endpoint {url!r} is not on the service origin {self.origin}")
+
+    def _request(self, method: str, url: str, *, body: bytes | None = None) -> Any:
+        self._check_url(url)
+        headers = {"content-type": "application/json"} if body is not None else None
+        response = self._http.request(method, url, content=body, headers=headers)
+        if response.is_redirect:
+            raise ResponseError(f"the service redirected to {response.headers.get('location')!r}; redirects are not followed")
+        parsed = self._parse(response.content)
+        if response.status_code != 200:
+            error = parsed.get("error") if isinstance(parsed, dict) else None
+            if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+                raise ResponseError(f"HTTP {response.status_code} without an Identity §8.1 error body")
+            raise ServiceError(response.status_code, error["code"], str(error.get("message", "")), error.get("data"),
+                               response.headers.get("retry-after"))
+        return parsed
+
+    @staticmethod
+    def _parse(content: bytes) -> Any:
+        from akrelay.protocol.ijson import parse_strict
+
+        try:
+            return parse_strict(content, code="invalid_response")
+        except ProtocolError as exc:
+            raise ResponseError(f"response is not strict I-JSON: {exc.message}") from None
+
+    # -- verification -------------------------------------------------------------------------
+
+    @staticmethod
+    def verify_record(record: Any, expected_id: str | None = None) -> dict[str, Any]:
+        """An acceptance record whose envelope verifies (and has ``expected_id``)."""
+        from akrelay.protocol.envelope import verify_envelope
+
+        if not isinstance(record, dict) or not {"envelope", "accepted_at", "seq"} <= set(record):
+            raise ResponseError("acceptance record needs envelope, accepted_at and seq")
+        if not _positive_safe(record["seq"]) or not _nonneg_safe(record["accepted_at"]):
+            raise ResponseError("acceptance record seq/accepted_at are not safe integers")
+        try:
+            envelope = verify_envelope(json.dumps(record["envelope"], ensure_ascii=False).encode())
+        except ProtocolError as exc:
+            raise ResponseError(f"returned envelope does not verify: {exc.code}: {exc.message}") from None
+        if expected_id is not None and envelope.id != expected_id:
+            raise ResponseError(f"asked for {expected_id} but received {envelope.id}")
+        return record
+
+    def _check_scope(self, page: Any, required: Iterable[str]) -> None:
+        if not isinstance(page, dict) or any(key not in page for key in required):
+            raise ResponseError(f"response lacks one of {sorted(required)}")
+        if page["service"] != self.origin:
+            raise ResponseError(f"response service {page['service']!r} differs from the origin {self.origin}")
+        if not _nonneg_safe(page["checkpoint"]) or not _nonneg_safe(page["as_of"]):
+            raise ResponseError("checkpoint/as_of are not safe integers")
+        if not isinstance(page["result"], list):
+            raise ResponseError("result is not a list")
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def discover(self) -> dict[str, Any]:
+        """Read and validate §9.2 discovery; advertised endpoints replace the defaults."""
+        doc = self._request("GET", self.origin + DISCOVERY_PATH)
+        if not isinstance(doc, dict) or doc.get("protocol") != "agent-knowledge/1.0":
+            raise ResponseError("discovery document is not agent-knowledge/1.0")
+        if doc.get("service") != self.origin:
+            raise ResponseError(f"discovery service {doc.get('service')!r} differs from the origin {self.origin}")
+        endpoints = doc.get("endpoints", {})
+        if not isinstance(endpoints, dict):
+            raise ResponseError("discovery endpoints is not an object")
+        for key, url in endpoints.items():
+            if not isinstance(url, str):
+                raise ResponseError(f"endpoint {key} is not a string")
+            parts = urlsplit(url)
+            if parts.query or parts.fragment or "?" in url or "#" in url:
+                raise ResponseError(f"endpoint {key} carries a query or fragment")
+            self._check_url(url)
+        self.endpoints.update({k: v for k, v in endpoints.items() if k in ("events", "query", "batch", "search")})
+        self.discovery = doc
+        return doc
+
+    def submit(self, envelope: bytes | dict[str, Any]) -> dict[str, Any]:
+        """Submit one envelope; the returned record must carry the same envelope."""
+        from akrelay.protocol.envelope import verify_envelope
+
+        raw = envelope if isinstance(envelope, bytes) else json.dumps(envelope, ensure_ascii=False).encode()
+        expected = verify_envelope(raw).id
+        record = self._request("POST", self.endpoints["events"], body=raw)
+        return self.verify_record(record, expected)
+
+    def get(self, event_id: str) -> dict[str, Any]:
+        if not isinstance(event_id, str) or not event_id or "/" in event_id:
+            raise ValueError(f"not an event ID: {event_id!r}")
+        record = self._request("GET", self.endpoints["events"] + "/" + event_id)
+        return self.verify_record(record, event_id)
+
+    def query_page(self, params: Sequence[tuple[str, str]] | dict[str, Any]) -> dict[str, Any]:
+        pairs = list(params.items()) if isinstance(params, dict) else list(params)
+        url = self.endpoints["query"] + ("?" + urlencode(pairs) if pairs else "")
+        page = self._request("GET", url)
+        self._check_scope(page, ("result", "service", "checkpoint", "as_of"))
+        return page
+
+    def query_pages(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Yield every page of one checkpoint-bound enumeration, checking it as it goes."""
+        base = [(k, str(v)) for k, v in (params.items() if isinstance(params, dict) else (params or []))]
+        if any(k == "cursor" for k, _ in base):
+            raise ValueError("start an enumeration without a cursor")
+        after_seq = int(dict(base).get("after_seq", "0") or 0)
+        limit = int(dict(base).get("limit", "100") or 100)
+        cursor: str | None = None
+        first: dict[str, Any] | None = None
+        last_seq = after_seq
+        seen: set[str] = set()
+        while True:
+            page = self.query_page(base + ([("cursor", cursor)] if cursor else []))
+            if first is None:
+                first = page
+            elif (page["checkpoint"], page["as_of"]) != (first["checkpoint"], first["as_of"]):
+                raise ResponseError("checkpoint/as_of changed between pages")
+            if len(page["result"]) > limit:
+                raise ResponseError(f"page holds more than limit={limit} records")
+            for record in page["result"]:
+                self.verify_record(record)
+                seq = record["seq"]
+                if not last_seq < seq <= page["checkpoint"]:
+                    raise ResponseError(f"record seq {seq} out of order or beyond the checkpoint")
+                event_id = record["envelope"]["hash"]
+                if event_id in seen:
+                    raise ResponseError(f"record {event_id} repeated")
+                seen.add(event_id)
+                last_seq = seq
+            yield page
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                return
+            if not isinstance(cursor, str) or not cursor:
+                raise ResponseError("next_cursor is not a non-empty string")
+
+    def query(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> QueryResult:
+        """Follow every page; the result's ``checkpoint`` is safe to persist as the next ``after_seq``."""
+        records: list[dict[str, Any]] = []
+        pages: list[dict[str, Any]] = []
+        for page in self.query_pages(params):
+            pages.append(page)
+            records.extend(page["result"])
+        first = pages[0]
+        return QueryResult(records, first["checkpoint"], first["as_of"], first["service"], len(pages), pages)
+
+    def batch(self, hashes: Sequence[str]) -> dict[str, Any]:
+        """Read up to 100 IDs; every ID comes back exactly once, partitions in request order."""
+        requested = list(hashes)
+        page = self._request("POST", self.endpoints["batch"], body=json.dumps({"hashes": requested}).encode())
+        self._check_scope(page, ("result", "missing", "service", "checkpoint", "as_of"))
+        if "next_cursor" in page:
+            raise ResponseError("batch responses have no next_cursor")
+        got = []
+        for record in page["result"]:
+            self.verify_record(record)
+            if record["seq"] > page["checkpoint"]:
+                raise ResponseError("batch record beyond the checkpoint")
+            got.append(record["envelope"]["hash"])
+        missing = page["missing"]
+        if not isinstance(missing, list) or sorted(got + missing) != sorted(requested):
+            raise ResponseError("batch partitions do not cover every requested ID exactly once")
+        position = {h: i for i, h in enumerate(requested)}
+        for part in (got, missing):
+            if [position[h] for h in part] != sorted(position[h] for h in part):
+                raise ResponseError("batch partition out of request order")
+        return page

@@ -1,0 +1,67 @@
+"""The one place where failures become HTTP responses.
+
+Every rejection leaves as the Identity §8.1 body ``{"error": {"code",
+"message", "data"?}}`` with the status from ``HTTP_STATUS``. Framework errors
+(unknown route, wrong method, oversized body) are translated to spec codes so a
+client never sees a framework-specific shape; only a genuine bug is a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from akrelay.protocol.errors import ProtocolError
+
+log = logging.getLogger("akrelay.http")
+
+JSON = "application/json"
+_encode = msgspec.json.encode
+
+
+def error_response(exc: ProtocolError, headers: dict[str, str] | None = None) -> Response[bytes]:
+    return Response(content=_encode(exc.to_wire()), status_code=exc.http_status, media_type=JSON, headers=headers)
+
+
+def error_body(code: str, message: str) -> bytes:
+    return _encode({"error": {"code": code, "message": message}})
+
+
+#: Framework statuses and the spec code each becomes.
+_FRAMEWORK_CODES = {
+    404: ("not_found", "No such resource."),
+    405: ("invalid_request", "Method not allowed on this resource."),
+    413: ("payload_too_large", "The request body exceeds the published max_envelope_bytes limit."),
+    415: ("invalid_request", "Unsupported content type."),
+    429: ("rate_limited", "Rate limit exceeded."),
+}
+
+
+def handle_protocol_error(request: Request, exc: ProtocolError) -> Response[bytes]:
+    return error_response(exc)
+
+
+def handle_http_exception(request: Request, exc: HTTPException) -> Response[bytes]:
+    status = exc.status_code
+    if status >= 500:
+        return handle_unexpected(request, exc)
+    code, message = _FRAMEWORK_CODES.get(status, ("invalid_request", "The HTTP request is malformed."))
+    headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+    return Response(content=error_body(code, message), status_code=status if status >= 400 else 400,
+                    media_type=JSON, headers=headers)
+
+
+def handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
+    """A bug, not bad input: log it with the request line and answer 500."""
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return Response(content=error_body("internal_error", "Internal server error."), status_code=500, media_type=JSON)
+
+
+EXCEPTION_HANDLERS = {
+    ProtocolError: handle_protocol_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

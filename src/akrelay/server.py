@@ -1,0 +1,123 @@
+"""Launching the relay: settings -> relay -> Granian over HTTPS.
+
+Workers are separate processes (Granian), each opening the same data
+directory; the store serializes ``seq`` allocation at its commit point, so N
+workers are as safe as one. The launcher resolves the settings once and hands
+them to every worker in one environment variable, so all workers agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, licence_allow_list
+
+APP_FACTORY = "akrelay.http.app:create_app_from_env"
+
+
+def service_config(settings: Settings) -> Any:
+    """Translate operator settings into the service's ``ServiceConfig``.
+
+    Only fields the config declares are passed, so the service can grow options
+    (search, peers, KIP) without this function changing in lockstep.
+    """
+    from akrelay.service.config import ServiceConfig
+
+    candidates: dict[str, Any] = {
+        "origin": settings.origin,
+        "max_envelope_bytes": settings.max_envelope_bytes,
+        "allow_legacy_retract": not settings.refuse_legacy_retract,
+        "refuse_legacy_retract": settings.refuse_legacy_retract,
+    }
+    allow = licence_allow_list(settings)
+    for name in ("licence_allow", "license_allow", "licence_allow_list", "license_allow_list", "allowed_licenses",
+                 "allowed_licences"):
+        candidates[name] = allow
+    for name, value in settings.as_dict().items():
+        candidates.setdefault(name, value)
+    fields = {f.name for f in dataclasses.fields(ServiceConfig)}
+    return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
+
+
+def open_relay_for(settings: Settings) -> Any:
+    """Open the relay on ``settings.data`` (created if needed)."""
+    from akrelay.service.relay import open_relay
+
+    data = settings.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    return open_relay(data, service_config(settings))
+
+
+def check_origin(settings: Settings) -> str:
+    """The canonical origin, or a clear :class:`SettingsError`."""
+    from akrelay.protocol.errors import ProtocolError
+
+    try:
+        from akrelay.protocol.discovery import canonical_origin
+    except ImportError:  # pragma: no cover - core not built yet
+        return settings.origin
+    try:
+        return canonical_origin(settings.origin)
+    except ProtocolError as exc:
+        raise SettingsError(f"--origin {settings.origin!r}: {exc.message}") from None
+
+
+def tls_files(settings: Settings, out: TextIO | None = None) -> tuple[Path, Path]:
+    """The operator's certificate, or the data directory's self-signed one (printed)."""
+    if settings.tls_cert:
+        cert, key = Path(settings.tls_cert), Path(settings.tls_key)
+        for path in (cert, key):
+            if not path.is_file():
+                raise SettingsError(f"TLS file not found: {path}")
+        return cert, key
+    from akrelay.tls import ensure_self_signed
+
+    files = ensure_self_signed(settings.data_dir, settings.origin)
+    if out is not None:
+        verb = "created" if files.created else "using"
+        print(f"akrelay: {verb} self-signed TLS certificate {files.cert.resolve()} "
+              f"(clients trust it with --cacert {files.cert.resolve()})", file=out, flush=True)
+    return files.cert, files.key
+
+
+def prepare(settings: Settings, out: TextIO | None = None) -> tuple[Settings, Path, Path]:
+    """Everything that must happen once before workers start: origin, data dir, store, TLS."""
+    origin = check_origin(settings)
+    settings = settings.replace(origin=origin, data=str(settings.data_dir.resolve()))
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Open once in the launcher so that schema creation and the relay secret exist
+    # before several workers race to create them.
+    relay = open_relay_for(settings)
+    relay.close()
+    cert, key = tls_files(settings, out)
+    return settings, cert, key
+
+
+def serve(settings: Settings, out: TextIO | None = None) -> None:
+    """Run Granian in the foreground until interrupted."""
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    out = out if out is not None else sys.stderr
+    settings, cert, key = prepare(settings, out)
+    os.environ[RESOLVED_ENV] = settings.to_env()
+    print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "
+          f"with {settings.workers} worker(s), data in {settings.data_dir}", file=out, flush=True)
+    server = Granian(
+        APP_FACTORY,
+        address=settings.host,
+        port=settings.port,
+        interface=Interfaces.ASGI,
+        workers=settings.workers,
+        factory=True,
+        ssl_cert=cert,
+        ssl_key=key,
+        log_access=False,
+        backlog=2048,
+        respawn_failed_workers=True,
+    )
+    server.serve()

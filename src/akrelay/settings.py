@@ -1,0 +1,278 @@
+"""Operator settings for ``akrelay serve``.
+
+Every option is declared once in :data:`OPTIONS` and is then settable three
+ways, with precedence flag > environment (``AKRELAY_<NAME>``) > TOML config file
+(``--config``) > default. Other areas add their options with one call to
+:func:`option` at import time of their own module, so nobody edits this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+ENV_PREFIX = "AKRELAY_"
+#: The resolved settings, serialized for Granian worker processes.
+RESOLVED_ENV = "AKRELAY__RESOLVED_SETTINGS"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the source."""
+
+
+def _positive_int(text: Any) -> int:
+    value = _int(text)
+    if value < 1:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _int(text: Any) -> int:
+    if isinstance(text, bool):
+        raise ValueError("must be an integer")
+    if isinstance(text, int):
+        return text
+    if not isinstance(text, str) or not text.strip().isdigit():
+        raise ValueError("must be a decimal integer")
+    return int(text.strip())
+
+
+def _rate(text: Any) -> float:
+    if isinstance(text, bool):
+        raise ValueError("must be a number")
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a finite number >= 0 (0 disables the limit)")
+    return value
+
+
+def _port(text: Any) -> int:
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port (0-65535)")
+    return value
+
+
+def _str(text: Any) -> str:
+    if not isinstance(text, str):
+        raise ValueError("must be a string")
+    return text
+
+
+def _bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    if isinstance(text, str) and text.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(text, str) and text.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be a boolean (true/false)")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its name, parser, default and help text.
+
+    ``kind`` is ``"value"`` (one value), ``"flag"`` (boolean switch) or
+    ``"list"`` (zero or more values; whitespace-separated in the environment).
+    """
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    kind: str = "value"
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+#: Every serve option, in help order. Extend with :func:`option`.
+OPTIONS: dict[str, Option] = {}
+
+
+def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
+           kind: str = "value", metavar: str | None = None) -> Option:
+    """Declare a serve option (a one-line change for any area)."""
+    if kind not in ("value", "flag", "list"):
+        raise ValueError(f"unknown option kind {kind!r}")
+    opt = Option(name, parse, default, help, kind, metavar)
+    OPTIONS[name] = opt
+    return opt
+
+
+option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
+option("host", _str, "127.0.0.1", "address to listen on")
+option("port", _port, 8443, "TCP port to listen on")
+option("origin", _str, "https://localhost:8443",
+       "the public service origin; discovery and every response use it", metavar="URL")
+option("workers", _positive_int, 1, "number of Granian worker processes (all share the data directory)", metavar="N")
+option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory", metavar="PEM")
+option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM")
+option("max_envelope_bytes", _positive_int, 262144, "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
+option("write_rate", _rate, 50.0, "submissions per second per client IP (0 disables)", metavar="RPS")
+option("write_burst", _positive_int, 100, "token-bucket burst for submissions per client IP", metavar="N")
+option("read_rate", _rate, 200.0, "reads per second per client IP (0 disables)", metavar="RPS")
+option("read_burst", _positive_int, 400, "token-bucket burst for reads per client IP", metavar="N")
+option("licence_allow", _str, [], "accept only these licence URLs; each argument is a URL or a file with one URL per line",
+       kind="list", metavar="FILE|URL")
+option("refuse_legacy_retract", _bool, False,
+       "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
+
+
+class Settings:
+    """Resolved option values; read them as attributes (``settings.port``)."""
+
+    __slots__ = ("_values", "sources")
+
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "sources", dict(sources or {}))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            if name in OPTIONS:
+                return OPTIONS[name].default
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Settings are immutable; use replace()")
+
+    def replace(self, **changes: Any) -> "Settings":
+        unknown = set(changes) - set(OPTIONS)
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return Settings({**self._values, **changes}, {**self.sources, **{k: "code" for k in changes}})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in OPTIONS} | {
+            k: v for k, v in self._values.items() if k not in OPTIONS}
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.data)
+
+    def to_env(self) -> str:
+        """Serialize for a worker process (:func:`from_resolved_env`)."""
+        return json.dumps(self.as_dict())
+
+    def __repr__(self) -> str:
+        return f"Settings({self.as_dict()!r})"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and one flag per option; flags default to "not given"."""
+    parser.add_argument("--config", metavar="TOML", default=None,
+                        help=f"TOML config file (keys are option names, e.g. port = 8443); env {ENV_PREFIX}CONFIG")
+    for opt in OPTIONS.values():
+        default_text = "off" if opt.kind == "flag" else (opt.default if opt.default not in (None, []) else "none")
+        help_text = f"{opt.help} [env {opt.env}; default {default_text}]"
+        if opt.kind == "flag":
+            parser.add_argument(opt.flag, dest=opt.name, action="store_const", const=True,
+                                default=None, help=help_text)
+        elif opt.kind == "list":
+            parser.add_argument(opt.flag, dest=opt.name, nargs="+", default=None,
+                                metavar=opt.metavar, help=help_text)
+        else:
+            parser.add_argument(opt.flag, dest=opt.name, default=None, metavar=opt.metavar, help=help_text)
+
+
+def _parse(opt: Option, raw: Any, source: str) -> Any:
+    try:
+        if opt.kind == "list":
+            if isinstance(raw, str):
+                raw = raw.split()
+            if not isinstance(raw, (list, tuple)):
+                raise ValueError("must be a list")
+            return [opt.parse(item) for item in raw]
+        if opt.kind == "flag":
+            return _bool(raw)
+        return opt.parse(raw)
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"{opt.flag} from {source}: {raw!r} {exc}") from None
+
+
+def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
+                  env: Mapping[str, str] | None = None,
+                  config: str | os.PathLike[str] | None = None) -> Settings:
+    """Resolve every option: flag > environment > config file > default."""
+    env = os.environ if env is None else env
+    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
+    config = given.get("config") or config or env.get(ENV_PREFIX + "CONFIG")
+    file_values: dict[str, Any] = {}
+    if config:
+        path = Path(config)
+        try:
+            with path.open("rb") as fh:
+                loaded = tomllib.load(fh)
+        except OSError as exc:
+            raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, value in loaded.items():
+            name = key.replace("-", "_")
+            if name not in OPTIONS:
+                raise SettingsError(f"config file {path}: unknown option {key!r}")
+            file_values[name] = value
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, opt in OPTIONS.items():
+        if given.get(name) is not None:
+            values[name], sources[name] = _parse(opt, given[name], "the command line"), "flag"
+        elif opt.env in env:
+            values[name], sources[name] = _parse(opt, env[opt.env], opt.env), "env"
+        elif name in file_values:
+            values[name], sources[name] = _parse(opt, file_values[name], f"config {config}"), "file"
+        else:
+            values[name], sources[name] = opt.default, "default"
+    if (values.get("tls_cert") is None) != (values.get("tls_key") is None):
+        raise SettingsError("--tls-cert and --tls-key must be given together")
+    return Settings(values, sources)
+
+
+def from_resolved_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings handed to a worker by the launcher, or resolved afresh."""
+    env = os.environ if env is None else env
+    if RESOLVED_ENV in env:
+        values = json.loads(env[RESOLVED_ENV])
+        return Settings(values, {name: "launcher" for name in values})
+    return load_settings({}, env)
+
+
+def defaults(**overrides: Any) -> Settings:
+    """Default settings (no flags, no environment, no file) plus ``overrides``."""
+    return load_settings({}, {}).replace(**overrides) if overrides else load_settings({}, {})
+
+
+def licence_allow_list(settings: Settings, read_file: Callable[[str], str] | None = None) -> frozenset[str] | None:
+    """Expand ``--licence-allow`` (URLs or files of URLs) into a set, or ``None`` when unset."""
+    items: Iterable[str] = settings.licence_allow or []
+    if not items:
+        return None
+    allowed: set[str] = set()
+    for item in items:
+        if item.startswith(("https://", "http://")):
+            allowed.add(item)
+            continue
+        try:
+            text = read_file(item) if read_file else Path(item).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SettingsError(f"--licence-allow: cannot read {item}: {exc.strerror}") from None
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                allowed.add(line)
+    return frozenset(allowed)
