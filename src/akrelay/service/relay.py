@@ -1,0 +1,326 @@
+"""The relay service: Agent Knowledge §8 acceptance and §9 reads over one store.
+
+This is the only place where the protocol core meets storage, so acceptance
+from HTTP, from a peer and from the CLI is one code path. Handlers stay thin:
+every method takes wire input (bytes or decoded pairs), raises
+:class:`ProtocolError` for every refusal, and returns objects whose
+``to_json()`` splices the stored canonical envelope bytes instead of
+re-encoding envelopes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import msgspec
+
+from akrelay.protocol.b64 import b64decode_canonical
+from akrelay.protocol.cursor import CursorCodec
+from akrelay.protocol.dependencies import check_targets
+from akrelay.protocol.envelope import Envelope, verify_envelope
+from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.limits import check_limits
+from akrelay.protocol.payload import check_payload_rules
+from akrelay.protocol.query import QueryRequest, parse_query, request_terms
+from akrelay.protocol.reads import parse_batch_request, parse_read_json
+from akrelay.protocol.text import text_terms
+from akrelay.protocol.timestamps import check_created_at
+from akrelay.service.config import ServiceConfig
+from akrelay.store.base import Record, Store
+
+_json = msgspec.json.encode
+
+
+def ms_clock() -> int:
+    """Service time in Unix milliseconds (Identity §8.3 ``accepted_at``)."""
+    return time.time_ns() // 1_000_000
+
+
+def _records_json(records: Sequence[Record]) -> bytes:
+    return b"[" + b",".join(r.to_json() for r in records) + b"]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueryPage:
+    """One §9.3.2 page; ``next_cursor`` is set exactly when another page follows."""
+
+    records: list[Record]
+    service: str
+    checkpoint: int
+    as_of: int
+    next_cursor: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "result": [r.to_dict() for r in self.records],
+            "service": self.service,
+            "checkpoint": self.checkpoint,
+            "as_of": self.as_of,
+        }
+        if self.next_cursor is not None:
+            body["next_cursor"] = self.next_cursor
+        return body
+
+    def to_json(self) -> bytes:
+        cursor = b',"next_cursor":' + _json(self.next_cursor) if self.next_cursor is not None else b""
+        return b'{"as_of":%d,"checkpoint":%d%b,"result":%b,"service":%b}' % (
+            self.as_of, self.checkpoint, cursor, _records_json(self.records), _json(self.service)
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchPage:
+    """A §9.4 response: both partitions keep the request order."""
+
+    records: list[Record]
+    missing: list[str]
+    service: str
+    checkpoint: int
+    as_of: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "result": [r.to_dict() for r in self.records],
+            "missing": list(self.missing),
+            "service": self.service,
+            "checkpoint": self.checkpoint,
+            "as_of": self.as_of,
+        }
+
+    def to_json(self) -> bytes:
+        return b'{"as_of":%d,"checkpoint":%d,"missing":%b,"result":%b,"service":%b}' % (
+            self.as_of, self.checkpoint, _json(self.missing), _records_json(self.records), _json(self.service)
+        )
+
+
+def _binding_value(value: Any) -> Any:
+    if isinstance(value, (frozenset, set)):
+        return sorted(_binding_value(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_binding_value(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _binding_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+class Relay:
+    """Acceptance, lookup, query, batch, withholding and discovery for one origin."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ServiceConfig | None = None,
+        *,
+        clock: Callable[[], int] = ms_clock,
+        cursor_secret: bytes,
+    ) -> None:
+        self.store = store
+        self.config = config or ServiceConfig()
+        self.clock = clock
+        self._cursors = CursorCodec(cursor_secret)
+        self._limits = dataclasses.replace(self.config.limits, max_envelope_bytes=self.config.max_envelope_bytes)
+
+    # -- acceptance (§8.1) ---------------------------------------------------
+    def submit(self, raw: bytes, *, source: str = "http") -> tuple[Record, bool]:
+        """Run §8.1 steps 1–7 in order; return ``(record, created)``.
+
+        ``created`` is ``False`` for an exact resubmission, which returns the
+        retained record unchanged (withheld or not). Any refusal raises and
+        changes nothing. ``source`` ("http" or "sync") is for callers' logs.
+        """
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            raise ProtocolError("invalid_event", "an envelope must be submitted as UTF-8 JSON bytes")
+        size = len(raw)
+        if size > self.config.max_envelope_bytes:
+            raise ProtocolError(
+                "payload_too_large",
+                f"envelope is {size} bytes, over this relay's limit of {self.config.max_envelope_bytes} bytes",
+                {"limit": "max_envelope_bytes", "max": self.config.max_envelope_bytes, "actual": size},
+            )
+        envelope = verify_envelope(bytes(raw), options=self.config.options)  # step 1
+        existing = self.store.get(envelope.id)  # step 2
+        if existing is not None:
+            return existing, False
+        check_payload_rules(envelope, self.config.options)  # step 3
+        now = self.clock()
+        check_created_at(envelope, now, self.config.skew_ms)  # step 4
+        check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
+        self._admit(envelope, size)  # step 6
+        return self.store.commit(envelope, now)  # step 7
+
+    def _resolve(self, event_id: str) -> Envelope | None:
+        record = self.store.get(event_id)
+        return record.envelope if record is not None else None
+
+    def _admit(self, envelope: Envelope, size: int) -> None:
+        """Local admission policy: refusals are distinguishable from invalidity."""
+        allow = self.config.licence_allowlist
+        licence = envelope.payload.get("license")
+        # A legacy retraction without a licence carries no licensed content; it is
+        # admitted so that withdrawals propagate (Knowledge §7.1).
+        if allow is not None and licence is not None and licence not in allow:
+            raise ProtocolError(
+                "permission_denied",
+                f"this relay does not accept content under the licence {licence}",
+                {"license": licence},
+            )
+        check_limits(envelope, self._limits, envelope_bytes=size)
+
+    # -- lookup (§9.1) ---------------------------------------------------------
+    def get(self, event_id: str) -> Record:
+        """One visible record; ``invalid_request`` if malformed, ``not_found`` if absent or withheld."""
+        self._check_id(event_id)
+        record = self.store.get(event_id)
+        if record is None or record.withheld:
+            raise ProtocolError("not_found", f"event {event_id} is not available here")
+        return record
+
+    @staticmethod
+    def _check_id(event_id: Any) -> None:
+        b64decode_canonical(event_id, length=32, code="invalid_request", what="event ID")
+
+    # -- query (§9.3) ----------------------------------------------------------
+    def query(self, pairs: Sequence[tuple[str, str]]) -> QueryPage:
+        """One page of the complete, ``seq``-ordered enumeration."""
+        request = parse_query(list(pairs))
+        binding = self._binding(request)
+        after_seq = request.after_seq or 0
+        limit = request.limit if request.limit is not None else self.config.default_limit
+        if request.cursor is not None:
+            state = self._cursors.decode(request.cursor, binding)
+            checkpoint, as_of, last_seq = state["checkpoint"], state["as_of"], state["last_seq"]
+        else:
+            checkpoint = self.store.checkpoint()
+            as_of = self.clock()
+            if after_seq > checkpoint:
+                raise ProtocolError(
+                    "invalid_request",
+                    f"after_seq {after_seq} is greater than the current checkpoint {checkpoint}",
+                    {"checkpoint": checkpoint},
+                )
+            last_seq = after_seq
+        records = self.store.query(
+            request_terms(request),
+            request.created_from,
+            request.created_before,
+            self._text_terms(request),
+            after_seq=last_seq,
+            upto_seq=checkpoint,
+            limit=limit + 1,
+        )
+        next_cursor = None
+        if len(records) > limit:
+            records = records[:limit]
+            next_cursor = self._cursors.encode(
+                binding, {"checkpoint": checkpoint, "as_of": as_of, "last_seq": records[-1].seq}
+            )
+        return QueryPage(records, self.config.origin, checkpoint, as_of, next_cursor)
+
+    @staticmethod
+    def _text_terms(request: QueryRequest) -> list[str]:
+        q = getattr(request, "q", None)
+        if q is None:
+            return []
+        return list(q) if not isinstance(q, str) else text_terms(q, True)
+
+    def _binding(self, request: QueryRequest) -> bytes:
+        """Digest of the normalized request: every decoded filter, effective limit and after_seq."""
+        fields = {
+            name: value
+            for name, value in _binding_value(request).items()
+            if name != "cursor"
+        }
+        fields["after_seq"] = request.after_seq or 0
+        fields["limit"] = request.limit if request.limit is not None else self.config.default_limit
+        return hashlib.sha256(_json(fields, order="sorted")).digest()
+
+    # -- batch (§9.4) ----------------------------------------------------------
+    def batch(self, raw_body: bytes) -> BatchPage:
+        """Read up to 100 exact IDs; withheld, absent and later records go to ``missing``."""
+        ids = parse_batch_request(parse_read_json(raw_body))
+        checkpoint = self.store.checkpoint()
+        as_of = self.clock()
+        found = self.store.get_many(ids)
+        records: list[Record] = []
+        missing: list[str] = []
+        for event_id in ids:
+            record = found.get(event_id)
+            if record is None or record.withheld or record.seq > checkpoint:
+                missing.append(event_id)
+            else:
+                records.append(record)
+        return BatchPage(records, missing, self.config.origin, checkpoint, as_of)
+
+    # -- withholding (§7.1) --------------------------------------------------
+    def withhold(self, event_id: str) -> Record:
+        """Hide a retained record from public reads without deleting it."""
+        return self._set_withheld(event_id, True)
+
+    def unwithhold(self, event_id: str) -> Record:
+        """Make a withheld record public again; it keeps its original ``seq``."""
+        return self._set_withheld(event_id, False)
+
+    def _set_withheld(self, event_id: str, withheld: bool) -> Record:
+        self._check_id(event_id)
+        if not self.store.set_withheld(event_id, withheld):
+            raise ProtocolError("not_found", f"event {event_id} is not retained here")
+        record = self.store.get(event_id)
+        assert record is not None
+        return record
+
+    # -- discovery (§9.2) ------------------------------------------------------
+    def discovery(self) -> dict[str, Any]:
+        cfg = self.config
+        origin = cfg.origin
+        endpoints = {
+            "events": origin + cfg.events_path,
+            "query": origin + cfg.query_path,
+            "batch": origin + cfg.batch_path,
+        }
+        doc: dict[str, Any] = {"protocol": "agent-knowledge/1.0", "service": origin, "endpoints": endpoints}
+        if "ranked-search" in cfg.features:
+            endpoints["search"] = origin + cfg.search_path
+            doc["search_modes"] = list(cfg.search_modes)
+        if cfg.features:
+            doc["features"] = list(cfg.features)
+        peers = [p.rstrip("/") for p in cfg.peers if p.rstrip("/") != origin]
+        if peers:
+            doc["peers"] = list(dict.fromkeys(peers))[:32]
+        doc["limits"] = self._limits.to_discovery()
+        return doc
+
+    def discovery_json(self) -> bytes:
+        return _json(self.discovery())
+
+    def checkpoint(self) -> int:
+        return self.store.checkpoint()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+CURSOR_SECRET_KEY = "relay.cursor_secret"
+
+
+def open_relay(
+    data_dir: str | os.PathLike[str],
+    config: ServiceConfig | None = None,
+    *,
+    clock: Callable[[], int] = ms_clock,
+    synchronous: str = "NORMAL",
+) -> Relay:
+    """Open the embedded relay in ``data_dir`` (created if needed).
+
+    The cursor secret is generated once and kept in the store's metadata, so
+    every worker process and every restart accepts the same cursors.
+    """
+    from akrelay.store.sqlite import SqliteStore
+
+    store = SqliteStore(Path(data_dir) / "relay.sqlite3", synchronous=synchronous)
+    secret = store.meta_setdefault(CURSOR_SECRET_KEY, os.urandom(32))
+    return Relay(store, config, clock=clock, cursor_secret=secret)

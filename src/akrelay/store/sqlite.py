@@ -1,0 +1,392 @@
+"""Embedded SQLite store, the default backend.
+
+Why it is shaped this way:
+
+* **WAL, one serialized commit point.** ``seq`` is allocated inside
+  ``BEGIN IMMEDIATE`` from a persisted high-water mark, so several processes on
+  one data directory never share a ``seq``, a removed record's ``seq`` is never
+  handed out again, and the checkpoint (the high-water mark) only ever covers
+  committed rows.
+* **Group commit.** Concurrent ``commit`` calls inside one process are gathered
+  by whichever thread holds the write lock and written in one transaction: the
+  per-transaction cost (lock, WAL append, fsync under ``synchronous=FULL``) is
+  paid once per group instead of once per acceptance.
+* **Durability.** ``commit`` returns only after ``COMMIT``. With WAL the frames
+  are in the operating system before that, so an acknowledged acceptance
+  survives ``kill -9`` under ``synchronous=NORMAL`` (the default here);
+  ``synchronous=FULL`` also survives power loss at the price of an fsync per
+  group.
+* **Exact filtering.** Index terms live in a ``(term, seq)`` table, so every
+  filtered page is an ordered index range scan; ``q`` terms of three or more
+  characters find candidates in an FTS5 trigram index over the ASCII-folded
+  search text, and every candidate is verified with ``instr`` on that text, so
+  the result is complete and exact, never ranked or approximate.
+* Records keep ``Envelope.canonical_bytes()``; reads rebuild with
+  ``Envelope.from_trusted`` and responses splice the bytes back unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from akrelay.protocol.envelope import Envelope
+from akrelay.store.base import Record, indexed_facts
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    accepted_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    withheld INTEGER NOT NULL DEFAULT 0,
+    body BLOB NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS terms (
+    term TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (term, seq)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS text_index USING fts5(
+    text, content='records', content_rowid='seq', tokenize='trigram case_sensitive 1'
+);
+CREATE TABLE IF NOT EXISTS sequence (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    hwm INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO sequence (id, hwm) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"""
+
+#: A term this common is a poor driver: prefer the trigram index for ``q`` then.
+_BROAD_TERM = 2000
+#: Upper bound for counting a term's postings when choosing the driving index.
+_COUNT_CAP = 20000
+_MAX_SEQ = (1 << 63) - 1
+
+_COLUMNS = "r.seq, r.accepted_at, r.withheld, r.body"
+
+
+class _Pending:
+    __slots__ = ("envelope", "accepted_at", "terms", "text", "result", "error")
+
+    def __init__(self, envelope: Envelope, accepted_at: int) -> None:
+        self.envelope = envelope
+        self.accepted_at = accepted_at
+        self.terms, self.text = indexed_facts(envelope)
+        self.result: tuple[Record, bool] | None = None
+        self.error: BaseException | None = None
+
+
+def _record(row: tuple) -> Record:
+    seq, accepted_at, withheld, body = row
+    return Record(seq, accepted_at, Envelope.from_trusted(bytes(body)), bool(withheld))
+
+
+def _fts_phrase(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+class SqliteStore:
+    """The embedded default store (one file, WAL, safe across processes)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", busy_timeout_ms: int = 30000) -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
+            raise ValueError(f"unknown synchronous setting {synchronous!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._synchronous = synchronous.upper()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._closed = False
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._pid = os.getpid()
+        writer = self._connect()
+        self._retry_busy(lambda: writer.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;"), writer)
+        self._writer = writer
+
+    # -- connections ---------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":  # pragma: no cover - e.g. an unsupported filesystem
+            raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode})")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute("PRAGMA cache_size = -65536")
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    @staticmethod
+    def _retry_busy(fn, conn: sqlite3.Connection):  # noqa: ANN001, ANN205
+        for attempt in range(50):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if attempt == 49:
+                    raise
+                threading.Event().wait(0.05)
+        return None  # pragma: no cover
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError("store is closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError("SqliteStore cannot be shared across fork(); open one per process")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = 1")
+            self._local.conn = conn
+        return conn
+
+    # -- reads -------------------------------------------------------------
+    def get(self, event_id: str) -> Record | None:
+        row = self._reader().execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (event_id,)).fetchone()
+        return _record(row) if row else None
+
+    def get_many(self, event_ids: Sequence[str]) -> dict[str, Record]:
+        ids = list(dict.fromkeys(event_ids))
+        out: dict[str, Record] = {}
+        conn = self._reader()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(f"SELECT r.id, {_COLUMNS} FROM records r WHERE r.id IN ({marks})", chunk):
+                out[row[0]] = _record(row[1:])
+        return out
+
+    def checkpoint(self) -> int:
+        return self._reader().execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+
+    def iter_records(self, after_seq: int, limit: int) -> list[Record]:
+        rows = self._reader().execute(
+            f"SELECT {_COLUMNS} FROM records r WHERE r.seq > ? ORDER BY r.seq LIMIT ?", (after_seq, limit)
+        ).fetchall()
+        return [_record(row) for row in rows]
+
+    def _term_count(self, conn: sqlite3.Connection, term: str, lower: int, upper: int) -> int:
+        return conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM terms WHERE term = ? AND seq > ? AND seq <= ? LIMIT ?)",
+            (term, lower, upper, _COUNT_CAP),
+        ).fetchone()[0]
+
+    def query(
+        self,
+        request_terms: Iterable[str] = (),
+        created_from: int | None = None,
+        created_before: int | None = None,
+        text_terms: Iterable[str] = (),
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int = 100,
+        include_withheld: bool = False,
+    ) -> list[Record]:
+        if limit <= 0:
+            return []
+        conn = self._reader()
+        terms = sorted(set(request_terms))
+        texts = list(dict.fromkeys(text_terms))
+        upper = _MAX_SEQ if upto_seq is None else upto_seq
+        if upper <= after_seq:
+            return []
+        # Terms SQLite's instr cannot judge reliably (embedded NUL) are verified in Python.
+        sql_texts = [t for t in texts if "\x00" not in t]
+        py_texts = [t for t in texts if "\x00" in t]
+        fts_texts = [t for t in sql_texts if len(t) >= 3]
+
+        driver: str | None = None
+        if terms:
+            counts = {t: self._term_count(conn, t, after_seq, upper) for t in terms}
+            driver = min(terms, key=lambda t: (counts[t], t))
+            if counts[driver] == 0:
+                return []
+            if fts_texts and counts[driver] >= _BROAD_TERM:
+                driver = None
+
+        where: list[str] = []
+        params: list[object] = []
+        if driver is not None:
+            source = "terms t CROSS JOIN records r ON r.seq = t.seq"
+            where += ["t.term = ?", "t.seq > ?", "t.seq <= ?"]
+            params += [driver, after_seq, upper]
+            order = "t.seq"
+        elif fts_texts:
+            source = "text_index CROSS JOIN records r ON r.seq = text_index.rowid"
+            where += ["text_index MATCH ?", "text_index.rowid > ?", "text_index.rowid <= ?"]
+            params += [" AND ".join(_fts_phrase(t) for t in fts_texts), after_seq, upper]
+            order = "text_index.rowid"
+        else:
+            source = "records r"
+            where += ["r.seq > ?", "r.seq <= ?"]
+            params += [after_seq, upper]
+            order = "r.seq"
+        if not include_withheld:
+            where.append("r.withheld = 0")
+        if created_from is not None:
+            where.append("r.created_at >= ?")
+            params.append(created_from)
+        if created_before is not None:
+            where.append("r.created_at < ?")
+            params.append(created_before)
+        for term in terms:
+            if term != driver:
+                where.append("EXISTS (SELECT 1 FROM terms x WHERE x.term = ? AND x.seq = r.seq)")
+                params.append(term)
+        for text in sql_texts:
+            where.append("instr(r.text, ?) > 0")
+            params.append(text)
+
+        columns = _COLUMNS + (", r.text" if py_texts else "")
+        sql = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
+        if not py_texts:
+            rows = conn.execute(sql + " LIMIT ?", (*params, limit)).fetchall()
+            return [_record(row) for row in rows]
+        out: list[Record] = []
+        for row in conn.execute(sql, params):
+            if all(t in row[4] for t in py_texts):
+                out.append(_record(row[:4]))
+                if len(out) >= limit:
+                    break
+        return out
+
+    # -- writes ------------------------------------------------------------
+    def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
+        pending = _Pending(envelope, accepted_at)
+        with self._queue_lock:
+            self._queue.append(pending)
+        with self._write_lock:
+            if pending.result is None and pending.error is None:
+                with self._queue_lock:
+                    group, self._queue = self._queue, []
+                self._commit_group(group)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _commit_group(self, group: list[_Pending]) -> None:
+        conn = self._writer
+        try:
+            results = self._retry_busy(lambda: self._write_group(conn, group), conn)
+        except BaseException as exc:  # every waiter learns of the failure
+            for item in group:
+                item.error = exc
+            return
+        for item, result in zip(group, results):
+            item.result = result
+
+    def _write_group(self, conn: sqlite3.Connection, group: list[_Pending]) -> list[tuple[Record, bool]]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            hwm = conn.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+            fresh: dict[str, Record] = {}
+            results: list[tuple[Record, bool]] = []
+            for item in group:
+                env = item.envelope
+                if env.id in fresh:
+                    results.append((fresh[env.id], False))
+                    continue
+                row = conn.execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (env.id,)).fetchone()
+                if row is not None:
+                    results.append((_record(row), False))
+                    continue
+                hwm += 1
+                conn.execute(
+                    "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                    (hwm, env.id, item.accepted_at, env.created_at, env.canonical_bytes(), item.text),
+                )
+                conn.executemany("INSERT INTO terms (term, seq) VALUES (?, ?)", [(t, hwm) for t in item.terms])
+                conn.execute("INSERT INTO text_index (rowid, text) VALUES (?, ?)", (hwm, item.text))
+                record = Record(hwm, item.accepted_at, env, False)
+                fresh[env.id] = record
+                results.append((record, True))
+            if fresh:
+                conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
+
+    def _write(self, fn):  # noqa: ANN001, ANN202
+        """Run ``fn(conn)`` in its own immediate transaction at the commit point."""
+        conn = self._writer
+
+        def run():  # noqa: ANN202
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                value = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return value
+
+        with self._write_lock:
+            return self._retry_busy(run, conn)
+
+    def set_withheld(self, event_id: str, withheld: bool) -> bool:
+        return self._write(
+            lambda c: c.execute("UPDATE records SET withheld = ? WHERE id = ?", (int(withheld), event_id)).rowcount > 0
+        )
+
+    def remove(self, event_id: str) -> bool:
+        def run(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT seq, text FROM records WHERE id = ?", (event_id,)).fetchone()
+            if row is None:
+                return False
+            seq, text = row
+            c.execute("INSERT INTO text_index (text_index, rowid, text) VALUES ('delete', ?, ?)", (seq, text))
+            c.execute("DELETE FROM terms WHERE seq = ?", (seq,))
+            c.execute("DELETE FROM records WHERE seq = ?", (seq,))
+            return True
+
+        return self._write(run)
+
+    # -- metadata ------------------------------------------------------------
+    def meta_get(self, key: str) -> bytes | None:
+        row = self._reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def meta_set(self, key: str, value: bytes) -> None:
+        self._write(lambda c: c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, bytes(value))))
+
+    def meta_setdefault(self, key: str, value: bytes) -> bytes:
+        def run(c: sqlite3.Connection) -> bytes:
+            c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, bytes(value)))
+            return bytes(c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
+
+        return self._write(run)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:  # pragma: no cover
+                pass
