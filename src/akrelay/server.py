@@ -27,18 +27,17 @@ def service_config(settings: Settings) -> Any:
     """
     from akrelay.service.config import ServiceConfig
 
-    candidates: dict[str, Any] = {
-        "origin": settings.origin,
-        "max_envelope_bytes": settings.max_envelope_bytes,
-        "allow_legacy_retract": not settings.refuse_legacy_retract,
-        "refuse_legacy_retract": settings.refuse_legacy_retract,
-    }
-    allow = licence_allow_list(settings)
-    for name in ("licence_allow", "license_allow", "licence_allow_list", "license_allow_list", "allowed_licenses",
-                 "allowed_licences"):
-        candidates[name] = allow
+    from akrelay.protocol.options import ValidationOptions
+
+    candidates: dict[str, Any] = {}
     for name, value in settings.as_dict().items():
-        candidates.setdefault(name, value)
+        candidates[name] = tuple(value) if isinstance(value, list) else value
+    candidates.update(
+        origin=settings.origin,
+        max_envelope_bytes=settings.max_envelope_bytes,
+        options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
+        licence_allowlist=licence_allow_list(settings),
+    )
     fields = {f.name for f in dataclasses.fields(ServiceConfig)}
     return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
 

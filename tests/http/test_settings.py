@@ -1,0 +1,102 @@
+"""Serve options: flag > environment > TOML file > default, and clear errors."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from akrelay.settings import (
+    OPTIONS, Settings, SettingsError, add_arguments, from_resolved_env, licence_allow_list, load_settings, option,
+)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_match_the_issue() -> None:
+    s = load_settings(parse([]), env={})
+    assert (s.data, s.host, s.port, s.origin) == ("./akrelay-data", "127.0.0.1", 8443, "https://localhost:8443")
+    assert s.max_envelope_bytes == 262144 and s.workers == 1
+    assert s.licence_allow == [] and s.refuse_legacy_retract is False
+    assert set(s.sources.values()) == {"default"}
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path) -> None:
+    cfg = tmp_path / "relay.toml"
+    cfg.write_text('port = 7001\nworkers = 3\nhost = "127.0.0.2"\nread-rate = 5\n', encoding="utf-8")
+    env = {"AKRELAY_PORT": "7002", "AKRELAY_WORKERS": "4"}
+    s = load_settings(parse(["--config", str(cfg), "--port", "7003"]), env=env)
+    assert s.port == 7003 and s.sources["port"] == "flag"
+    assert s.workers == 4 and s.sources["workers"] == "env"
+    assert s.host == "127.0.0.2" and s.sources["host"] == "file"
+    assert s.read_rate == 5.0
+    assert s.origin == "https://localhost:8443" and s.sources["origin"] == "default"
+
+
+def test_config_file_from_environment(tmp_path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("refuse_legacy_retract = true\nlicence_allow = ['https://l.example/a']\n", encoding="utf-8")
+    s = load_settings(parse([]), env={"AKRELAY_CONFIG": str(cfg)})
+    assert s.refuse_legacy_retract is True
+    assert licence_allow_list(s) == frozenset({"https://l.example/a"})
+
+
+@pytest.mark.parametrize("argv, env, fragment", [
+    (["--port", "x"], {}, "--port"),
+    (["--port", "70000"], {}, "TCP port"),
+    (["--workers", "0"], {}, "--workers"),
+    ([], {"AKRELAY_MAX_ENVELOPE_BYTES": "-1"}, "AKRELAY_MAX_ENVELOPE_BYTES"),
+    ([], {"AKRELAY_WRITE_RATE": "fast"}, "AKRELAY_WRITE_RATE"),
+    ([], {"AKRELAY_REFUSE_LEGACY_RETRACT": "maybe"}, "boolean"),
+    (["--tls-cert", "a.pem"], {}, "together"),
+])
+def test_bad_values_are_reported_with_their_source(argv, env, fragment) -> None:
+    with pytest.raises(SettingsError) as exc:
+        load_settings(parse(argv), env=env)
+    assert fragment in str(exc.value)
+
+
+def test_bad_config_files(tmp_path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("port = [", encoding="utf-8")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings(parse(["--config", str(bad)]), env={})
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("prot = 1\n", encoding="utf-8")
+    with pytest.raises(SettingsError, match="unknown option 'prot'"):
+        load_settings(parse(["--config", str(unknown)]), env={})
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings(parse(["--config", str(tmp_path / "none.toml")]), env={})
+
+
+def test_licence_allow_expands_files_and_urls(tmp_path) -> None:
+    listing = tmp_path / "licences.txt"
+    listing.write_text("# allowed\nhttps://creativecommons.org/licenses/by/4.0/\n\n", encoding="utf-8")
+    s = load_settings(parse(["--licence-allow", str(listing), "https://example.com/l"]), env={})
+    assert licence_allow_list(s) == frozenset({"https://creativecommons.org/licenses/by/4.0/", "https://example.com/l"})
+    assert licence_allow_list(load_settings(parse([]), env={})) is None
+    with pytest.raises(SettingsError, match="cannot read"):
+        licence_allow_list(load_settings(parse(["--licence-allow", str(tmp_path / "nope")]), env={}))
+
+
+def test_adding_an_option_is_one_call_and_reaches_every_source() -> None:
+    opt = option("test_only_knob", int, 7, "a knob for this test")
+    try:
+        assert load_settings(parse([]), env={}).test_only_knob == 7
+        assert load_settings(parse(["--test-only-knob", "9"]), env={}).test_only_knob == 9
+        assert load_settings(parse([]), env={opt.env: "11"}).test_only_knob == 11
+    finally:
+        del OPTIONS["test_only_knob"]
+
+
+def test_resolved_settings_round_trip_to_workers() -> None:
+    s = load_settings(parse(["--port", "9999", "--licence-allow", "https://x.example/l"]), env={})
+    again = from_resolved_env({"AKRELAY__RESOLVED_SETTINGS": s.to_env()})
+    assert again.as_dict() == s.as_dict()
+    with pytest.raises(AttributeError):
+        s.port = 1  # type: ignore[misc]
+    assert isinstance(s.replace(port=1), Settings) and s.replace(port=1).port == 1
