@@ -1,0 +1,28 @@
+"""KQL and META for the KIP gateway: grammar, AST, checks and evaluation.
+
+Public entry points:
+
+* ``parse_meta(text) -> MetaCommand`` (``meta``): one META statement.
+* ``parse_kql(text) -> Query`` (``query``): one KQL query with its semantic checks.
+* ``classify(text) -> "KQL" | "KML" | "META" | None`` and ``is_kml(text)``
+  (``classify``): language classification (§73.1); KML is refused by the
+  read-only runtime with ``ReadonlyViolation``.
+* ``KqlError``: every error carries a KIP §87 code and the §86.1 shape.
+* ``Param``/``Literal``/``resolve``: structural parameter binding (§74).
+"""
+
+from akrelay.kip.kql.classify import classify, is_kml
+from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.meta import MetaCommand, parse_meta
+from akrelay.kip.kql.values import Literal, Param, resolve
+
+__all__ = [
+    "KqlError",
+    "Literal",
+    "MetaCommand",
+    "Param",
+    "classify",
+    "is_kml",
+    "parse_meta",
+    "resolve",
+]

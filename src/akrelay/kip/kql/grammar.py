@@ -1,0 +1,187 @@
+"""Loading the lark grammars and turning lark failures into ``InvalidSyntax``.
+
+The canonical grammars live in the repository's ``grammar/`` directory; an
+identical copy ships as package data under ``akrelay/data/`` so an installed
+wheel parses without a source checkout (``tests/kql/test_grammar_files.py``
+keeps the two in step). Each language grammar is composed after the shared
+``kip_common.lark`` layer, then compiled once as LALR with the contextual lexer.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from typing import Any
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from akrelay.kip.kql.errors import KqlError, syntax_error
+from akrelay.kip.kql.values import Literal, Param, Value, decode_number, decode_string
+
+#: The grammar files, in composition order for each language.
+GRAMMAR_FILES = ("kip_common.lark", "kql.lark", "meta.lark")
+_COMPOSITION = {"kql": ("kip_common.lark", "kql.lark"), "meta": ("kip_common.lark", "meta.lark")}
+
+_FRIENDLY = {
+    "VARIABLE": "a ?variable",
+    "PARAMETER": "a :parameter",
+    "IDENTIFIER": "a name",
+    "STRING": "a string",
+    "NUMBER": "a number",
+    "UINT": "a non-negative integer",
+    "EQ_OP": "== or !=",
+    "REL_OP": "a comparison",
+    "$END": "the end of the command",
+}
+
+
+def grammar_text(name: str) -> str:
+    """The text of one packaged grammar file (e.g. ``"kql.lark"``)."""
+    resource = importlib.resources.files("akrelay").joinpath("data", name)
+    return resource.read_text(encoding="utf-8")
+
+
+@functools.cache
+def parser(language: str) -> Lark:
+    """The compiled LALR parser for ``"kql"`` or ``"meta"``."""
+    source = "\n".join(grammar_text(name) for name in _COMPOSITION[language])
+    return Lark(
+        source,
+        parser="lalr",
+        lexer="contextual",
+        maybe_placeholders=True,
+        propagate_positions=True,
+    )
+
+
+def parse_tree(text: str, language: str) -> Tree:
+    """Parse ``text``; any failure becomes ``InvalidSyntax`` with line, column and hint."""
+    if not isinstance(text, str):
+        raise KqlError("InvalidSyntax", "command must be a string")
+    lark = parser(language)
+    try:
+        return lark.parse(text)
+    except UnexpectedInput as exc:
+        raise _syntax_error(lark, text, exc, language) from None
+
+
+# ------------------------------------------------------------------- errors
+
+
+def _describe_expected(lark: Lark, names: set[str]) -> list[str]:
+    shown: list[str] = []
+    for name in sorted(names):
+        if name in _FRIENDLY:
+            shown.append(_FRIENDLY[name])
+            continue
+        try:
+            pattern = lark.get_terminal(name).pattern
+        except KeyError:
+            shown.append(name)
+            continue
+        shown.append(f'"{pattern.value}"' if pattern.type == "str" else name)
+    return sorted(set(shown))
+
+
+def _syntax_error(lark: Lark, text: str, exc: UnexpectedInput, language: str) -> KqlError:
+    line = getattr(exc, "line", None)
+    column = getattr(exc, "column", None)
+    at_end = isinstance(exc, UnexpectedEOF) or (
+        isinstance(exc, UnexpectedToken) and exc.token.type == "$END")
+    if at_end or line is None or line < 1:
+        line, column = _end_position(text)
+    hint: str | None = None
+    if isinstance(exc, UnexpectedCharacters):
+        char = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        message = f"unexpected character {char!r}"
+        if char == "'":
+            hint = "strings use double quotes (JSON strings)"
+        elif char == "$":
+            hint = "write variables as ?name and parameters as :name"
+        else:
+            hint = _expected_hint(lark, set(exc.allowed or ()))
+    elif isinstance(exc, UnexpectedEOF):
+        message = "the command ended early"
+        hint = _expected_hint(lark, set(exc.expected or ()))
+    elif isinstance(exc, UnexpectedToken):
+        token = exc.token
+        if token.type == "$END":
+            message = "the command ended early"
+        else:
+            message = f"unexpected {token.value!r}"
+        expected = set(exc.expected or ())
+        hint = _token_hint(token, expected) or _expected_hint(lark, expected)
+    else:  # pragma: no cover - lark raises only the three above
+        message = str(exc)
+    where = "KQL query" if language == "kql" else "META command"
+    return syntax_error(f"{message} in {where} at line {line}, column {column}",
+                        line=line, column=column, hint=hint)
+
+
+def _token_hint(token: Token, expected: set[str]) -> str | None:
+    value = str(token.value)
+    if value.upper() in {"TX", "TIME"} and "SEQ" in expected:
+        return "KIP 2.0 reads history only with AS OF SEQ (§48.1); resolve an instant with DESCRIBE SNAPSHOT AT TIME"
+    if value in {"True", "TRUE", "False", "FALSE", "Null", "NULL", "None"}:
+        return "true, false and null are lowercase"
+    if value.upper() == "CURSOR" and "LIMIT" in expected:
+        return "a Search Pattern takes a required LIMIT and no CURSOR (§43.8)"
+    if "LIMIT" in expected and "MODE" in expected:
+        return "a Search Pattern requires LIMIT <k> (§43.8)"
+    return None
+
+
+def _expected_hint(lark: Lark, expected: set[str]) -> str | None:
+    if not expected:
+        return None
+    shown = _describe_expected(lark, expected)
+    if len(shown) > 12:
+        shown = shown[:12] + ["…"]
+    return "expected " + ", ".join(shown)
+
+
+def _end_position(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines), len(lines[-1]) + 1
+
+
+# -------------------------------------------------------- value conversion
+
+
+def token_position(token: Any) -> dict[str, int]:
+    line = getattr(token, "line", None)
+    column = getattr(token, "column", None)
+    return {"line": line, "column": column} if line is not None else {}
+
+
+def literal_value(tree: Tree) -> Any:
+    """The Python value of a ``literal`` subtree (string/number/true/false/null)."""
+    kind = tree.data
+    if kind == "true":
+        return True
+    if kind == "false":
+        return False
+    if kind == "null":
+        return None
+    token = tree.children[0]
+    pos = token_position(token)
+    if kind == "string":
+        return decode_string(str(token), **pos)
+    if kind == "number":
+        return decode_number(str(token), **pos)
+    raise AssertionError(f"not a literal: {kind}")  # pragma: no cover
+
+
+LITERAL_KINDS = frozenset({"string", "number", "true", "false", "null"})
+
+
+def scalar(tree: Tree | None) -> Value | None:
+    """A ``scalar_value``/``meta_value`` subtree as a :class:`Param` or :class:`Literal`."""
+    if tree is None:
+        return None
+    if tree.data == "param":
+        return Param(str(tree.children[0])[1:])
+    if tree.data in LITERAL_KINDS:
+        return Literal(literal_value(tree))
+    raise AssertionError(f"not a scalar value: {tree.data}")  # pragma: no cover
