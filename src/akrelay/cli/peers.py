@@ -1,0 +1,205 @@
+"""``akrelay peers`` (edit the peer file, show sync status) and ``akrelay sync``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    peers = subparsers.add_parser(
+        "peers", help="edit the peer configuration file and show per-peer sync status",
+        description="Edit a peer file (TOML, see peers/README.md) or show the sync state kept in a data directory.")
+    peers.add_argument("--file", metavar="FILE", help="the peer configuration file (TOML)")
+    peers.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = peers.add_subparsers(dest="peers_command", metavar="ACTION")
+
+    lst = sub.add_parser("list", help="list configured peers")
+    lst.set_defaults(handler=cmd_list)
+
+    add = sub.add_parser("add", help="add a peer (or update an existing one)")
+    add.add_argument("origin", metavar="ORIGIN", help="the peer's HTTPS origin, e.g. https://relay.example.org")
+    add.add_argument("--ca-file", metavar="PEM", help="trust only this CA bundle for the peer")
+    add.add_argument("--allow-private", action="store_true", default=None,
+                     help="allow private and loopback addresses for this peer")
+    add.add_argument("--interval", type=float, metavar="SECONDS", help="seconds between passes")
+    add.add_argument("--page-limit", type=int, metavar="N", help="records per query page (1-1000)")
+    add.add_argument("--max-page-bytes", type=int, metavar="N", help="largest accepted response body")
+    add.add_argument("--disabled", action="store_true", help="add the peer disabled")
+    add.set_defaults(handler=cmd_add)
+
+    rm = sub.add_parser("remove", help="remove a peer")
+    rm.add_argument("origin", metavar="ORIGIN")
+    rm.set_defaults(handler=cmd_remove)
+
+    st = sub.add_parser("status", help="per-peer checkpoint, lag, last success, last error and counts")
+    st.add_argument("--data", metavar="DIR", default="./akrelay-data", help="the relay's data directory")
+    st.set_defaults(handler=cmd_status)
+    peers.set_defaults(handler=lambda args: (peers.print_help(), 0)[1])
+
+    from akrelay.settings import add_arguments
+
+    sync = subparsers.add_parser(
+        "sync", help="replicate from the configured peers (one pass with --once)",
+        description="Replicate from every enabled peer of --peers into the relay in --data, through the "
+                    "same acceptance pipeline as POST /events. Takes the same options as serve.")
+    sync.add_argument("--once", action="store_true", help="run one pass over every peer and exit")
+    add_arguments(sync)
+    sync.set_defaults(handler=cmd_sync)
+
+
+def _need_file(args: argparse.Namespace) -> Path:
+    if not args.file:
+        raise SystemExit("akrelay peers: --file FILE is required for this action")
+    return Path(args.file)
+
+
+def _fail(message: str) -> int:
+    print(f"akrelay peers: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from akrelay.federation.peers import PeerConfigError, load_peers
+
+    try:
+        peer_file = load_peers(_need_file(args), missing_ok=True)
+    except PeerConfigError as exc:
+        return _fail(str(exc))
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(p) for p in peer_file.peers], indent=2))
+        return 0
+    if not peer_file.peers:
+        print("no peers configured")
+    for p in peer_file.peers:
+        flags = [] if p.enabled else ["disabled"]
+        if p.allow_private:
+            flags.append("allow-private")
+        if p.ca_file:
+            flags.append(f"ca-file={p.ca_file}")
+        print(f"{p.origin}  interval={p.interval:g}s page-limit={p.page_limit}" + (" " + " ".join(flags) if flags else ""))
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from akrelay.federation.peers import PeerConfigError, load_peers, make_peer, save_peers, with_changes
+
+    path = _need_file(args)
+    try:
+        peer_file = load_peers(path, missing_ok=True)
+        ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
+        if ca_file is not None and not Path(ca_file).is_file():
+            return _fail(f"CA file {args.ca_file} does not exist")
+        options = dict(ca_file=ca_file, allow_private=args.allow_private, interval=args.interval,
+                       page_limit=args.page_limit, max_page_bytes=args.max_page_bytes,
+                       enabled=False if args.disabled else None)
+        existing = peer_file.get(args.origin)
+        peer = with_changes(existing, **options) if existing else make_peer(args.origin, **options)
+        created = peer_file.add(peer)
+        save_peers(path, peer_file)
+    except PeerConfigError as exc:
+        return _fail(str(exc))
+    print(f"{'added' if created else 'updated'} {peer.origin}")
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from akrelay.federation.peers import PeerConfigError, load_peers, save_peers
+
+    path = _need_file(args)
+    try:
+        peer_file = load_peers(path)
+        if not peer_file.remove(args.origin):
+            return _fail(f"{args.origin} is not in {path}")
+        save_peers(path, peer_file)
+    except PeerConfigError as exc:
+        return _fail(str(exc))
+    print(f"removed {args.origin}")
+    return 0
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "never"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from akrelay.federation.peers import PeerConfigError, load_peers
+    from akrelay.federation.state import STATE_FILE, FederationState, PeerState
+
+    data = Path(args.data)
+    if not (data / STATE_FILE).is_file() and not args.file:
+        return _fail(f"no sync state in {data} (has the relay synced yet?)")
+    state = FederationState.open_in(data) if (data / STATE_FILE).is_file() else FederationState()
+    try:
+        states = {s.origin: s for s in state.all()}
+        if args.file:
+            try:
+                for p in load_peers(args.file).peers:
+                    states.setdefault(p.origin, PeerState(p.origin))
+            except PeerConfigError as exc:
+                return _fail(str(exc))
+        pending = {o: state.pending_count(o) for o in states}
+    finally:
+        state.close()
+    if args.json:
+        print(json.dumps([s.to_json() | {"pending": pending[o]} for o, s in sorted(states.items())], indent=2))
+        return 0
+    for origin, s in sorted(states.items()):
+        print(origin)
+        print(f"  checkpoint    {s.checkpoint} (peer at {s.peer_checkpoint}, lag {s.lag})")
+        print(f"  last success  {_when(s.last_success)}")
+        print(f"  last error    {s.last_error or '-'}")
+        if s.retry_at and s.retry_at > time.time() * 1000:
+            print(f"  backing off   until {_when(s.retry_at)}")
+        print(f"  pending       {pending[origin]}")
+        print("  counts        " + " ".join(f"{k}={v}" for k, v in s.counts.items()))
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from akrelay.federation.peers import PeerConfigError
+    from akrelay.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(args)
+    except SettingsError as exc:
+        print(f"akrelay sync: {exc}", file=sys.stderr)
+        return 2
+    if not settings.peers:
+        print("akrelay sync: --peers FILE is required", file=sys.stderr)
+        return 2
+    settings = settings.replace(data=str(settings.data_dir.resolve()))
+    if not args.once:
+        from akrelay.federation.runner import BackgroundSync
+
+        loop = BackgroundSync(settings)
+        loop.start()
+        try:
+            while loop.is_alive():
+                loop.join(1.0)
+        except KeyboardInterrupt:
+            loop.stop()
+        return 0
+    from akrelay.federation.runner import sync_once
+
+    try:
+        results = sync_once(settings)
+    except (PeerConfigError, RuntimeError) as exc:
+        print(f"akrelay sync: {exc}", file=sys.stderr)
+        return 2
+    failed = 0
+    for r in results:
+        if r.ok:
+            print(f"{r.origin}: ok, checkpoint {r.checkpoint}, {r.pages} page(s), accepted {r.accepted}, "
+                  f"duplicates {r.duplicates}, rejected {r.rejected}, resolved {r.resolved}, pending {r.pending}")
+        else:
+            failed += 1
+            print(f"{r.origin}: {'skipped (backing off)' if r.skipped else 'failed'}: {r.error}")
+    return 1 if failed else 0

@@ -1,0 +1,152 @@
+"""Running the sync engine for a data directory: leadership, one pass, the loop.
+
+Several processes may open one data directory (Granian workers, ``akrelay sync
+--once``), but only one may replicate into it at a time, or two passes would
+race on the same peer checkpoint. Leadership is an exclusive ``flock`` on
+``federation.lock`` in the data directory: the kernel releases it when the
+holder dies, so a killed leader is replaced by the next process that asks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from akrelay.federation.peers import PeerFile, load_peers
+from akrelay.federation.state import FederationState
+from akrelay.federation.sync import PassResult, SyncEngine, SyncOptions
+
+log = logging.getLogger("akrelay.federation")
+
+LOCK_FILE = "federation.lock"
+
+
+class LeaderLock:
+    """An exclusive, non-blocking ``flock`` on the data directory's lock file."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(data_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+def sync_options(settings: Any) -> SyncOptions:
+    return SyncOptions(
+        own_origin=settings.origin,
+        follow_hints=bool(settings.follow_hints),
+        hint_hops=settings.hint_hops,
+        hint_count=settings.hint_count,
+    )
+
+
+def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None) -> SyncEngine:
+    """An engine over ``relay`` with the peers of ``settings.peers`` and state in the data dir."""
+    peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
+    state = FederationState.open_in(settings.data_dir)
+    return SyncEngine(relay, state, peer_file.peers, sync_options(settings))
+
+
+def sync_once(settings: Any, *, force: bool = True) -> list[PassResult]:
+    """One pass over every enabled peer, as the data directory's leader.
+
+    Raises ``RuntimeError`` when another process (a running ``serve``) leads.
+    """
+    from akrelay.server import open_relay_for
+
+    peer_file = load_peers(settings.peers)
+    lock = LeaderLock(settings.data_dir)
+    if not lock.acquire():
+        raise RuntimeError(f"another process is already syncing {settings.data_dir} (see {lock.path})")
+    relay = open_relay_for(settings)
+    try:
+        engine = build_engine(settings, relay, peer_file)
+        try:
+            return engine.run_once(force=force)
+        finally:
+            engine.state.close()
+    finally:
+        relay.close()
+        lock.release()
+
+
+class BackgroundSync(threading.Thread):
+    """The sync loop of ``akrelay serve``: waits for leadership, then runs until stopped."""
+
+    def __init__(self, settings: Any, *, retry: float = 2.0) -> None:
+        super().__init__(name="akrelay-sync", daemon=True)
+        self.settings = settings
+        self.retry = retry
+        self.stop_event = threading.Event()
+        self.lock = LeaderLock(settings.data_dir)
+
+    def run(self) -> None:
+        from akrelay.server import open_relay_for
+
+        while not self.stop_event.is_set():
+            if self.lock.acquire():
+                break
+            self.stop_event.wait(self.retry)
+        else:
+            return
+        try:
+            peer_file = load_peers(self.settings.peers)
+            relay = open_relay_for(self.settings)
+            engine = build_engine(self.settings, relay, peer_file)
+            log.info("akrelay sync: leading %s with %d peer(s)", self.settings.data_dir, len(engine.peers))
+            try:
+                engine.run_forever(self.stop_event)
+            finally:
+                engine.state.close()
+                relay.close()
+        except Exception:
+            log.exception("akrelay sync loop stopped")
+        finally:
+            self.lock.release()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        self.join(timeout)
+
+
+_started: BackgroundSync | None = None
+_started_lock = threading.Lock()
+
+
+def start_background(settings: Any) -> BackgroundSync | None:
+    """Start the loop once per process when ``settings.peers`` names a peer file."""
+    global _started
+    if not getattr(settings, "peers", None):
+        return None
+    with _started_lock:
+        if _started is None or not _started.is_alive():
+            _started = BackgroundSync(settings)
+            _started.start()
+        return _started

@@ -1,0 +1,199 @@
+"""Persisted per-peer sync state and the bounded pending set.
+
+Kept in its own small SQLite file in the data directory (``federation.sqlite3``)
+so it survives restarts whatever store backend the relay uses, and so that a
+checkpoint and the pending entries of one pass commit in one transaction. The
+acceptance log itself stays in the store: replaying a pass after a crash only
+resubmits envelopes, which the store answers as exact resubmissions.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+STATE_FILE = "federation.sqlite3"
+
+#: Counters kept per peer; ``akrelay peers status`` prints them in this order.
+COUNTERS = (
+    "passes", "failed_passes", "pages", "accepted", "duplicates", "rejected",
+    "resolved", "pending_added", "pending_accepted", "pending_dropped",
+)
+
+
+@dataclass(slots=True)
+class PeerState:
+    """What we know about one peer; ``checkpoint`` is the only value we act on."""
+
+    origin: str
+    #: The peer's checkpoint at the end of our last *complete* enumeration.
+    checkpoint: int = 0
+    #: The peer checkpoint most recently observed (first page of the last pass).
+    peer_checkpoint: int = 0
+    last_attempt: int | None = None
+    last_success: int | None = None
+    last_error: str | None = None
+    consecutive_failures: int = 0
+    #: Unix ms before which the peer is not contacted (back-off, Retry-After).
+    retry_at: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+
+    @property
+    def lag(self) -> int:
+        """Peer sequence numbers observed but not yet covered by a complete pass."""
+        return max(0, self.peer_checkpoint - self.checkpoint)
+
+    def bump(self, counter: str, by: int = 1) -> None:
+        self.counts[counter] = self.counts.get(counter, 0) + by
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["lag"] = self.lag
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """A verified-shape envelope from ``origin`` whose dependencies are not yet retained."""
+
+    origin: str
+    event_id: str
+    raw: bytes
+    missing: tuple[str, ...]
+    added_at: int
+    attempts: int
+
+
+class FederationState:
+    """Thread-safe store of :class:`PeerState` and pending entries."""
+
+    def __init__(self, path: str | Path = ":memory:", *, max_pending: int = 10_000,
+                 max_pending_bytes: int = 64 * 1024 * 1024) -> None:
+        self.path = str(path)
+        self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        if self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS peer_state (origin TEXT PRIMARY KEY, data TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS pending (
+                origin TEXT NOT NULL, event_id TEXT NOT NULL, raw BLOB NOT NULL,
+                missing TEXT NOT NULL, added_at INTEGER NOT NULL, attempts INTEGER NOT NULL,
+                ord INTEGER NOT NULL, PRIMARY KEY (origin, event_id));
+            CREATE INDEX IF NOT EXISTS pending_ord ON pending (origin, ord);
+            """
+        )
+
+    @classmethod
+    def open_in(cls, data_dir: str | Path, **kwargs) -> "FederationState":
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        return cls(Path(data_dir) / STATE_FILE, **kwargs)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- peer state ---------------------------------------------------------
+
+    def get(self, origin: str) -> PeerState:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM peer_state WHERE origin = ?", (origin,)).fetchone()
+        if row is None:
+            return PeerState(origin)
+        data = json.loads(row[0])
+        data.pop("lag", None)
+        counts = dict.fromkeys(COUNTERS, 0) | data.pop("counts", {})
+        return PeerState(**data, counts=counts)
+
+    def put(self, state: PeerState) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO peer_state (origin, data) VALUES (?, ?) "
+                "ON CONFLICT(origin) DO UPDATE SET data = excluded.data",
+                (state.origin, json.dumps(state.to_json(), sort_keys=True)),
+            )
+
+    def all(self) -> list[PeerState]:
+        with self._lock:
+            origins = [r[0] for r in self._db.execute("SELECT origin FROM peer_state ORDER BY origin")]
+        return [self.get(o) for o in origins]
+
+    # -- pending set --------------------------------------------------------
+
+    def pending(self, origin: str, limit: int | None = None) -> list[PendingEntry]:
+        """Oldest first, so long-waiting events are retried before new ones."""
+        sql = "SELECT origin, event_id, raw, missing, added_at, attempts FROM pending WHERE origin = ? ORDER BY ord"
+        args: tuple = (origin,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args += (limit,)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [PendingEntry(o, e, bytes(r), tuple(json.loads(m)), a, n) for o, e, r, m, a, n in rows]
+
+    def pending_count(self, origin: str | None = None) -> int:
+        with self._lock:
+            if origin is None:
+                return self._db.execute("SELECT COUNT(*) FROM pending").fetchone()[0]
+            return self._db.execute("SELECT COUNT(*) FROM pending WHERE origin = ?", (origin,)).fetchone()[0]
+
+    def add_pending(self, origin: str, event_id: str, raw: bytes, missing: list[str] | tuple[str, ...],
+                    now_ms: int) -> int:
+        """Keep ``raw`` until its dependencies arrive; returns how many old entries were evicted.
+
+        The set is bounded by count and bytes per peer; the oldest entries go first,
+        because a dependency that has been unobtainable longest is least likely to appear.
+        """
+        with self._lock:
+            cur = self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = cur.execute("SELECT attempts, added_at, ord FROM pending WHERE origin = ? AND event_id = ?",
+                                  (origin, event_id)).fetchone()
+                if row is not None:
+                    cur.execute("UPDATE pending SET missing = ?, attempts = ? WHERE origin = ? AND event_id = ?",
+                                (json.dumps(sorted(missing)), row[0] + 1, origin, event_id))
+                    cur.execute("COMMIT")
+                    return 0
+                nxt = cur.execute("SELECT COALESCE(MAX(ord), 0) + 1 FROM pending WHERE origin = ?",
+                                  (origin,)).fetchone()[0]
+                cur.execute("INSERT INTO pending VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (origin, event_id, raw, json.dumps(sorted(missing)), now_ms, 1, nxt))
+                evicted = 0
+                while True:
+                    count, size = cur.execute(
+                        "SELECT COUNT(*), COALESCE(SUM(LENGTH(raw)), 0) FROM pending WHERE origin = ?",
+                        (origin,)).fetchone()
+                    if count <= 1 or (count <= self.max_pending and size <= self.max_pending_bytes):
+                        break
+                    cur.execute("DELETE FROM pending WHERE origin = ? AND ord = "
+                                "(SELECT MIN(ord) FROM pending WHERE origin = ?)", (origin, origin))
+                    evicted += 1
+                cur.execute("COMMIT")
+                return evicted
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    def remove_pending(self, origin: str, event_id: str) -> bool:
+        with self._lock:
+            cur = self._db.execute("DELETE FROM pending WHERE origin = ? AND event_id = ?", (origin, event_id))
+            return cur.rowcount > 0
+
+    def is_pending(self, origin: str, event_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM pending WHERE origin = ? AND event_id = ?",
+                                    (origin, event_id)).fetchone() is not None
+
+    def iter_origins_with_pending(self) -> Iterator[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT origin FROM pending ORDER BY origin").fetchall()
+        for (origin,) in rows:
+            yield origin

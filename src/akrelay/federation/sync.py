@@ -1,0 +1,472 @@
+"""The sync engine: replicate every visible record of each configured peer.
+
+One pass per peer reads the peer's discovery document, then enumerates its
+``query`` endpoint from the persisted checkpoint (``after_seq``) to the end,
+following cursors. Each envelope is submitted to the local
+:class:`~akrelay.service.relay.Relay` with ``source="sync"``, the same pipeline
+as ``POST /events``, so verification and admission happen in exactly one place
+and the peer's ``seq`` and ``accepted_at`` are never copied. The checkpoint is
+persisted only after the last page was processed (Knowledge §9.3.2).
+
+An event whose dependencies we lack is resolved from the same peer with
+``batch``, dependencies first and within depth, count and byte budgets; if that
+fails it is parked in the bounded pending set and retried on later passes, and
+the enumeration carries on. A misbehaving peer costs at most its own pass: any
+failure is recorded in its state, backs it off, and leaves the other peers and
+the store untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
+from akrelay.federation.state import FederationState, PeerState
+from akrelay.federation.transport import PeerFetchError, PeerTransport
+try:
+    from akrelay.protocol.discovery import validate_discovery
+except ImportError:  # pragma: no cover - the core's discovery module lands separately
+    validate_discovery = None
+from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.jcs import canonicalize
+
+log = logging.getLogger("akrelay.federation")
+
+DISCOVERY_PATH = "/.well-known/agent-knowledge"
+DEFAULT_PATHS = {"query": "/v1/knowledge/query", "batch": "/v1/knowledge/batch"}
+MAX_SAFE_INTEGER = 2**53 - 1
+#: Errors after which an envelope might still be accepted later (not a verdict on the event).
+RETRYABLE_CODES = frozenset({"missing_dependency", "timestamp_out_of_window", "rate_limited"})
+BATCH_MAX_IDS = 100
+
+
+class PeerMisbehaved(Exception):
+    """The peer answered, but not as the protocol requires; the pass stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    """Engine-wide bounds; per-peer limits live in :class:`~akrelay.federation.peers.Peer`."""
+
+    own_origin: str | None = None
+    #: Longest dependency chain fetched with ``batch`` for one event.
+    max_depth: int = 32
+    #: Most dependency envelopes fetched for one event.
+    max_dependency_events: int = 1000
+    #: Pages per enumeration before the peer is considered to be looping.
+    max_pages: int = 100_000
+    #: Consecutive empty pages that still carry ``next_cursor``.
+    max_empty_pages: int = 8
+    #: Pending entries retried per pass and peer.
+    pending_retry_limit: int = 1000
+    max_backoff: float = 3600.0
+    #: Follow ``peers`` hints from discovery documents (never by default, §9.2).
+    follow_hints: bool = False
+    hint_hops: int = 1
+    hint_count: int = 8
+
+
+@dataclass(slots=True)
+class PassResult:
+    """What one pass over one peer did."""
+
+    origin: str
+    ok: bool = False
+    skipped: bool = False
+    error: str | None = None
+    pages: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    resolved: int = 0
+    pending: int = 0
+    checkpoint: int | None = None
+    rejections: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Budget:
+    def __init__(self, events: int, nbytes: int) -> None:
+        self.events = events
+        self.nbytes = nbytes
+
+    def charge(self, events: int, nbytes: int) -> bool:
+        self.events -= events
+        self.nbytes -= nbytes
+        return self.events >= 0 and self.nbytes >= 0
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_SAFE_INTEGER
+
+
+class SyncEngine:
+    """Replicates from a set of peers into one relay."""
+
+    def __init__(self, relay: Any, state: FederationState, peers: Iterable[Peer],
+                 options: SyncOptions | None = None, *,
+                 transport_factory: Callable[[Peer], PeerTransport] = PeerTransport,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.relay = relay
+        self.state = state
+        self.options = options or SyncOptions()
+        self._transport_factory = transport_factory
+        self._clock_ms = clock_ms
+        self._submit_lock = threading.Lock()
+        own = None
+        if self.options.own_origin:
+            try:
+                own = canonical_https_origin(self.options.own_origin)
+            except PeerConfigError:
+                own = None
+        self.own_origin = own
+        self.peers = [p for p in peers if p.origin != own]
+        #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
+        self.hinted: dict[str, tuple[Peer, int]] = {}
+
+    # -- public API ---------------------------------------------------------
+
+    def run_once(self, *, force: bool = False) -> list[PassResult]:
+        """One pass over every enabled peer (then hinted ones); a failing peer never stops the rest."""
+        results = [self.sync_peer(peer, force=force) for peer in self.peers if peer.enabled]
+        done: set[str] = {r.origin for r in results}
+        while True:
+            todo = [(p, hop) for origin, (p, hop) in list(self.hinted.items()) if origin not in done]
+            if not todo:
+                break
+            for peer, hop in todo:
+                done.add(peer.origin)
+                results.append(self.sync_peer(peer, force=force, hop=hop))
+        return results
+
+    def run_forever(self, stop: threading.Event, *, tick: float = 0.5) -> None:
+        """One thread per peer so that a slow peer delays nobody else; returns when ``stop`` is set."""
+        threads: dict[str, threading.Thread] = {}
+
+        def loop(peer: Peer, hop: int) -> None:
+            while not stop.is_set():
+                try:
+                    self.sync_peer(peer, hop=hop)
+                except Exception:  # never let one peer's bug end its loop silently
+                    log.exception("sync pass for %s crashed", peer.origin)
+                st = self.state.get(peer.origin)
+                wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
+                stop.wait(max(peer.interval, wait_ms / 1000.0))
+
+        while not stop.is_set():
+            wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
+            for peer, hop in wanted:
+                if peer.origin not in threads:
+                    t = threading.Thread(target=loop, args=(peer, hop), name=f"sync {peer.origin}", daemon=True)
+                    threads[peer.origin] = t
+                    t.start()
+            stop.wait(tick)
+        for t in threads.values():
+            t.join(timeout=5.0)
+
+    def sync_peer(self, peer: Peer, *, force: bool = False, hop: int = 0) -> PassResult:
+        """One complete pass over ``peer``: discovery, pending retries, enumeration, checkpoint."""
+        result = PassResult(peer.origin)
+        st = self.state.get(peer.origin)
+        now = self._clock_ms()
+        if not force and st.retry_at and now < st.retry_at:
+            result.skipped = True
+            result.error = st.last_error
+            return result
+        st.last_attempt = now
+        st.bump("passes")
+        try:
+            with self._transport_factory(peer) as transport:
+                endpoints = self._discover(peer, transport, hop)
+                self._retry_pending(peer, transport, endpoints["batch"], st, result)
+                self._enumerate(peer, transport, endpoints, st, result)
+        except (PeerFetchError, PeerMisbehaved, ProtocolError) as exc:
+            self._fail(peer, st, result, exc)
+        else:
+            st.last_success = self._clock_ms()
+            st.last_error = None
+            st.consecutive_failures = 0
+            st.retry_at = 0
+            result.ok = True
+        finally:
+            self.state.put(st)
+        return result
+
+    # -- discovery ----------------------------------------------------------
+
+    def _discover(self, peer: Peer, transport: PeerTransport, hop: int) -> dict[str, str]:
+        doc = transport.get_json(peer.origin + DISCOVERY_PATH, max_bytes=min(peer.max_page_bytes, 1 << 20))
+        if not isinstance(doc, dict) or doc.get("service") != peer.origin:
+            service = doc.get("service") if isinstance(doc, dict) else None
+            raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
+        try:
+            if validate_discovery is not None:
+                validate_discovery(doc, peer.origin)
+        except ProtocolError as exc:
+            raise PeerMisbehaved(f"invalid discovery document: {exc.message}") from None
+        advertised = doc.get("endpoints") or {}
+        endpoints: dict[str, str] = {}
+        for name, path in DEFAULT_PATHS.items():
+            url = advertised.get(name, peer.origin + path)
+            if not isinstance(url, str) or not url.startswith(peer.origin + "/"):
+                raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
+            endpoints[name] = url
+        if self.options.follow_hints and hop < self.options.hint_hops:
+            self._note_hints(doc.get("peers"), hop + 1)
+        return endpoints
+
+    def _note_hints(self, hints: Any, hop: int) -> None:
+        """Remember hinted origins, bounded by count and hops; they get default, public-only settings."""
+        if not isinstance(hints, list):
+            return
+        configured = {p.origin for p in self.peers}
+        for hint in hints[:32]:
+            if len(self.hinted) >= self.options.hint_count:
+                return
+            try:
+                origin = canonical_https_origin(hint)
+            except PeerConfigError:
+                continue
+            if origin in configured or origin == self.own_origin or origin in self.hinted:
+                continue
+            self.hinted[origin] = (Peer(origin=origin), hop)
+
+    # -- enumeration --------------------------------------------------------
+
+    def _enumerate(self, peer: Peer, transport: PeerTransport, endpoints: dict[str, str],
+                   st: PeerState, result: PassResult) -> None:
+        after_seq = st.checkpoint
+        base = {"after_seq": str(after_seq), "limit": str(peer.page_limit)}
+        cursor: str | None = None
+        seen_cursors: set[str] = set()
+        first: dict[str, Any] | None = None
+        last_seq = after_seq
+        empty_run = 0
+        pages = 0
+        while True:
+            params = dict(base, cursor=cursor) if cursor else dict(base)
+            page = transport.get_json(endpoints["query"], params)
+            pages += 1
+            result.pages += 1
+            st.bump("pages")
+            records, nxt = self._check_page(peer, page, first, after_seq, last_seq)
+            if first is None:
+                first = page
+                st.peer_checkpoint = page["checkpoint"]
+            for record in records:
+                self._ingest(peer, transport, endpoints["batch"], record["envelope"], st, result)
+                last_seq = record["seq"]
+            if nxt is None:
+                break
+            if nxt in seen_cursors or nxt == cursor:
+                raise PeerMisbehaved("the peer returned a cursor it had already returned (cursor loop)")
+            seen_cursors.add(nxt)
+            empty_run = empty_run + 1 if not records else 0
+            if empty_run > self.options.max_empty_pages:
+                raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
+            if pages >= self.options.max_pages:
+                raise PeerMisbehaved(f"enumeration exceeded {self.options.max_pages} pages")
+            cursor = nxt
+        # Every page has been processed: only now may the checkpoint move (§9.3.2).
+        st.checkpoint = first["checkpoint"]
+        result.checkpoint = st.checkpoint
+
+    def _check_page(self, peer: Peer, page: Any, first: dict[str, Any] | None, after_seq: int,
+                    last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
+        """The §9.3.2 response rules a client can check; anything else is peer misbehaviour."""
+        if not isinstance(page, dict):
+            raise PeerMisbehaved("query response is not an object")
+        if page.get("service") != peer.origin:
+            raise PeerMisbehaved(f"query response names service {page.get('service')!r}, not {peer.origin}")
+        checkpoint, as_of, records = page.get("checkpoint"), page.get("as_of"), page.get("result")
+        if not _is_int(checkpoint) or not _is_int(as_of) or not isinstance(records, list):
+            raise PeerMisbehaved("query response lacks a valid result, checkpoint or as_of")
+        if first is None:
+            if checkpoint < after_seq:
+                raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our checkpoint {after_seq} "
+                                     "(the peer reset its sequence without changing origin)")
+        elif checkpoint != first["checkpoint"] or as_of != first["as_of"]:
+            raise PeerMisbehaved("checkpoint or as_of changed between pages of one enumeration")
+        if len(records) > peer.page_limit:
+            raise PeerMisbehaved(f"page holds {len(records)} records, more than limit {peer.page_limit}")
+        nxt = page.get("next_cursor")
+        if nxt is not None and (not isinstance(nxt, str) or not nxt or len(nxt) > 4096):
+            raise PeerMisbehaved("next_cursor is not a non-empty string")
+        previous = last_seq
+        for record in records:
+            if not isinstance(record, dict) or not isinstance(record.get("envelope"), dict):
+                raise PeerMisbehaved("a result item is not an acceptance record")
+            seq = record.get("seq")
+            if not _is_int(seq, 1) or not _is_int(record.get("accepted_at")):
+                raise PeerMisbehaved("an acceptance record lacks a valid seq or accepted_at")
+            if not previous < seq <= checkpoint:
+                raise PeerMisbehaved(f"record seq {seq} is out of order or outside ({after_seq}, {checkpoint}]")
+            previous = seq
+        return records, nxt
+
+    # -- ingestion ----------------------------------------------------------
+
+    def _submit(self, raw: bytes) -> tuple[Any, bool]:
+        with self._submit_lock:
+            return self.relay.submit(raw, source="sync")
+
+    def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, Any],
+                st: PeerState, result: PassResult) -> None:
+        try:
+            raw = canonicalize(envelope)
+        except (ProtocolError, TypeError, ValueError) as exc:
+            self._rejected(st, result, str(envelope.get("hash")), f"invalid_event: {exc}")
+            return
+        event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+        outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, raw, st, result)
+        if outcome == "accepted":
+            result.accepted += 1
+            st.bump("accepted")
+        elif outcome == "duplicate":
+            result.duplicates += 1
+            st.bump("duplicates")
+        elif outcome == "pending":
+            self._park(peer, st, result, event_id, raw, missing)
+        else:
+            self._rejected(st, result, event_id, error or "rejected")
+
+    def _rejected(self, st: PeerState, result: PassResult, event_id: str, reason: str) -> None:
+        result.rejected += 1
+        st.bump("rejected")
+        if len(result.rejections) < 100:
+            result.rejections.append((event_id, reason))
+        log.info("sync %s: rejected %s: %s", st.origin, event_id, reason)
+
+    def _park(self, peer: Peer, st: PeerState, result: PassResult, event_id: str, raw: bytes,
+              missing: list[str]) -> None:
+        fresh = not self.state.is_pending(peer.origin, event_id)
+        evicted = self.state.add_pending(peer.origin, event_id, raw, missing, self._clock_ms())
+        if fresh:
+            result.pending += 1
+            st.bump("pending_added")
+        if evicted:
+            st.bump("pending_dropped", evicted)
+
+    def _ingest_with_dependencies(self, peer: Peer, transport: PeerTransport, batch_url: str, raw: bytes,
+                                  st: PeerState, result: PassResult) -> tuple[str, list[str], str | None]:
+        """Submit ``raw``, fetching missing dependencies from the peer first.
+
+        Returns ``(outcome, missing, error)`` where outcome is ``accepted``,
+        ``duplicate``, ``pending`` (dependencies unobtainable or not yet valid)
+        or ``rejected``. Dependencies are submitted before their dependents
+        (a stack), so nothing is ever accepted ahead of what it refers to.
+        """
+        try:
+            _, created = self._submit(raw)
+            return ("accepted" if created else "duplicate"), [], None
+        except ProtocolError as exc:
+            if exc.code != "missing_dependency":
+                return ("pending" if exc.code in RETRYABLE_CODES else "rejected"), [], f"{exc.code}: {exc.message}"
+            missing = _missing_of(exc)
+        budget = _Budget(self.options.max_dependency_events, peer.max_batch_bytes)
+        fetched: set[str] = set()
+        # Stack items: [raw, depth, missing-or-None]; None means "submit it now".
+        stack: list[list[Any]] = [[raw, 0, missing]]
+        while stack:
+            item = stack[-1]
+            dep_raw, depth, need = item
+            if need is None:
+                try:
+                    _, created = self._submit(dep_raw)
+                except ProtocolError as exc:
+                    if exc.code != "missing_dependency":
+                        return "pending", missing, f"dependency rejected: {exc.code}: {exc.message}"
+                    need = _missing_of(exc)
+                else:
+                    stack.pop()
+                    if not stack:
+                        return ("accepted" if created else "duplicate"), [], None
+                    if created:
+                        result.resolved += 1
+                        st.bump("resolved")
+                    continue
+            todo = [m for m in need if m not in fetched]
+            if not todo or depth >= self.options.max_depth:
+                return "pending", missing, "dependency chain too deep or cyclic"
+            envelopes, absent = self._batch(peer, transport, batch_url, todo, budget)
+            if absent:
+                return "pending", missing, f"peer lacks dependencies {absent[:3]}"
+            fetched.update(todo)
+            item[2] = None
+            for dep in envelopes:
+                stack.append([dep, depth + 1, None])
+        return "pending", missing, "unreachable"  # pragma: no cover
+
+    def _batch(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
+               budget: _Budget) -> tuple[list[bytes], list[str]]:
+        """Fetch exact IDs with ``batch`` (§9.4), in chunks of 100, within ``budget``."""
+        out: list[bytes] = []
+        absent: list[str] = []
+        for i in range(0, len(ids), BATCH_MAX_IDS):
+            chunk = ids[i:i + BATCH_MAX_IDS]
+            if budget.events < len(chunk):
+                return out, chunk[budget.events:] + ids[i + BATCH_MAX_IDS:]
+            body = canonicalize({"hashes": chunk})
+            before = transport.bytes_read
+            response = transport.post_json(batch_url, body, max_bytes=max(1024, min(budget.nbytes, peer.max_page_bytes)))
+            if not isinstance(response, dict) or response.get("service") != peer.origin:
+                raise PeerMisbehaved("batch response names another service")
+            records, missing = response.get("result"), response.get("missing")
+            if not isinstance(records, list) or not isinstance(missing, list):
+                raise PeerMisbehaved("batch response lacks result or missing")
+            got: dict[str, bytes] = {}
+            for record in records:
+                env = record.get("envelope") if isinstance(record, dict) else None
+                if not isinstance(env, dict) or env.get("hash") not in chunk or env.get("hash") in got:
+                    raise PeerMisbehaved("batch returned an envelope that was not requested")
+                got[env["hash"]] = canonicalize(env)
+            if set(missing) - set(chunk) or len(got) + len(set(missing)) != len(chunk):
+                raise PeerMisbehaved("batch response does not account for every requested ID exactly once")
+            if not budget.charge(len(got), transport.bytes_read - before):
+                return out, [h for h in chunk if h not in got] or chunk
+            out.extend(got[h] for h in chunk if h in got)
+            absent.extend(h for h in chunk if h not in got)
+        return out, absent
+
+    def _retry_pending(self, peer: Peer, transport: PeerTransport, batch_url: str, st: PeerState,
+                       result: PassResult) -> None:
+        """Retry parked events oldest first; accepted or definitively rejected ones leave the set."""
+        for entry in self.state.pending(peer.origin, limit=self.options.pending_retry_limit):
+            outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, entry.raw,
+                                                                     st, result)
+            if outcome == "pending":
+                self.state.add_pending(peer.origin, entry.event_id, entry.raw, missing or entry.missing,
+                                       self._clock_ms())
+                continue
+            self.state.remove_pending(peer.origin, entry.event_id)
+            if outcome in ("accepted", "duplicate"):
+                st.bump("pending_accepted")
+                if outcome == "accepted":
+                    result.accepted += 1
+                    st.bump("accepted")
+            else:
+                self._rejected(st, result, entry.event_id, error or "rejected")
+
+    # -- failure ------------------------------------------------------------
+
+    def _fail(self, peer: Peer, st: PeerState, result: PassResult, exc: Exception) -> None:
+        message = str(exc) if not isinstance(exc, ProtocolError) else f"{exc.code}: {exc.message}"
+        st.last_error = message[:500]
+        st.consecutive_failures += 1
+        st.bump("failed_passes")
+        delay = min(self.options.max_backoff, peer.interval * (2 ** min(st.consecutive_failures - 1, 16)))
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        st.retry_at = self._clock_ms() + int(delay * 1000)
+        result.error = st.last_error
+        log.warning("sync %s failed: %s (next try in %.1fs)", peer.origin, st.last_error, delay)
+
+
+def _missing_of(exc: ProtocolError) -> list[str]:
+    data = exc.data or {}
+    missing = data.get("missing") if isinstance(data, dict) else None
+    return [m for m in missing if isinstance(m, str)] if isinstance(missing, list) else []
