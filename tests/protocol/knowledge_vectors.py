@@ -1,0 +1,77 @@
+"""Shared loading of the agent-knowledge/1.0 vectors for the knowledge-layer tests.
+
+Fixtures are real signed envelopes. When ``verify_envelope`` is available the
+helper verifies them (so the tests also exercise step 1); otherwise it builds
+an ``Envelope`` from the fixture's canonical event bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from akrelay.protocol.envelope import Envelope
+
+VECTORS_PATH = Path(__file__).resolve().parents[1] / "vectors" / "agent-knowledge-1.0.vectors.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "agent-knowledge-1.0.schema.json"
+DRAFT_SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "agent-knowledge-1.0-draft-sdk.schema.json"
+VECTORS: dict[str, Any] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))
+FIXTURES: dict[str, Any] = VECTORS["fixtures"]
+SERVICE = "https://knowledge.example.com"
+NOW = VECTORS["now"]
+
+try:  # core-identity's step-1 verifier
+    from akrelay.protocol.envelope import verify_envelope as _verify
+except ImportError:  # pragma: no cover - only while the identity half is being built
+    _verify = None
+
+
+def cases(group: str) -> list[dict[str, Any]]:
+    return VECTORS[group]
+
+
+def names(group: str) -> list[str]:
+    return [c["name"] for c in VECTORS[group]]
+
+
+def raw_envelope(name: str) -> dict[str, Any]:
+    return copy.deepcopy(FIXTURES[name]["envelope"])
+
+
+@lru_cache(maxsize=None)
+def envelope(name: str) -> Envelope:
+    fixture = FIXTURES[name]
+    item = fixture["envelope"]
+    if _verify is not None:
+        return _verify(json.dumps(item, ensure_ascii=False).encode("utf-8"))
+    return Envelope(item["hash"], copy.deepcopy(item["event"]), item["signature"], fixture["canonical_event_utf8"].encode())
+
+
+def from_dict(item: dict[str, Any]) -> Envelope:
+    """An Envelope over an arbitrary (possibly mutated, unsigned) dict, for payload-layer tests."""
+    return Envelope(item["hash"], item["event"], item["signature"], b"")
+
+
+def hash_of(name: str) -> str:
+    return FIXTURES[name]["envelope"]["hash"]
+
+
+def apply_changes(value: Any, changes: list[dict[str, Any]]) -> Any:
+    """Apply the vectors' ``set``/``remove`` mutations to a deep copy."""
+    value = copy.deepcopy(value)
+    for change in changes:
+        keys = change["path"].lstrip("/").split("/")
+        parent = value
+        for key in keys[:-1]:
+            parent = parent[int(key)] if isinstance(parent, list) else parent[key]
+        last: Any = int(keys[-1]) if isinstance(parent, list) else keys[-1]
+        if change["op"] == "remove":
+            del parent[last]
+        elif change["op"] == "set":
+            parent[last] = copy.deepcopy(change["value"])
+        else:  # pragma: no cover - the vectors use only these two
+            raise AssertionError(f"unknown mutation {change['op']}")
+    return value
