@@ -41,15 +41,10 @@ class ServiceError(Exception):
 
 
 def origin_of(url: str) -> str:
-    """``https://host[:port]`` of a URL, lower-case host, default port dropped."""
-    parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname or parts.username or parts.password:
-        raise ValueError(f"not an https URL with a host: {url!r}")
-    host = parts.hostname
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    return f"https://{host}" + (f":{port}" if port and port != 443 else "")
+    """The canonical HTTPS origin of ``url`` (``ValueError`` if it has none)."""
+    from akrelay.protocol.discovery import canonical_origin
+
+    return canonical_origin(url)
 
 
 def _positive_safe(value: Any) -> bool:
@@ -164,11 +159,13 @@ class RelayClient:
 
     def discover(self) -> dict[str, Any]:
         """Read and validate §9.2 discovery; advertised endpoints replace the defaults."""
+        from akrelay.protocol.discovery import validate_discovery
+
         doc = self._request("GET", self.origin + DISCOVERY_PATH)
-        if not isinstance(doc, dict) or doc.get("protocol") != "agent-knowledge/1.0":
-            raise ResponseError("discovery document is not agent-knowledge/1.0")
-        if doc.get("service") != self.origin:
-            raise ResponseError(f"discovery service {doc.get('service')!r} differs from the origin {self.origin}")
+        try:
+            validate_discovery(doc, self.origin)
+        except ProtocolError as exc:
+            raise ResponseError(f"invalid discovery document: {exc.message}") from None
         endpoints = doc.get("endpoints", {})
         if not isinstance(endpoints, dict):
             raise ResponseError("discovery endpoints is not an object")

@@ -53,16 +53,19 @@ def open_relay_for(settings: Settings) -> Any:
 
 def check_origin(settings: Settings) -> str:
     """The canonical origin, or a clear :class:`SettingsError`."""
-    from akrelay.protocol.errors import ProtocolError
+    from akrelay.protocol.discovery import canonical_origin
 
     try:
-        from akrelay.protocol.discovery import canonical_origin
-    except ImportError:  # pragma: no cover - core not built yet
-        return settings.origin
-    try:
-        return canonical_origin(settings.origin)
-    except ProtocolError as exc:
-        raise SettingsError(f"--origin {settings.origin!r}: {exc.message}") from None
+        origin = canonical_origin(settings.origin)
+    except ValueError as exc:
+        raise SettingsError(f"--origin {settings.origin!r} is not an HTTPS origin: {exc}") from None
+    if origin != settings.origin.rstrip("/"):
+        # A path, query or non-canonical spelling would make discovery disagree with itself.
+        from urllib.parse import urlsplit
+
+        if urlsplit(settings.origin).path not in ("", "/"):
+            raise SettingsError(f"--origin {settings.origin!r} must be an origin (no path)")
+    return origin
 
 
 def tls_files(settings: Settings, out: TextIO | None = None) -> tuple[Path, Path]:

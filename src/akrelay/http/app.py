@@ -95,8 +95,8 @@ def core_routes(relay: Any, settings: Settings) -> list[Any]:
         return _json(record.to_json())
 
     @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=False)
-    def lookup(event_id: str) -> Response[bytes]:
-        return _json(relay.get(event_id.lstrip("/")).to_json())
+    def lookup(request: Request) -> Response[bytes]:
+        return _json(relay.get(request.path_params["event_id"].lstrip("/")).to_json())
 
     @get("/v1/knowledge/query", sync_to_thread=False)
     def query(request: Request) -> Response[bytes]:

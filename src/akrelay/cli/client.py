@@ -1,0 +1,260 @@
+"""Client commands: ``keygen``, ``sign``, ``submit``, ``get``, ``query``, ``batch``.
+
+Every command that talks to a relay goes through :class:`akrelay.client.RelayClient`,
+so each received envelope is verified and a response naming another service
+is refused. Output is JSON on stdout; errors go to stderr with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from akrelay.protocol.errors import ProtocolError
+
+DEFAULT_RELAY = "https://localhost:8443"
+EVENT_TYPES = ("publish", "assess", "retract")
+
+# Exit codes: 1 the relay refused (spec error), 2 usage or local input error, 3 bad response.
+EXIT_REFUSED, EXIT_USAGE, EXIT_RESPONSE = 1, 2, 3
+
+
+def _relay_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
+                        help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
+    parser.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
+                        help="PEM certificate to trust, e.g. the relay's self-signed tls-cert.pem [env AKRELAY_CACERT]")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("keygen", help="create an Ed25519 agent key file",
+                              description="Create an Ed25519 key file (JSON, mode 0600) and print its Agent ID.")
+    p.add_argument("key", metavar="KEY_FILE", help="path of the key file to create")
+    p.add_argument("--force", action="store_true", help="overwrite an existing key file")
+    p.set_defaults(handler=cmd_keygen)
+
+    p = subparsers.add_parser("sign", help="build and sign a publish, assess or retract envelope",
+                              description="Build a knowledge.<TYPE> event from a payload JSON file and sign it. "
+                                          "The nonce is max(last + 1, created_at), kept in KEY_FILE.nonce.")
+    p.add_argument("type", choices=EVENT_TYPES, metavar="TYPE", help="publish | assess | retract")
+    p.add_argument("payload", metavar="PAYLOAD_JSON", help="payload file ('-' for stdin)")
+    p.add_argument("--key", required=True, metavar="KEY_FILE", help="key file from `akrelay keygen`")
+    p.add_argument("--created-at", type=int, default=None, metavar="MS", help="event time (default: now)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the envelope here (default stdout)")
+    p.set_defaults(handler=cmd_sign)
+
+    p = subparsers.add_parser("submit", help="submit signed envelopes and print their acceptance records")
+    p.add_argument("envelopes", nargs="+", metavar="ENVELOPE_JSON", help="envelope files ('-' for stdin)")
+    _relay_args(p)
+    p.set_defaults(handler=cmd_submit)
+
+    p = subparsers.add_parser("get", help="read one acceptance record by event ID")
+    p.add_argument("event_id", metavar="EVENT_ID")
+    _relay_args(p)
+    p.set_defaults(handler=cmd_get)
+
+    p = subparsers.add_parser("query", help="enumerate a query completely (every page) and print a final checkpoint",
+                              description="Run a §9.3 query, following every page. Prints one acceptance record "
+                                          "per line, then a final line {\"checkpoint\", \"as_of\", \"service\", "
+                                          "\"count\", \"pages\"}; persist checkpoint as the next --after-seq.")
+    p.add_argument("params", nargs="*", metavar="NAME=VALUE", help="query parameters, e.g. kind=claim tag=cache")
+    _relay_args(p)
+    p.set_defaults(handler=cmd_query)
+
+    p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing")
+    p.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+    _relay_args(p)
+    p.set_defaults(handler=cmd_batch)
+
+
+# -- keys and signing -------------------------------------------------------------------
+
+
+def _write_private(path: Path, text: str, force: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def load_signer(path: str | os.PathLike[str]) -> Any:
+    from akrelay.protocol.b64 import b64decode_canonical
+    from akrelay.protocol.signer import Signer
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        seed = b64decode_canonical(doc["seed"], length=32, code="invalid_request")
+    except (OSError, ValueError, KeyError, TypeError, ProtocolError) as exc:
+        raise SystemExit(_fail(f"cannot read key file {path}: {exc}"))
+    signer = Signer.from_seed(seed)
+    if doc.get("agent_id") not in (None, signer.agent_id):
+        raise SystemExit(_fail(f"key file {path}: agent_id does not match the seed"))
+    return signer
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from akrelay.protocol.b64 import b64encode
+    from akrelay.protocol.signer import Signer
+
+    signer = Signer.generate()
+    doc = {"agent_id": signer.agent_id, "seed": b64encode(signer.seed)}
+    try:
+        _write_private(Path(args.key), json.dumps(doc, indent=2) + "\n", args.force)
+    except FileExistsError:
+        return _fail(f"{args.key} exists; use --force to overwrite it")
+    except OSError as exc:
+        return _fail(f"cannot write {args.key}: {exc.strerror}")
+    print(json.dumps({"agent_id": signer.agent_id, "key": str(args.key)}))
+    return 0
+
+
+def _read_json_file(name: str) -> Any:
+    from akrelay.protocol.ijson import parse_strict
+
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        return parse_strict(data, code="invalid_request")
+    except OSError as exc:
+        raise SystemExit(_fail(f"cannot read {name}: {exc.strerror}"))
+    except ProtocolError as exc:
+        raise SystemExit(_fail(f"{name} is not strict JSON: {exc.message}"))
+
+
+def _next_nonce(key: str, created_at: int) -> int:
+    """``max(last + 1, created_at)`` with the last nonce kept beside the key file."""
+    from akrelay.protocol.signer import NonceClock
+
+    state = Path(str(key) + ".nonce")
+    try:
+        clock = NonceClock(int(state.read_text(encoding="ascii").strip()))
+    except FileNotFoundError:
+        clock = NonceClock()
+    except (OSError, ValueError) as exc:
+        raise SystemExit(_fail(f"cannot read nonce state {state}: {exc}"))
+    nonce = clock.next(created_at)
+    tmp = state.with_suffix(".nonce.tmp")
+    tmp.write_text(str(clock.peek()), encoding="ascii")
+    os.replace(tmp, state)
+    return nonce
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    from akrelay.protocol import signer as signing
+    from akrelay.protocol.envelope import verify_envelope
+
+    signer = load_signer(args.key)
+    payload = _read_json_file(args.payload)
+    if not isinstance(payload, dict):
+        return _fail("the payload must be a JSON object")
+    created_at = args.created_at if args.created_at is not None else time.time_ns() // 1_000_000
+    build = {"publish": signing.publish_event, "assess": signing.assess_event, "retract": signing.retract_event}
+    nonce = _next_nonce(args.key, created_at)
+    envelope = signer.sign(build[args.type](signer.agent_id, created_at, nonce, payload))
+    text = json.dumps(envelope, ensure_ascii=False)
+    try:
+        verify_envelope(text.encode())  # never hand out an envelope a relay would refuse as malformed
+    except ProtocolError as exc:
+        return _fail(f"the signed envelope is invalid: {exc.code}: {exc.message}")
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        print(json.dumps({"hash": envelope["hash"], "output": args.output}))
+    else:
+        print(text)
+    return 0
+
+
+# -- relay operations --------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from akrelay.client import RelayClient
+
+    return RelayClient(args.relay, cacert=args.cacert)
+
+
+def _run(args: argparse.Namespace, action) -> int:
+    import httpx
+
+    from akrelay.client import ResponseError, ServiceError
+
+    try:
+        with _client(args) as client:
+            return action(client)
+    except ServiceError as exc:
+        detail = f" {json.dumps(exc.data)}" if exc.data is not None else ""
+        retry = f" (Retry-After: {exc.retry_after} s)" if exc.retry_after else ""
+        print(f"error: {exc.code} ({exc.status}): {exc.message}{detail}{retry}", file=sys.stderr)
+        return EXIT_REFUSED
+    except ResponseError as exc:
+        print(f"error: invalid_response: {exc.message}", file=sys.stderr)
+        return EXIT_RESPONSE
+    except (httpx.HTTPError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from akrelay.protocol.ijson import parse_strict
+
+    raws = []
+    for name in args.envelopes:
+        try:
+            raw = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+            parse_strict(raw, code="invalid_request")
+        except OSError as exc:
+            return _fail(f"cannot read {name}: {exc.strerror}")
+        except ProtocolError as exc:
+            return _fail(f"{name} is not strict JSON: {exc.message}")
+        raws.append(raw.strip())
+
+    def action(client):
+        for raw in raws:
+            _print(client.submit(raw))
+        return 0
+
+    return _run(args, action)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    return _run(args, lambda client: (_print(client.get(args.event_id)), 0)[1])
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    pairs = []
+    for item in args.params:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            return _fail(f"query parameters are NAME=VALUE, got {item!r}")
+        pairs.append((name, value))
+
+    def action(client):
+        count = pages = 0
+        checkpoint = as_of = None
+        for page in client.query_pages(pairs):
+            pages += 1
+            checkpoint, as_of = page["checkpoint"], page["as_of"]
+            for record in page["result"]:
+                count += 1
+                _print(record)
+        _print({"checkpoint": checkpoint, "as_of": as_of, "service": client.origin, "count": count, "pages": pages})
+        return 0
+
+    return _run(args, action)
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    return _run(args, lambda client: (_print(client.batch(args.event_ids)), 0)[1])
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE

@@ -1,0 +1,6 @@
+import sys
+from pathlib import Path
+
+HERE = str(Path(__file__).resolve().parents[1] / "http")
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
