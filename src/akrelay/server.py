@@ -22,17 +22,14 @@ APP_FACTORY = "akrelay.http.app:create_app_from_env"
 def service_config(settings: Settings) -> Any:
     """Translate operator settings into the service's ``ServiceConfig``.
 
-    Only fields the config declares are passed, so the service can grow options
-    (search, peers, KIP) without this function changing in lockstep.
+    Operator options of other areas (search, peers, KIP) stay in ``Settings``;
+    they reach discovery through the app's discovery providers, not through here.
     """
     from akrelay.service.config import ServiceConfig
 
     from akrelay.protocol.options import ValidationOptions
 
-    candidates: dict[str, Any] = {}
-    for name, value in settings.as_dict().items():
-        candidates[name] = tuple(value) if isinstance(value, list) else value
-    candidates.update(
+    candidates: dict[str, Any] = dict(
         origin=settings.origin,
         max_envelope_bytes=settings.max_envelope_bytes,
         options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
