@@ -23,11 +23,9 @@ class ServiceConfig:
     skew_ms: int = 300_000
     #: Licence URLs this relay accepts, or ``None`` to accept any licence.
     licence_allowlist: frozenset[str] | None = None
-    #: Size limit on the submitted bytes, checked before parsing.
+    #: Size limit on the submitted bytes, checked before parsing. (Query ``limit``
+    #: defaults and the batch bound are fixed by §9.3/§9.4: 100, 1..1000, 1..100.)
     max_envelope_bytes: int = 262_144
-    default_limit: int = 100
-    max_limit: int = 1000
-    max_batch: int = 100
     #: Peer origins advertised in discovery (hints only, §9.2).
     peers: tuple[str, ...] = ()
     #: Discovery features; ``ranked-search`` only once search is wired in.
@@ -40,12 +38,10 @@ class ServiceConfig:
     search_path: str = "/v1/knowledge/search"
 
     def __post_init__(self) -> None:
-        for name in ("skew_ms", "max_envelope_bytes", "default_limit", "max_limit", "max_batch"):
+        for name in ("skew_ms", "max_envelope_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value < (0 if name == "skew_ms" else 1):
                 raise ValueError(f"{name} must be a positive integer")
-        if not self.default_limit <= self.max_limit:
-            raise ValueError("default_limit must not exceed max_limit")
         if self.licence_allowlist is not None and not isinstance(self.licence_allowlist, frozenset):
             object.__setattr__(self, "licence_allowlist", frozenset(self.licence_allowlist))
         object.__setattr__(self, "origin", self.origin.rstrip("/"))

@@ -28,7 +28,6 @@ from akrelay.protocol.limits import check_limits
 from akrelay.protocol.payload import check_payload_rules
 from akrelay.protocol.query import QueryRequest, parse_query, request_terms
 from akrelay.protocol.reads import parse_batch_request, parse_read_json
-from akrelay.protocol.text import text_terms
 from akrelay.protocol.timestamps import check_created_at
 from akrelay.service.config import ServiceConfig
 from akrelay.store.base import Record, Store
@@ -96,16 +95,6 @@ class BatchPage:
         return b'{"as_of":%d,"checkpoint":%d,"missing":%b,"result":%b,"service":%b}' % (
             self.as_of, self.checkpoint, _json(self.missing), _records_json(self.records), _json(self.service)
         )
-
-
-def _binding_value(value: Any) -> Any:
-    if isinstance(value, (frozenset, set)):
-        return sorted(_binding_value(v) for v in value)
-    if isinstance(value, (list, tuple)):
-        return [_binding_value(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _binding_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    return value
 
 
 class Relay:
@@ -189,8 +178,8 @@ class Relay:
         """One page of the complete, ``seq``-ordered enumeration."""
         request = parse_query(list(pairs))
         binding = self._binding(request)
-        after_seq = request.after_seq or 0
-        limit = request.limit if request.limit is not None else self.config.default_limit
+        after_seq = request.after_seq
+        limit = request.limit
         if request.cursor is not None:
             state = self._cursors.decode(request.cursor, binding)
             checkpoint, as_of, last_seq = state["checkpoint"], state["as_of"], state["last_seq"]
@@ -208,7 +197,7 @@ class Relay:
             request_terms(request),
             request.created_from,
             request.created_before,
-            self._text_terms(request),
+            request.q or (),
             after_seq=last_seq,
             upto_seq=checkpoint,
             limit=limit + 1,
@@ -222,22 +211,9 @@ class Relay:
         return QueryPage(records, self.config.origin, checkpoint, as_of, next_cursor)
 
     @staticmethod
-    def _text_terms(request: QueryRequest) -> list[str]:
-        q = getattr(request, "q", None)
-        if q is None:
-            return []
-        return list(q) if not isinstance(q, str) else text_terms(q, True)
-
-    def _binding(self, request: QueryRequest) -> bytes:
-        """Digest of the normalized request: every decoded filter, effective limit and after_seq."""
-        fields = {
-            name: value
-            for name, value in _binding_value(request).items()
-            if name != "cursor"
-        }
-        fields["after_seq"] = request.after_seq or 0
-        fields["limit"] = request.limit if request.limit is not None else self.config.default_limit
-        return hashlib.sha256(_json(fields, order="sorted")).digest()
+    def _binding(request: QueryRequest) -> bytes:
+        """Digest of the normalized request: decoded filters, effective ``limit`` and ``after_seq``."""
+        return hashlib.sha256(_json(request.binding(), order="sorted")).digest()
 
     # -- batch (§9.4) ----------------------------------------------------------
     def batch(self, raw_body: bytes) -> BatchPage:

@@ -44,6 +44,17 @@ class Record:
         )
 
 
+def term_key(term: str | tuple[str, str]) -> str:
+    """One index term as a flat string: ``("tag", "x")`` becomes ``"tag=x"``.
+
+    Term names are fixed identifiers without ``=``, so the key is unambiguous.
+    """
+    if isinstance(term, str):
+        return term
+    name, value = term
+    return f"{name}={value}"
+
+
 def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     """The facts every backend keeps for filtering: index terms and folded search text.
 
@@ -54,7 +65,7 @@ def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     from akrelay.protocol.query import index_terms
     from akrelay.protocol.text import search_text
 
-    return frozenset(index_terms(envelope)), search_text(envelope)
+    return frozenset(term_key(t) for t in index_terms(envelope)), search_text(envelope)
 
 
 class Store(Protocol):
@@ -82,7 +93,7 @@ class Store(Protocol):
 
     def query(
         self,
-        request_terms: Iterable[str] = (),
+        request_terms: Iterable[str | tuple[str, str]] = (),
         created_from: int | None = None,
         created_before: int | None = None,
         text_terms: Iterable[str] = (),
@@ -94,7 +105,8 @@ class Store(Protocol):
     ) -> list[Record]:
         """Exact filtered enumeration in ascending ``seq``; complete, never top-k.
 
-        A record matches when its index terms contain every ``request_terms`` item,
+        A record matches when its index terms (``protocol.query.index_terms``, as
+        ``(name, value)`` pairs or :func:`term_key` strings) contain every ``request_terms`` item,
         ``created_from <= created_at < created_before`` (each bound optional),
         every ``text_terms`` item (already ASCII-folded) is a substring of its
         search text, and ``after_seq < seq <= upto_seq``. Returns at most ``limit``.

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from typing import Iterable, Sequence
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, indexed_facts
+from akrelay.store.base import Record, indexed_facts, term_key
 
 
 class _Row:
@@ -58,7 +58,7 @@ class MemoryStore:
 
     def query(
         self,
-        request_terms: Iterable[str] = (),
+        request_terms: Iterable[str | tuple[str, str]] = (),
         created_from: int | None = None,
         created_before: int | None = None,
         text_terms: Iterable[str] = (),
@@ -68,7 +68,7 @@ class MemoryStore:
         limit: int = 100,
         include_withheld: bool = False,
     ) -> list[Record]:
-        needed = frozenset(request_terms)
+        needed = frozenset(term_key(t) for t in request_terms)
         texts = tuple(text_terms)
         upper = self._hwm if upto_seq is None else upto_seq
         out: list[Record] = []

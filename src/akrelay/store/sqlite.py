@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, indexed_facts
+from akrelay.store.base import Record, indexed_facts, term_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -190,7 +190,7 @@ class SqliteStore:
 
     def query(
         self,
-        request_terms: Iterable[str] = (),
+        request_terms: Iterable[str | tuple[str, str]] = (),
         created_from: int | None = None,
         created_before: int | None = None,
         text_terms: Iterable[str] = (),
@@ -203,7 +203,7 @@ class SqliteStore:
         if limit <= 0:
             return []
         conn = self._reader()
-        terms = sorted(set(request_terms))
+        terms = sorted({term_key(t) for t in request_terms})
         texts = list(dict.fromkeys(text_terms))
         upper = _MAX_SEQ if upto_seq is None else upto_seq
         if upper <= after_seq:

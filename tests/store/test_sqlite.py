@@ -1,0 +1,122 @@
+"""The SQLite backend: the storage contract plus what only a file store can show.
+
+Several processes on one data file, reopening after close, and WAL mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from akrelay.store.sqlite import SqliteStore
+from store_contract import BASE_TIME, StoreContract, corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestSqliteStore(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path):
+        path = tmp_path / "relay.sqlite3"
+        return lambda: SqliteStore(path)
+
+    @pytest.fixture
+    def new_store(self, tmp_path: Path):
+        counter = itertools.count()
+        return lambda: SqliteStore(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+def test_wal_mode_and_reopen_keeps_records(tmp_path: Path) -> None:
+    path = tmp_path / "relay.sqlite3"
+    store = SqliteStore(path)
+    envs = corpus()[:3]
+    for env in envs:
+        store.commit(env, 7)
+    store.set_withheld(envs[0].id, True)
+    store.close()
+    assert (tmp_path / "relay.sqlite3").is_file()
+    store = SqliteStore(path)
+    assert store.checkpoint() == 3
+    assert store.get(envs[0].id).withheld is True
+    assert [r.envelope.id for r in store.iter_records(0, 10)] == [e.id for e in envs]
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    store.close()
+
+
+def test_rejects_unknown_synchronous_setting(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        SqliteStore(tmp_path / "x.sqlite3", synchronous="sometimes")
+
+
+def test_text_query_mixes_trigram_and_short_terms(tmp_path: Path) -> None:
+    """Terms under three characters cannot use the trigram index; they must still be exact."""
+    store = SqliteStore(tmp_path / "relay.sqlite3")
+    envs = corpus()
+    for env in envs:
+        store.commit(env, 1)
+    from akrelay.protocol.query import QueryRequest, query_matches
+    from store_contract import run_query
+
+    for q in (("ab",), ("ab", "alpha"), ("语",), ("zz", "ω"), ("e\u0301",), ("a\x00b",), ("alpha", "a\x00")):
+        req = QueryRequest(q=q)
+        got = [r.envelope.id for r in run_query(store, req, limit=10**6)]
+        assert got == [e.id for e in envs if query_matches(e, req)], q
+    store.close()
+
+
+CHILD = r"""
+import json, sys
+from akrelay.protocol.envelope import Envelope
+from akrelay.protocol.jcs import canonicalize
+from akrelay.store.sqlite import SqliteStore
+path, items = sys.argv[1], json.load(open(sys.argv[2]))
+store = SqliteStore(path)
+out = []
+for signed in items:
+    env = Envelope(id=signed["hash"], event=signed["event"], signature=signed["signature"], event_jcs=canonicalize(signed["event"]))
+    record, created = store.commit(env, 5)
+    out.append([env.id, record.seq, created])
+store.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_several_processes_share_one_file_without_duplicate_seqs(tmp_path: Path) -> None:
+    path = tmp_path / "relay.sqlite3"
+    SqliteStore(path).close()  # schema exists before the race, as `akrelay serve` does
+    envs = list(corpus()) + list(corpus(seed=11))
+    signed = [e.to_dict() for e in envs]
+    procs = []
+    for i in range(4):
+        # overlapping halves: every envelope is committed by two processes
+        part = signed[i::2]
+        src = tmp_path / f"part{i}.json"
+        src.write_text(json.dumps(part))
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(src)], stdout=subprocess.PIPE,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT / "src")}))
+    outputs = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        outputs.extend(json.loads(stdout))
+    created = {eid: seq for eid, seq, was_created in outputs if was_created}
+    assert len(created) == len(envs)
+    assert sorted(created.values()) == list(range(1, len(envs) + 1))
+    assert all(created[eid] == seq for eid, seq, _ in outputs)
+    store = SqliteStore(path)
+    assert store.checkpoint() == len(envs)
+    assert [r.seq for r in store.iter_records(0, 10**6)] == list(range(1, len(envs) + 1))
+    store.close()
