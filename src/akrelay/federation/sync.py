@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 
 from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
 from akrelay.federation.state import FederationState, PeerState
-from akrelay.federation.transport import PeerFetchError, PeerTransport
+from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
 try:
     from akrelay.protocol.discovery import validate_discovery
 except ImportError:  # pragma: no cover - the core's discovery module lands separately
@@ -458,7 +458,7 @@ class SyncEngine:
         st.consecutive_failures += 1
         st.bump("failed_passes")
         delay = min(self.options.max_backoff, peer.interval * (2 ** min(st.consecutive_failures - 1, 16)))
-        retry_after = getattr(exc, "retry_after", None)
+        retry_after = parse_retry_after(getattr(exc, "retry_after", None), self._clock_ms() / 1000)
         if retry_after is not None:
             delay = max(delay, retry_after)
         st.retry_at = self._clock_ms() + int(delay * 1000)

@@ -35,11 +35,12 @@ class PeerFetchError(Exception):
     """A request to a peer failed; ``kind`` says how, for status and back-off."""
 
     def __init__(self, kind: str, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
+        #: The raw ``Retry-After`` header; the engine interprets it with its own clock.
         self.retry_after = retry_after
 
     def __str__(self) -> str:
@@ -117,12 +118,10 @@ class PeerTransport:
     """One peer's HTTP client. Use as a context manager; not shared across peers."""
 
     def __init__(self, peer: Peer, *, resolver: Resolver | None = None,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.peer = peer
         self._resolver = resolver or system_resolver
         self._monotonic = monotonic
-        self._wall = wall
         parts = urlsplit(peer.origin)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
@@ -189,7 +188,7 @@ class PeerTransport:
                 data = b"".join(chunks)
                 self.bytes_read += size
                 status = response.status_code
-                retry_after = parse_retry_after(response.headers.get("retry-after"), self._wall())
+                retry_after = response.headers.get("retry-after")
         except httpx.TimeoutException as exc:
             raise PeerFetchError("timeout", f"{method} {url}: {type(exc).__name__}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
