@@ -14,6 +14,8 @@ Public entry points:
 from akrelay.kip.kql.classify import classify, is_kml
 from akrelay.kip.kql.errors import KqlError
 from akrelay.kip.kql.meta import MetaCommand, parse_meta
+from akrelay.kip.kql.nodes import Query
+from akrelay.kip.kql.query import parse_kql
 from akrelay.kip.kql.values import Literal, Param, resolve
 
 __all__ = [
@@ -21,8 +23,10 @@ __all__ = [
     "Literal",
     "MetaCommand",
     "Param",
+    "Query",
     "classify",
     "is_kml",
+    "parse_kql",
     "parse_meta",
     "resolve",
 ]

@@ -1,0 +1,238 @@
+"""The KQL abstract syntax tree (KIP §42–§49).
+
+Frozen dataclasses, hashable, compared structurally. Variable names are kept
+without the ``?``; parameter names without the ``:``. Value positions hold a
+:class:`~akrelay.kip.kql.values.Param` or :class:`~akrelay.kip.kql.values.Literal`.
+
+Expressions (FIND, FILTER, ORDER BY)::
+
+    Var(name)                        ?x
+    Path(var, steps)                 ?x.a.b / ?x["k"]   (steps: tuple of str)
+    Param(name) | Literal(value)     :p / "s", 1, true, null
+    ArrayExpr(items), ObjectExpr(members)    [..] / {k: ..}
+    Call(name, args)                 IS_NULL(?x); name upper-cased
+    Unary(op, operand)               op in "!", "-"
+    Binary(op, left, right)          op in == != < > <= >= && ||
+    Aggregate(func, distinct, arg)   COUNT/SUM/AVG/MIN/MAX, FIND and ORDER BY only
+
+Patterns (WHERE)::
+
+    ObjectPattern(members)           {field: value, ...}; members: ((name, value), ...)
+    ArrayPattern(items)
+    TripleTuple(subject, path, object)   (s, "p"{m,n} | "q", o); path: tuple[PathStep]
+    PathStep(predicate, min_hops, max_hops, quantified)   max_hops None = open
+    IdTuple(id)                      (id: v)
+    ConceptPattern(var, pattern)     ?c [CONCEPT] {...}
+    PropositionPattern(var | None, tuple)
+    AssertionPattern / EvidencePattern / ActivityPattern(var, pattern)
+    StructuralPattern(var | None, subject, field, object)
+    BeliefPattern(var, target)       target: Var | IdTuple | TripleTuple (single exact step)
+    BeliefSlotPattern(var, subject, predicate)
+    SearchPattern(var, kind, term, with_type, with_predicate, mode, threshold, limit)
+    Filter(expr), Not(clauses), Optional(clauses), Union(clauses)
+
+    Query(find, where, as_of_seq, for_time, epistemic, order_by, limit, cursor, text)
+    OrderItem(expr, descending)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union as _U
+
+from akrelay.kip.kql.values import Literal, Param
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    var: str
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayExpr:
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectExpr:
+    members: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    name: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    op: str
+    operand: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    op: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    func: str
+    distinct: bool
+    arg: Any
+
+
+Expr = _U[Var, Path, Param, Literal, ArrayExpr, ObjectExpr, Call, Unary, Binary]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectPattern:
+    members: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayPattern:
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    predicate: Any            # Literal (string) | Param | Var
+    min_hops: int = 1
+    max_hops: int | None = 1  # None: no query-specified upper bound
+    quantified: bool = False
+
+    @property
+    def is_single_hop(self) -> bool:
+        return self.min_hops == 1 and self.max_hops == 1
+
+
+@dataclass(frozen=True, slots=True)
+class TripleTuple:
+    subject: Any
+    path: tuple[PathStep, ...]
+    object: Any
+
+    @property
+    def is_exact(self) -> bool:
+        """One predicate, exactly one hop: a tuple that denotes Propositions."""
+        return len(self.path) == 1 and self.path[0].is_single_hop
+
+
+@dataclass(frozen=True, slots=True)
+class IdTuple:
+    id: Any                   # Param | Literal
+
+
+@dataclass(frozen=True, slots=True)
+class ConceptPattern:
+    var: str
+    pattern: ObjectPattern
+
+
+@dataclass(frozen=True, slots=True)
+class PropositionPattern:
+    var: str | None
+    tuple: TripleTuple | IdTuple
+
+
+@dataclass(frozen=True, slots=True)
+class AssertionPattern:
+    var: str
+    pattern: ObjectPattern
+
+
+@dataclass(frozen=True, slots=True)
+class EvidencePattern:
+    var: str
+    pattern: ObjectPattern
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityPattern:
+    var: str
+    pattern: ObjectPattern
+
+
+@dataclass(frozen=True, slots=True)
+class StructuralPattern:
+    var: str | None
+    subject: Any
+    field: Any                # Literal | Param
+    object: Any
+
+
+@dataclass(frozen=True, slots=True)
+class BeliefPattern:
+    var: str
+    target: Var | IdTuple | TripleTuple
+
+
+@dataclass(frozen=True, slots=True)
+class BeliefSlotPattern:
+    var: str
+    subject: Any
+    predicate: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPattern:
+    var: str
+    kind: str
+    term: Any
+    with_type: Any = None
+    with_predicate: Any = None
+    mode: Any = None
+    threshold: Any = None
+    limit: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    expr: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    clauses: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Optional:
+    clauses: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Union:
+    clauses: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OrderItem:
+    expr: Any
+    descending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    find: tuple[Any, ...]
+    where: tuple[Any, ...]
+    as_of_seq: Any = None
+    for_time: Any = None
+    epistemic: ObjectExpr | None = None
+    order_by: tuple[OrderItem, ...] = ()
+    limit: Any = None
+    cursor: Any = None
+    text: str = ""
+
+    @property
+    def has_aggregates(self) -> bool:
+        return any(isinstance(item, Aggregate) for item in self.find)
