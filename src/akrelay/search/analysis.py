@@ -1,0 +1,84 @@
+"""How text becomes index terms, chosen so that BM25 candidates never miss a ``q`` match.
+
+§9.3.1 matches a term as a literal substring of one ASCII-folded field, in any
+script (Chinese has no word boundaries, ``cache*`` keeps its asterisk). A word
+tokenizer would lose such matches, so the index keeps every character trigram
+of the folded search text instead:
+
+* a term of three or more characters occurs in a field only if each of its
+  trigrams occurs in the document, so the conjunction of those trigrams is a
+  superset of the true matches;
+* a term of one or two characters is a prefix of some trigram, because the
+  indexed text is padded with two newlines (a newline never occurs inside a
+  term), so "any trigram starting with the term" is again a superset.
+
+The superset is then verified with the core's exact predicate, so hits are
+exact and the candidate set provably contains every match. Folding is done
+here with the core's :func:`~akrelay.protocol.text.search_text`, never by a
+Tantivy filter, so that query and index fold identically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from tantivy import Index, TextAnalyzer, TextAnalyzerBuilder, Tokenizer
+
+from akrelay.protocol.text import search_text
+
+#: The custom analyzer name stored in the schema. Tantivy does not persist
+#: analyzers, so :func:`register_analyzers` must run after every open.
+GRAM_ANALYZER = "akrelay_trigram"
+GRAM = 3
+_PAD = "\n" * (GRAM - 1)
+
+#: Everything that shapes ranking or candidate generation. The ranking id and
+#: the index directory are derived from it, so a change gives a new id and a
+#: rebuilt index instead of silently mixing two configurations.
+RANKING_CONFIG = {
+    "model": "bm25",
+    "k1": 1.2,
+    "b": 0.75,
+    "terms": "char-trigrams of ASCII-folded eligible fields",
+    "short_terms": "trigram prefix, constant score",
+    "tie_break": "seq ascending",
+    "verification": "protocol.text.text_matches + protocol.query.query_matches",
+    "schema": 1,
+}
+_DIGEST = hashlib.sha256(json.dumps(RANKING_CONFIG, sort_keys=True).encode()).hexdigest()[:12]
+RANKING_ID = f"akrelay-lexical-bm25-trigram-{_DIGEST}"
+
+
+def gram_analyzer() -> TextAnalyzer:
+    """Trigrams over the raw (already folded) text; no lowercasing or stemming."""
+    return TextAnalyzerBuilder(Tokenizer.ngram(min_gram=GRAM, max_gram=GRAM, prefix_only=False)).build()
+
+
+def register_analyzers(index: Index) -> None:
+    """Register the custom analyzer on a freshly opened index (required after every open)."""
+    index.register_tokenizer(GRAM_ANALYZER, gram_analyzer())
+
+
+def indexed_text(envelope: object) -> str:
+    """The text handed to the trigram analyzer: folded eligible fields plus padding."""
+    return search_text(envelope) + _PAD
+
+
+def term_grams(term: str) -> list[str]:
+    """The distinct trigrams every occurrence of a (folded) term of length >= 3 implies."""
+    return list(dict.fromkeys(term[i : i + GRAM] for i in range(len(term) - GRAM + 1)))
+
+
+def is_short(term: str) -> bool:
+    return len(term) < GRAM
+
+
+def prefix_pattern(term: str) -> str:
+    """A Tantivy regex matching every trigram that starts with a short term.
+
+    ``(?s)`` lets ``.`` match the newline padding. ``re.escape`` escapes exactly
+    the metacharacters Rust's regex syntax also accepts escaped.
+    """
+    return "(?s)" + re.escape(term) + "." * (GRAM - len(term))

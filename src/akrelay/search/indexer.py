@@ -1,0 +1,145 @@
+"""The single indexer: follows the acceptance log by ``seq`` into the Tantivy index.
+
+Tantivy allows one writer per index, and Granian runs several worker
+processes on one data directory. The worker that takes an exclusive
+``flock`` on ``search/indexer.lock`` is the indexer; the others keep retrying
+in the background (so a crashed indexer is replaced) and meanwhile only read.
+The OS drops the lock when its holder dies, so no stale lock survives.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from akrelay.search.index import SearchIndex
+from akrelay.store.base import Store
+
+log = logging.getLogger("akrelay.search")
+
+LOCK_NAME = "indexer.lock"
+
+
+class IndexerLock:
+    """A non-blocking exclusive OS file lock; ``acquire`` says whether we are the indexer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+class Follower:
+    """Copies records after the index position into the index, committing in batches."""
+
+    def __init__(self, index: SearchIndex, store: Store, *, batch: int = 2000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.index = index
+        self.store = store
+        self.batch = batch
+        self.clock = clock
+        self.position = index.position()
+        self._last_seq = self.position
+        # Records committed beyond the position (before a crash) are indexed
+        # again from the log; drop them first so none appears twice.
+        index.discard_after(self.position)
+
+    def step(self, max_records: int = 20_000) -> int:
+        """Index what the log holds beyond the position (up to ``max_records``) and commit.
+
+        The position advances only to a checkpoint read *before* a fetch that
+        came back short: a checkpoint covers only committed records, so nothing
+        at or below it was left out. Returns the number of records indexed.
+        """
+        added = 0
+        position = self.position
+        while added < max_records:
+            checkpoint = self.store.checkpoint()
+            records = self.store.iter_records(self._last_seq, self.batch)
+            if records:
+                self.index.add(records)
+                added += len(records)
+                self._last_seq = records[-1].seq
+            if len(records) < self.batch:
+                position = max(position, checkpoint)
+                break
+        if position != self.position or added:
+            self.index.commit(position)
+            self.position = position
+            self._last_seq = max(self._last_seq, position)
+        return added
+
+    def catch_up(self) -> int:
+        """Index until the position reaches the checkpoint seen at the start."""
+        target = self.store.checkpoint()
+        total = 0
+        while self.position < target:
+            total += self.step()
+        return total
+
+
+class IndexerThread(threading.Thread):
+    """Background loop of the elected indexer (daemon: the index is crash-safe)."""
+
+    def __init__(self, follower: Follower, *, interval: float = 0.05) -> None:
+        super().__init__(name="akrelay-search-indexer", daemon=True)
+        self.follower = follower
+        self.interval = interval
+        self._halt = threading.Event()
+        self._wake = threading.Event()
+        self.error: BaseException | None = None
+
+    def notify(self) -> None:
+        """Something was accepted: index it without waiting for the poll interval."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                added = self.follower.step()
+            except Exception as exc:  # noqa: BLE001 - keep following; report once
+                if self.error is None:
+                    log.exception("search indexer step failed")
+                self.error = exc
+                added = 0
+                self._halt.wait(1.0)
+            if not added:
+                self._wake.wait(self.interval)
+                self._wake.clear()

@@ -1,0 +1,174 @@
+"""Lexical ranked search: BM25 candidates from Tantivy, every hit verified exactly.
+
+Tantivy only proposes; the core decides. Candidates come from a trigram query
+that is a provable superset of the §9.3.1 matches (see
+:mod:`akrelay.search.analysis`) restricted by the same index facts the store
+filters on, in descending BM25 order. Each candidate is then re-read from the
+store and kept only if it is retained, visible, at or below the checkpoint and
+passes :func:`~akrelay.protocol.query.query_matches` and
+:func:`~akrelay.protocol.text.text_matches`. Coverage is exhaustive only when
+every candidate was verified, at most ``limit`` matched and the index had
+caught up to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from tantivy import FieldType, Occur, Query, Searcher
+
+from akrelay.protocol.payload import PUBLISH, RETRACT
+from akrelay.protocol.query import request_terms
+from akrelay.protocol.query import query_matches
+from akrelay.protocol.reads import SearchRequest
+from akrelay.protocol.text import eligible_fields, text_matches
+from akrelay.search.analysis import is_short, prefix_pattern, term_grams
+from akrelay.search.index import SCHEMA
+from akrelay.search.results import SearchHit
+from akrelay.store.base import Record, Store, term_key
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How much verification one request may spend before reporting partial coverage."""
+
+    #: Candidates verified at most (beyond it: ``candidate_limit``).
+    candidates: int = 1000
+    #: Wall time in seconds for candidate verification (beyond it: ``timeout``).
+    seconds: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalResult:
+    hits: list[SearchHit]
+    #: Every candidate was verified and no more than ``limit`` matched.
+    complete: bool
+    timed_out: bool
+    candidates: int
+
+
+def build_query(request: SearchRequest, checkpoint: int | None) -> Query:
+    """The candidate query: trigram conjunction (BM25) AND exact facts AND time range.
+
+    Terms shorter than a trigram only add a (constant-score) prefix clause when
+    no longer term drives the query; otherwise verification enforces them.
+    """
+    clauses: list[tuple[Occur, Query]] = []
+    grams: dict[str, None] = {}
+    short = []
+    for term in request.terms:
+        if is_short(term):
+            short.append(term)
+        else:
+            grams.update(dict.fromkeys(term_grams(term)))
+    for gram in grams:
+        clauses.append((Occur.Must, Query.term_query(SCHEMA, "grams", gram)))
+    if not grams:
+        for term in short:
+            clauses.append((Occur.Must, Query.regex_query(SCHEMA, "grams", prefix_pattern(term))))
+    filters = request.filters
+    for term in request_terms(filters):
+        clauses.append((Occur.Must, Query.const_score_query(Query.term_query(SCHEMA, "facts", term_key(term)), 0.0)))
+    if filters.created_from is not None or filters.created_before is not None:
+        clauses.append((Occur.Must, Query.const_score_query(Query.range_query(
+            SCHEMA, "created_at", FieldType.Integer, filters.created_from, filters.created_before,
+            include_upper=False if filters.created_before is not None else True), 0.0)))
+    if checkpoint is not None:
+        clauses.append((Occur.Must, Query.const_score_query(
+            Query.range_query(SCHEMA, "seq", FieldType.Integer, 1, checkpoint), 0.0)))
+    return Query.boolean_query(clauses)
+
+
+def field_names(envelope: object) -> list[str]:
+    """Names for :func:`eligible_fields`, in the same order, for explanations."""
+    event = envelope.event  # type: ignore[attr-defined]
+    payload = event["payload"]
+    if event["type"] == RETRACT:
+        return ["reason"]
+    names = ["title", "statement", "basis"] if event["type"] == PUBLISH else ["summary", "basis"]
+    context = payload["context"]
+    names.append("context.scope")
+    names.extend(f"context.conditions[{i}]" for i in range(len(context["conditions"])))
+    names.extend(f"context.limitations[{i}]" for i in range(len(context["limitations"])))
+    return names
+
+
+def explain(envelope: object, terms: tuple[str, ...], score: float, *, max_chars: int = 300) -> str:
+    """Which terms matched which fields, and the BM25 score; unsigned service metadata."""
+    from akrelay.protocol.text import ascii_fold
+
+    values = [ascii_fold(v) for v in eligible_fields(envelope)]
+    names = field_names(envelope)
+    if len(names) != len(values):
+        names = [f"field {i}" for i in range(len(values))]
+    parts = []
+    for term in terms:
+        where = [name for name, value in zip(names, values) if term in value]
+        parts.append(f"{term!r} in {', '.join(where[:4])}{' …' if len(where) > 4 else ''}")
+    text = f"BM25 {score:.3f}: " + "; ".join(parts)
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def lexical_search(
+    request: SearchRequest,
+    searcher: Searcher,
+    store: Store,
+    checkpoint: int,
+    index_seq: int,
+    *,
+    budget: Budget = Budget(),
+    clock: Callable[[], float] = time.monotonic,
+) -> LexicalResult:
+    """Rank and verify; see the module docstring for the guarantees."""
+    limit = request.limit
+    query = build_query(request, checkpoint if index_seq > checkpoint else None)
+    deadline = clock() + budget.seconds
+    first = min(budget.candidates, 2 * limit + 10)
+    result = searcher.search(query, first, count=True)
+    total = result.count
+    batch = result.hits
+    examined = 0
+    verified: list[tuple[float, int, Record]] = []
+    seen: set[str] = set()
+    boundary: float | None = None  # the score of the limit-th hit, once found
+    timed_out = False
+    done = False
+    while batch and not done:
+        addresses = [address for _, address in batch]
+        seqs = searcher.fast_field_values("seq", addresses)
+        ids = [searcher.doc(address).get_first("id") for address in addresses]
+        found = store.get_many([i for i in ids if i is not None])
+        for (score, _), seq, event_id in zip(batch, seqs, ids):
+            if boundary is not None and len(verified) > limit and score < boundary:
+                # More than a page matched, and every candidate tied with the
+                # limit-th hit has been seen, so the seq tie-break is exact.
+                done = True
+                break
+            examined += 1
+            record = found.get(event_id) if event_id is not None else None
+            if (record is None or record.withheld or record.seq != seq or record.seq > checkpoint
+                    or record.envelope.id in seen):
+                continue
+            envelope = record.envelope
+            if not query_matches(envelope, request.filters) or not text_matches(envelope, request.terms):
+                continue
+            seen.add(envelope.id)
+            verified.append((score, record.seq, record))
+            if len(verified) == limit:
+                boundary = score
+        if done or examined >= total:
+            break
+        if examined >= budget.candidates:
+            break
+        if clock() > deadline:
+            timed_out = True
+            break
+        size = min(budget.candidates - examined, max(4 * len(batch), 100))
+        batch = searcher.search(query, size, count=False, offset=examined).hits
+    complete = not timed_out and examined >= total and len(verified) <= limit
+    verified.sort(key=lambda item: (-item[0], item[1]))
+    hits = [SearchHit(record, score, explain(record.envelope, request.terms, score))
+            for score, _, record in verified[:limit]]
+    return LexicalResult(hits, complete, timed_out, total)
