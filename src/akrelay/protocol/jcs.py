@@ -28,6 +28,7 @@ _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r
 for _code in range(0x20):
     _ESCAPES.setdefault(chr(_code), f"\\u{_code:04x}")
 del _code
+_RAW_SURROGATE = re.compile("[\ud800-\udfff]")
 _NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\]')
 
 _FAST = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False, check_circular=False)
@@ -99,6 +100,8 @@ def _serialize(value: Any, out: list[str], depth: int) -> None:
         for key in value:
             if type(key) is not str:
                 raise JCSError("JCS member names must be strings")
+            if not key.isascii() and _RAW_SURROGATE.search(key):
+                raise JCSError("JCS member names must be valid Unicode (unpaired surrogate)")
         out.append("{")
         first = True
         for key in sorted(value, key=_utf16_key):
@@ -140,7 +143,9 @@ def fast_path_applies(value: Any) -> bool:
         kind = type(item)
         if kind is dict:
             for key in item:
-                if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
+                if type(key) is not str:
+                    return False
+                if not key.isascii() and (max(key) > "\uffff" or _RAW_SURROGATE.search(key)):
                     return False
             stack.extend(item.values())
         elif kind is list:
@@ -151,11 +156,8 @@ def fast_path_applies(value: Any) -> bool:
             if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
                 return False
         elif kind is str:
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return False
+            if not item.isascii() and _RAW_SURROGATE.search(item):
+                return False
         elif item is not None and kind is not bool:
             return False
     return True
