@@ -61,6 +61,7 @@ class Nexus:
         self._tx_seqs: list[int] = []
         self.index: dict[str, dict[str, list[str]]] = {k: {} for k in SEARCH_KINDS}
         self.kind_counts: dict[str, int] = {}
+        self.type_counts: dict[str, int] = {}
 
     # ---- writes (used by the mapping) -------------------------------------------------
 
@@ -70,6 +71,8 @@ class Nexus:
         self.elements[element.id] = element
         kind = KIND_OF[type(element)]
         self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
+        if isinstance(element, Concept):
+            self.type_counts[element.type] = self.type_counts.get(element.type, 0) + 1
         if text and kind in self.index:
             postings = self.index[kind]
             for term in tokens(text):
@@ -166,6 +169,12 @@ class Nexus:
             if element.created_seq <= seq:
                 out[KIND_OF[type(element)]] += 1
         return out
+
+    def type_count(self, type_name: str, seq: int | None = None) -> int:
+        if seq is None or seq == self.head:
+            return self.type_counts.get(type_name, 0)
+        return sum(1 for e in self.elements.values()
+                   if isinstance(e, Concept) and e.type == type_name and e.created_seq <= seq)
 
     # ---- wire views --------------------------------------------------------------------
 

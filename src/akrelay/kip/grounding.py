@@ -1,0 +1,95 @@
+"""Keyword SEARCH over the nexus (§66): grounding text, scores, freshness.
+
+The index is maintained inside each import transaction, so it is exactly as fresh
+as the nexus (``index_seq`` == snapshot seq, consistency ``synchronous``), and as
+entries are immutable and tagged with their creation seq, a search ``AS OF SEQ``
+is historically correct (capability ``historical_search``).
+
+Grounding fields (documented in docs/kip.md): Concepts — name, key, and for a
+capsule its title, statement, kind, context scope and tags; Propositions — the
+predicate name and the subject and object names; Assertions — stance, mode, the
+signer's Agent ID, the predicate name, the capsule title or the assessment
+verdict and summary; Evidence — event hash and type, evidence class and the
+event's title, statement, summary, reason, verdict, kind and basis.
+
+``retrieval.score`` is the fraction of distinct query terms an element matches,
+in [0, 1]; it is computed per query and never stored (§66.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
+from akrelay.kip.errors import KipError
+from akrelay.kip.nexus import Nexus, tokens
+
+SCORE_SEMANTICS = "matched_query_term_fraction"
+
+
+def search(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None = None,
+           predicate_filter: str | None = None, threshold: float | None = None) -> list[tuple[float, str]]:
+    """All hits ``(score, id)`` at ``seq``, best first, ties in creation order."""
+    query = tokens(term)
+    if not query:
+        raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
+    postings = nexus.index[kind]
+    matched: dict[str, int] = {}
+    for q in query:
+        for eid in postings.get(q, ()):
+            matched[eid] = matched.get(eid, 0) + 1
+    hits: list[tuple[float, int, int, str]] = []
+    for eid, count in matched.items():
+        element = nexus.elements[eid]
+        if element.created_seq > seq:
+            continue
+        if type_filter is not None and (not isinstance(element, Concept) or element.type != type_filter):
+            continue
+        if predicate_filter is not None:
+            prop = element if isinstance(element, Proposition) else nexus.elements[element.proposition]  # type: ignore[union-attr]
+            if prop.predicate != predicate_filter:  # type: ignore[union-attr]
+                continue
+        score = round(count / len(query), 6)
+        if threshold is not None and score < threshold:
+            continue
+        seq_part, _, ordinal = eid[1:].partition(".")
+        hits.append((-score, int(seq_part), int(ordinal), eid))
+    hits.sort()
+    return [(-s, eid) for s, _, _, eid in hits]
+
+
+def hit(nexus: Nexus, eid: str, score: float) -> dict[str, Any]:
+    """One §66.4 hit: exact id, kind, schema identity, a safe snippet, retrieval info."""
+    element = nexus.elements[eid]
+    out: dict[str, Any] = {"id": eid}
+    if isinstance(element, Concept):
+        out.update(kind="concept", schema_ref=element.schema_ref, key=element.key, name=element.name, aliases=[],
+                   snippet=_clip(element.attributes.get("statement") or element.name))
+    elif isinstance(element, Proposition):
+        subject = nexus.elements[element.subject]
+        out.update(kind="proposition", predicate_ref=element.predicate_ref,
+                   snippet=_clip(f"({subject.name}, {element.predicate}, {_name(nexus, element.object)})"))  # type: ignore[union-attr]
+    elif isinstance(element, Assertion):
+        prop = nexus.elements[element.proposition]
+        facet = next(iter(element.facets.values()), {})
+        out.update(kind="assertion", predicate_ref=prop.predicate_ref, stance=element.stance,  # type: ignore[union-attr]
+                   asserted_by={"id": element.asserted_by},
+                   snippet=_clip(facet.get("summary") or f"{element.stance} by {element.actor}"))
+    elif isinstance(element, Evidence):
+        payload = element.envelope["event"]["payload"]
+        out.update(kind="evidence", evidence_class=element.evidence_class,
+                   snippet=_clip(payload.get("title") or payload.get("summary") or payload.get("reason") or ""))
+    out["retrieval"] = {"score": score, "mode": "keyword"}
+    return out
+
+
+def _name(nexus: Nexus, obj: Any) -> str:
+    if isinstance(obj, dict):
+        element = nexus.elements.get(obj["id"])
+        return getattr(element, "name", obj["id"])
+    return str(obj).lower() if isinstance(obj, bool) else str(obj)
+
+
+def _clip(text: str, size: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= size else text[: size - 1] + "…"

@@ -1,0 +1,270 @@
+"""The read-only KIP runtime (§70–§87): request envelope in, response envelope out.
+
+One runtime per relay. It never writes: KML is recognised by its statement
+keyword and refused with ``ReadonlyViolation`` whatever the ``language`` label
+says (§73.1, §76, §88.3). Every operation of a request reads the one snapshot
+taken when the request starts, so ``results[].context.snapshot_seq`` agree.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Mapping
+
+from akrelay.kip import meta
+from akrelay.kip.config import KipConfig
+from akrelay.kip.errors import KipError
+from akrelay.kip.kql import classify, parse_meta
+from akrelay.kip.nexus import Nexus
+from akrelay.kip.package import SchemaEnvironment, load_package
+from akrelay.kip.paging import CursorCodec
+from akrelay.kip.projection import project
+
+#: Request members §71 defines; the schema closes the object.
+MAX_OPERATIONS = meta.LIMITS["max_operations_per_request"]
+KNOWN_CAPABILITIES = set(meta.SUPPORTED_CAPABILITIES) | set(meta.ENGINE_CAPABILITIES) | set(meta.UNSUPPORTED_CAPABILITIES)
+
+
+class KipRuntime:
+    """In-process KIP reads over one nexus: ``execute(request)``, ``meta(command)``, ``project(...)``."""
+
+    def __init__(self, config: KipConfig | None = None, nexus: Nexus | None = None, *,
+                 cursor_secret: bytes | None = None) -> None:
+        self.config = config or KipConfig()
+        self.environment = SchemaEnvironment([load_package(p) for p in self.config.package_paths])
+        self.nexus = nexus if nexus is not None else Nexus(self.config.space_id)
+        if self.nexus.space_id != self.config.space_id:
+            raise ValueError("the nexus belongs to another Space")
+        self.cursors = CursorCodec(cursor_secret or os.urandom(32))
+        self.lock = threading.RLock()
+
+    # ---- Python API ---------------------------------------------------------------------
+
+    def meta(self, command: str, parameters: Mapping[str, Any] | None = None) -> Any:
+        """Run one META command at the head; returns its result or raises ``KipError``."""
+        with self.lock:
+            result, _ = meta.execute(self, parse_meta(command), parameters or {}, self.nexus.head)
+        return result
+
+    def project_capsule(self, capsule_id: str, *, policy: str | None = None, as_of: int | None = None,
+                        purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
+        """The projection of ``(C, ak_holds, true)`` for a capsule's publish event hash."""
+        with self.lock:
+            seq = self.nexus.check_seq(as_of)
+            prop = self.nexus.holds(capsule_id, seq)
+            if prop is None:
+                raise KipError("NotFoundOrNotVisible", f"no capsule {capsule_id!r} at space_seq {seq}")
+            return self.project(prop.id, policy=policy, as_of=seq, purpose=purpose, risk=risk)
+
+    def project(self, proposition_id: str, *, policy: str | None = None, as_of: int | None = None,
+                purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            return project(self.nexus, proposition_id, trust=self.config.trust, policy_name=policy,
+                           default_policy=self.config.default_policy, as_of=as_of,
+                           schema_environment_version=self.environment.version, purpose=purpose, risk=risk)
+
+    def element(self, element_id: str, as_of: int | None = None) -> dict[str, Any]:
+        """The element view of one id at ``as_of``."""
+        with self.lock:
+            seq = self.nexus.check_seq(as_of)
+            element = self.nexus.get(element_id, seq)
+            if element is None:
+                raise KipError("NotFoundOrNotVisible", f"no element {element_id!r} at space_seq {seq}")
+            return self.nexus.view(element, seq)
+
+    def kql_available(self) -> bool:
+        return _kql_executor() is not None
+
+    # ---- helpers for META -------------------------------------------------------------
+
+    def type_count(self, type_name: str, seq: int) -> int:
+        return self.nexus.type_count(type_name, seq)
+
+    def symbol_view(self, name: str, ref: str, sym: dict[str, Any]) -> dict[str, Any]:
+        definition = {k: v for k, v in sym.items() if k not in ("kind", "description")}
+        return {"name": name, "ref": ref, "lineage": ref.split("@")[0] + "/" + name, "kind": sym["kind"],
+                "description": sym.get("description"), "definition": definition}
+
+    def snapshot_at_time(self, at_ms: int, head: int) -> int:
+        from akrelay.kip.timefmt import kip_timestamp
+        stamp = kip_timestamp(at_ms)
+        best = 0
+        for tx in self.nexus.transactions:
+            if tx.seq > head:
+                break
+            if tx.committed_at <= stamp:
+                best = tx.seq
+        return best
+
+    # ---- the wire runtime -------------------------------------------------------------
+
+    def execute(self, request: Any) -> tuple[int, dict[str, Any]]:
+        """A request envelope -> ``(http status, response envelope)``."""
+        request_id = request.get("request_id") if isinstance(request, dict) and isinstance(
+            request.get("request_id"), str) and request.get("request_id") else None
+        try:
+            self._check_envelope(request)
+        except KipError as exc:
+            return 400, self._failed(request_id, exc)
+        execution = request.get("execution") or {}
+        mode = execution.get("mode", "independent")
+        on_error = execution.get("on_error", "stop")
+        shared = request.get("parameters") or {}
+        with self.lock:
+            seq = self.nexus.head
+            results: list[dict[str, Any]] = []
+            stop = False
+            for op in request["operations"]:
+                entry: dict[str, Any] = {}
+                if "op_id" in op:
+                    entry["op_id"] = op["op_id"]
+                if stop:
+                    entry["status"] = "skipped"
+                    results.append(entry)
+                    continue
+                params = {**shared, **(op.get("parameters") or {})}
+                try:
+                    result, extra = self._operation(op, params, seq)
+                    entry["status"] = "succeeded"
+                    if isinstance(result, dict) and "next_cursor" in result:
+                        result = dict(result)
+                        entry["next_cursor"] = result.pop("next_cursor")
+                    entry["result"] = result
+                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq,
+                                        "schema_environment_version": self.environment.version, **extra}
+                except KipError as exc:
+                    entry["status"] = "failed"
+                    entry["error"] = exc.to_wire()
+                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq}
+                    if mode == "sequence" and on_error == "stop":
+                        stop = True
+                results.append(entry)
+        ok = sum(1 for r in results if r["status"] == "succeeded")
+        status = "succeeded" if ok == len(results) else "failed" if ok == 0 else "partial"
+        response: dict[str, Any] = {"kip": "2.0"}
+        if request_id:
+            response["request_id"] = request_id
+        response.update({
+            "status": status,
+            "execution": {"mode": mode, **({"on_error": on_error} if mode == "sequence" else {})},
+            "results": results,
+            "context": {"space_id": self.nexus.space_id, "schema_environment_version": self.environment.version},
+            "snapshot": {"space_id": self.nexus.space_id, "snapshot_seq": seq},
+            "receipt": None,
+            "warnings": [],
+        })
+        return 200, response
+
+    def _failed(self, request_id: str | None, exc: KipError) -> dict[str, Any]:
+        response: dict[str, Any] = {"kip": "2.0"}
+        if request_id:
+            response["request_id"] = request_id
+        response.update({"status": "failed", "results": [],
+                         "context": {"space_id": self.nexus.space_id}, "snapshot": None, "receipt": None,
+                         "warnings": [], "error": exc.to_wire()})
+        return response
+
+    def _check_envelope(self, request: Any) -> None:
+        if not isinstance(request, dict):
+            raise KipError("InvalidRequestEnvelope", "the request must be a JSON object")
+        kip = request.get("kip")
+        if kip is None:
+            raise KipError("InvalidRequestEnvelope", 'the request must carry "kip": "2.0"')
+        if kip != "2.0":
+            raise KipError("UnsupportedProtocolVersion", f"KIP {kip!r} is not supported; this runtime speaks 2.0",
+                           details={"supported": ["2.0"]})
+        problems = _schema_problems(request)
+        if problems:
+            raise KipError("InvalidRequestEnvelope", problems[0], details={"problems": problems[:10]})
+        ops = request["operations"]
+        if len(ops) > MAX_OPERATIONS:
+            raise KipError("ResultLimitExceeded", f"at most {MAX_OPERATIONS} operations per request",
+                           details={"max": MAX_OPERATIONS})
+        op_ids = [op["op_id"] for op in ops if "op_id" in op]
+        if len(op_ids) != len(set(op_ids)):
+            raise KipError("InvalidRequestEnvelope", "op_id values must be unique within the request")
+        space = request.get("space")
+        if space is not None and space.get("id", self.nexus.space_id) != self.nexus.space_id:
+            raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
+        if space is not None and "uri" in space and space["uri"].rstrip("/").lower() != self.config.origin.rstrip("/").lower():
+            raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
+        mode = (request.get("execution") or {}).get("mode")
+        if mode == "atomic":
+            raise KipError("UnsupportedCapability", "atomic execution (atomic_batch) is not supported by this "
+                           "read-only runtime", details={"capability": "atomic_batch"})
+        isolation = (request.get("execution") or {}).get("isolation")
+        if isolation is not None and isolation != "snapshot":
+            raise KipError("UnsupportedIsolation", f"isolation {isolation!r} is not offered; reads use one snapshot",
+                           details={"supported": ["snapshot"]})
+        if "ingest" in request:
+            raise KipError("InvalidRequestEnvelope", "an ingestion context needs a write transaction; this runtime "
+                           "is read-only (§71.1, §76)")
+        if "read" in request and "snapshot_token" in request["read"]:
+            raise KipError("UnsupportedCapability", "snapshot tokens are not issued; use AS OF SEQ",
+                           details={"capability": "snapshot_token"})
+        pre = request.get("preconditions") or {}
+        if "space_seq" in pre and pre["space_seq"] != self.nexus.head:
+            raise KipError("PreconditionFailed", f"space_seq is {self.nexus.head}, not {pre['space_seq']}",
+                           details={"space_seq": self.nexus.head})
+        if "schema_environment_version" in pre and pre["schema_environment_version"] != self.environment.version:
+            raise KipError("PreconditionFailed", "the Schema Environment version differs",
+                           details={"schema_environment_version": self.environment.version})
+        for name, wanted in (request.get("requires") or {}).items():
+            if wanted is False:
+                continue
+            if name not in KNOWN_CAPABILITIES or name in meta.UNSUPPORTED_CAPABILITIES:
+                raise KipError("UnsupportedCapability", f"required capability {name!r} is not supported",
+                               details={"capability": name})
+
+    def _operation(self, op: dict[str, Any], params: dict[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
+        if "ast" in op:
+            raise KipError("UnsupportedCapability", "structured AST operations are not accepted; send command text",
+                           details={"capability": "ast"})
+        command = op["command"]
+        language = classify(command)
+        label = op.get("language")
+        if language == "KML":
+            raise KipError("ReadonlyViolation", "this is a read-only KIP runtime: KML is refused",
+                           details={"language": "KML"}, hint="use META (or KQL) reads")
+        if label == "KML" or (label is not None and language is not None and label != language):
+            raise KipError("LanguageMismatch", f"the command is {language or 'not recognised'}, labelled {label}",
+                           details={"declared": label, "parsed": language})
+        if language == "META":
+            return meta.execute(self, parse_meta(command), params, seq)
+        if language == "KQL":
+            executor = _kql_executor()
+            if executor is None:
+                raise KipError("UnsupportedCapability", "KQL is not served by this runtime yet",
+                               details={"language": "KQL"})
+            return executor(self, command, params, seq)
+        raise KipError("InvalidSyntax", "the command does not start with a KQL, KML or META keyword",
+                       details={"line": 1, "column": 1})
+
+
+def _kql_executor() -> Any:
+    """The KQL evaluator entry point, once the language layer provides one."""
+    try:
+        from akrelay.kip.kql import execute_kql  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return execute_kql
+
+
+_REQUEST_VALIDATOR: Any = None
+
+
+def _schema_problems(request: dict[str, Any]) -> list[str]:
+    """Static request-shape problems against the KIP request schema (copied into akrelay/data)."""
+    global _REQUEST_VALIDATOR
+    if _REQUEST_VALIDATOR is None:
+        import json
+        from pathlib import Path
+
+        import jsonschema
+
+        path = Path(__file__).resolve().parents[1] / "data" / "kip-request.schema.json"
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        _REQUEST_VALIDATOR = jsonschema.Draft202012Validator(schema)
+    errors = sorted(_REQUEST_VALIDATOR.iter_errors(request), key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]

@@ -1,0 +1,54 @@
+"""Wiring a KIP runtime to a relay's store and data directory.
+
+Used by the HTTP route provider and the CLI: load the operator configuration,
+resume the persisted nexus (or rebuild it), and start the follower.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from pathlib import Path
+from typing import Any
+
+from akrelay.kip.config import KipConfig
+from akrelay.kip.follower import KipFollower, load_nexus, rebuild, save_nexus, snapshot_path
+from akrelay.kip.runtime import KipRuntime
+
+CURSOR_SECRET_KEY = "relay.cursor_secret"
+
+
+def cursor_secret(store: Any) -> bytes:
+    """A KIP cursor key derived from the relay's persisted secret, so all workers agree."""
+    base = None
+    getter = getattr(store, "meta_get", None)
+    if getter is not None:
+        base = getter(CURSOR_SECRET_KEY)
+    if base is None:
+        return os.urandom(32)
+    return hmac.new(base, b"akrelay-kip", hashlib.sha256).digest()
+
+
+def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str,
+                 follow: bool = True) -> tuple[KipRuntime, KipFollower]:
+    """A runtime over ``store``, resumed from ``<data>/kip-nexus.pickle`` when valid."""
+    config = KipConfig.load(data_dir, origin=origin)
+    path = snapshot_path(data_dir) if data_dir is not None else None
+    nexus = load_nexus(path, config.space_id, store.checkpoint()) if path is not None else None
+    runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store))
+    follower = KipFollower(store, runtime, snapshot=path)
+    follower.catch_up()
+    if follow:
+        follower.start()
+    return runtime, follower
+
+
+def reindex(store: Any, data_dir: str | os.PathLike[str], *, origin: str) -> dict[str, Any]:
+    """Rebuild the nexus from the whole log and persist it (``akrelay reindex --kip``)."""
+    config = KipConfig.load(data_dir, origin=origin)
+    nexus = rebuild(store, config.space_id)
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    save_nexus(nexus, snapshot_path(data_dir))
+    return {"space_id": nexus.space_id, "space_seq": nexus.head, "transactions": len(nexus.transactions),
+            "elements": nexus.counts()}
