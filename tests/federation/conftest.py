@@ -134,7 +134,8 @@ class FakePeer:
             checkpoint, as_of, last = self.relay.store.checkpoint(), 1_800_000_000_000, after
             if after > checkpoint:
                 return httpx.Response(400, json={"error": {"code": "invalid_request", "message": "after_seq"}})
-        records = [r for r in self.relay.store.iter_records(last, limit + 1) if r.seq <= checkpoint]
+        records = [r for r in self.relay.store.iter_records(last, 1_000_000)
+                   if r.seq <= checkpoint and not r.withheld][:limit + 1]
         body: dict[str, Any] = {"result": [r.to_dict() for r in records[:limit]], "service": self.origin,
                                 "checkpoint": checkpoint, "as_of": as_of}
         if len(records) > limit:
@@ -148,7 +149,7 @@ class FakePeer:
     def _batch(self, request: httpx.Request) -> Any:
         hashes = json.loads(request.content)["hashes"]
         self.batch_calls.append(hashes)
-        found = self.relay.store.get_many(hashes)
+        found = {h: r for h, r in self.relay.store.get_many(hashes).items() if not r.withheld}
         body = {"result": [found[h].to_dict() for h in hashes if h in found],
                 "missing": [h for h in hashes if h not in found], "service": self.origin,
                 "checkpoint": self.relay.store.checkpoint(), "as_of": 1_800_000_000_000}

@@ -411,7 +411,14 @@ class SyncEngine:
                 return out, chunk[budget.events:] + ids[i + BATCH_MAX_IDS:]
             body = canonicalize({"hashes": chunk})
             before = transport.bytes_read
-            response = transport.post_json(batch_url, body, max_bytes=max(1024, min(budget.nbytes, peer.max_page_bytes)))
+            try:
+                response = transport.post_json(batch_url, body,
+                                               max_bytes=max(1024, min(budget.nbytes, peer.max_page_bytes)))
+            except PeerFetchError as exc:
+                if exc.kind != "too_large":
+                    raise
+                # Over our byte budget: the event waits (pending); the peer did nothing wrong.
+                return out, ids[i:]
             if not isinstance(response, dict) or response.get("service") != peer.origin:
                 raise PeerMisbehaved("batch response names another service")
             records, missing = response.get("result"), response.get("missing")

@@ -1,0 +1,196 @@
+"""Missing dependencies: batch resolution from the same peer, bounds, the pending set."""
+
+from __future__ import annotations
+
+import httpx
+
+from akrelay.federation.peers import Peer
+from akrelay.federation.state import FederationState
+
+from .conftest import Author, Clock, FakePeer, local_ids, make_engine, make_relay, raw
+
+PEER = "https://peer-a.example"
+
+
+def start_after(state: FederationState, seq: int, origin: str = PEER) -> None:
+    """Pretend earlier passes covered ``seq``, so the next enumeration starts after it."""
+    st = state.get(origin)
+    st.checkpoint = st.peer_checkpoint = seq
+    state.put(st)
+
+
+def test_missing_dependencies_are_fetched_with_batch_dependencies_first(router) -> None:
+    fake = FakePeer(router)
+    alice, bob = Author("alice"), Author("bob")
+    base = alice.publish("Base")
+    v2 = alice.supersede(base, "Second version")
+    review = bob.assess(v2)
+    fake.add(base, v2, review)
+    local = make_relay()
+    state = FederationState()
+    start_after(state, fake.seq_of(v2))  # only the assessment is enumerated
+    [result] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    assert result.ok and result.accepted == 1 and result.resolved == 2 and result.pending == 0
+    assert local_ids(local) == [base["hash"], v2["hash"], review["hash"]]  # dependencies first
+    assert fake.batch_calls == [[v2["hash"]], [base["hash"]]]
+
+
+def test_dependency_depth_is_bounded_and_nothing_is_accepted_early(router) -> None:
+    fake = FakePeer(router)
+    alice = Author("alice")
+    chain = [alice.publish("v0")]
+    for i in range(1, 6):
+        chain.append(alice.supersede(chain[-1], f"v{i}"))
+    fake.add(*chain)
+    local = make_relay()
+    state = FederationState()
+    start_after(state, fake.seq_of(chain[-2]))
+    engine = make_engine(local, [Peer(origin=PEER)], state, max_depth=2)
+    [result] = engine.run_once()
+    assert result.ok and result.pending == 1
+    assert chain[-1]["hash"] not in local_ids(local)  # never accepted before its dependencies
+    assert state.pending_count(PEER) == 1 and state.get(PEER).checkpoint == 6  # and it blocks nothing
+    [entry] = state.pending(PEER)
+    assert entry.event_id == chain[-1]["hash"]
+    # A later pass with a larger budget resolves the whole chain from the pending set.
+    engine = make_engine(local, [Peer(origin=PEER)], state, max_depth=10)
+    [again] = engine.run_once()
+    assert again.ok and state.pending_count(PEER) == 0
+    assert local_ids(local)[-6:] == [e["hash"] for e in chain]
+    assert state.get(PEER).counts["pending_accepted"] == 1
+
+
+def test_dependency_count_and_byte_budgets(router) -> None:
+    fake = FakePeer(router)
+    alice = Author("alice")
+    targets = [alice.publish(f"Member {i}") for i in range(5)]
+    collection = alice.publish("All of them", kind="collection",
+                               relations=[{"relation": "contains", "target": t["hash"]} for t in targets])
+    fake.add(*targets, collection)
+    state = FederationState()
+    start_after(state, 5)
+    local = make_relay()
+    [r] = make_engine(local, [Peer(origin=PEER)], state, max_dependency_events=3).run_once()
+    assert r.pending == 1 and collection["hash"] not in local_ids(local)
+    local = make_relay()
+    state = FederationState()
+    start_after(state, 5)
+    [r] = make_engine(local, [Peer(origin=PEER, max_batch_bytes=1024)], state).run_once()
+    assert r.pending == 1 and collection["hash"] not in local_ids(local)
+    local = make_relay()
+    state = FederationState()
+    start_after(state, 5)
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    assert r.pending == 0 and r.resolved == 5 and local_ids(local)[-1] == collection["hash"]
+
+
+def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, tmp_path) -> None:
+    fake = FakePeer(router)
+    alice, bob = Author("alice"), Author("bob")
+    base = alice.publish("Base that the peer withholds")
+    review = bob.assess(base)
+    other = Author("carol").publish("Unrelated")
+    fake.add(base, review, other)
+    fake.relay.store.set_withheld(base["hash"], True)
+    fake.batch_hook = lambda body: None
+    local = make_relay()
+    state = FederationState(tmp_path / "fed.sqlite3")
+    start_after(state, 1)
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    assert r.ok and r.pending == 1 and r.accepted == 1  # the unrelated event is not blocked
+    assert local_ids(local) == [other["hash"]]
+    assert state.get(PEER).checkpoint == 3
+    state.close()
+    # The pending set survives a restart.
+    state = FederationState(tmp_path / "fed.sqlite3")
+    [entry] = state.pending(PEER)
+    assert entry.event_id == review["hash"] and entry.missing == (base["hash"],)
+    # Still unobtainable: it stays pending, and is never accepted early.
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once(force=True)
+    assert review["hash"] not in local_ids(local) and state.pending_count(PEER) == 1
+    assert state.pending(PEER)[0].attempts == 2
+    # The dependency arrives from elsewhere (a client submits it): the next pass accepts the event.
+    local.submit(raw(base))
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once(force=True)
+    assert state.pending_count(PEER) == 0 and local_ids(local)[-1] == review["hash"]
+
+
+def test_pending_set_is_bounded_oldest_first(router) -> None:
+    fake = FakePeer(router)
+    alice = Author("alice")
+    hidden = [alice.publish(f"Hidden {i}") for i in range(3)]
+    reviews = [Author("bob").assess(h) for h in hidden]
+    fake.add(*hidden, *reviews)
+    for h in hidden:
+        fake.relay.store.set_withheld(h["hash"], True)
+    state = FederationState(max_pending=2)
+    start_after(state, 3)
+    [r] = make_engine(make_relay(), [Peer(origin=PEER)], state).run_once()
+    assert r.pending == 3 and state.pending_count(PEER) == 2
+    assert [e.event_id for e in state.pending(PEER)] == [reviews[1]["hash"], reviews[2]["hash"]]
+    assert state.get(PEER).counts["pending_dropped"] == 1
+
+
+def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -> None:
+    fake = FakePeer(router)
+    clock = Clock()
+    alice = Author("alice")
+    future = alice.publish("From the future", created_at=clock.now + 3_600_000)
+    fake.relay = make_relay(PEER, clock=lambda: clock.now + 4_000_000)  # the peer's clock runs ahead
+    fake.add(future)
+    local = make_relay(clock=clock)
+    state = FederationState()
+    engine = make_engine(local, [Peer(origin=PEER)], state, clock=clock)
+    [r] = engine.run_once()
+    assert r.ok and r.pending == 1 and local_ids(local) == []
+    clock.now += 3_600_000
+    engine.run_once(force=True)
+    assert local_ids(local) == [future["hash"]] and state.pending_count(PEER) == 0
+
+
+def test_batch_answers_that_do_not_match_the_request_are_misbehaviour(router) -> None:
+    fake = FakePeer(router)
+    alice = Author("alice")
+    base, stranger = alice.publish("Base"), alice.publish("Not requested")
+    review = Author("bob").assess(base)
+    fake.add(base, stranger, review)
+    cases = {
+        "not requested": lambda body: body["result"].__setitem__(0, fake.relay.store.get(stranger["hash"]).to_dict()),
+        "another service": lambda body: body.update(service="https://evil.example"),
+        "exactly once": lambda body: body["missing"].append(base["hash"]),
+    }
+    for fragment, hook in cases.items():
+        fake.batch_hook = hook
+        local = make_relay()
+        state = FederationState()
+        start_after(state, 2)
+        [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+        assert not r.ok and fragment in r.error, (fragment, r.error)
+        assert local_ids(local) == [] and state.get(PEER).checkpoint == 2
+
+
+def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router) -> None:
+    fake = FakePeer(router)
+    base = Author("alice").publish("Base")
+    review = Author("bob").assess(base)
+    fake.add(base, review)
+
+    def forge(body):
+        body["result"][0]["envelope"]["event"]["payload"]["title"] = "Forged"
+    fake.batch_hook = forge
+    local = make_relay()
+    state = FederationState()
+    start_after(state, 1)
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    assert r.ok and r.pending == 1 and local_ids(local) == []
+
+
+def test_batch_server_error_fails_the_pass_without_moving_the_checkpoint(router) -> None:
+    fake = FakePeer(router)
+    base = Author("alice").publish("Base")
+    fake.add(base, Author("bob").assess(base))
+    fake.batch_hook = lambda body: httpx.Response(502)
+    state = FederationState()
+    start_after(state, 1)
+    [r] = make_engine(make_relay(), [Peer(origin=PEER)], state).run_once()
+    assert not r.ok and "502" in r.error and state.get(PEER).checkpoint == 1
