@@ -11,7 +11,6 @@ re-encoding envelopes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any, Callable, Sequence
 import msgspec
 
 from akrelay.protocol.b64 import b64decode_canonical
-from akrelay.protocol.cursor import CursorCodec
+from akrelay.protocol.cursor import CursorCodec, CursorState
 from akrelay.protocol.dependencies import check_targets
+from akrelay.protocol.discovery import build_discovery
 from akrelay.protocol.envelope import Envelope, verify_envelope
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.limits import check_limits
@@ -175,24 +175,28 @@ class Relay:
 
     # -- query (§9.3) ----------------------------------------------------------
     def query(self, pairs: Sequence[tuple[str, str]]) -> QueryPage:
-        """One page of the complete, ``seq``-ordered enumeration."""
+        """One page of the complete, ``seq``-ordered enumeration.
+
+        The first page captures the checkpoint and ``as_of``; later pages take
+        both, and the last returned ``seq``, from the authenticated cursor, which
+        is bound to the normalized request (``QueryRequest.binding()``).
+        """
         request = parse_query(list(pairs))
-        binding = self._binding(request)
-        after_seq = request.after_seq
-        limit = request.limit
+        binding = request.binding()
         if request.cursor is not None:
-            state = self._cursors.decode(request.cursor, binding)
-            checkpoint, as_of, last_seq = state["checkpoint"], state["as_of"], state["last_seq"]
+            state = self._cursors.decode(request.cursor, binding, current_checkpoint=self.store.checkpoint())
+            checkpoint, as_of, last_seq = state.checkpoint, state.as_of, state.last_seq
         else:
             checkpoint = self.store.checkpoint()
             as_of = self.clock()
-            if after_seq > checkpoint:
+            if request.after_seq > checkpoint:
                 raise ProtocolError(
                     "invalid_request",
-                    f"after_seq {after_seq} is greater than the current checkpoint {checkpoint}",
+                    f"after_seq {request.after_seq} is greater than the current checkpoint {checkpoint}",
                     {"checkpoint": checkpoint},
                 )
-            last_seq = after_seq
+            last_seq = request.after_seq
+        limit = request.limit
         records = self.store.query(
             request_terms(request),
             request.created_from,
@@ -205,15 +209,8 @@ class Relay:
         next_cursor = None
         if len(records) > limit:
             records = records[:limit]
-            next_cursor = self._cursors.encode(
-                binding, {"checkpoint": checkpoint, "as_of": as_of, "last_seq": records[-1].seq}
-            )
+            next_cursor = self._cursors.encode(binding, CursorState(checkpoint, as_of, records[-1].seq))
         return QueryPage(records, self.config.origin, checkpoint, as_of, next_cursor)
-
-    @staticmethod
-    def _binding(request: QueryRequest) -> bytes:
-        """Digest of the normalized request: decoded filters, effective ``limit`` and ``after_seq``."""
-        return hashlib.sha256(_json(request.binding(), order="sorted")).digest()
 
     # -- batch (§9.4) ----------------------------------------------------------
     def batch(self, raw_body: bytes) -> BatchPage:
@@ -251,24 +248,19 @@ class Relay:
 
     # -- discovery (§9.2) ------------------------------------------------------
     def discovery(self) -> dict[str, Any]:
+        """The §9.2 document: endpoints on the origin, published limits, peer hints."""
         cfg = self.config
-        origin = cfg.origin
-        endpoints = {
-            "events": origin + cfg.events_path,
-            "query": origin + cfg.query_path,
-            "batch": origin + cfg.batch_path,
-        }
-        doc: dict[str, Any] = {"protocol": "agent-knowledge/1.0", "service": origin, "endpoints": endpoints}
+        paths = {"events": cfg.events_path, "query": cfg.query_path, "batch": cfg.batch_path}
         if "ranked-search" in cfg.features:
-            endpoints["search"] = origin + cfg.search_path
-            doc["search_modes"] = list(cfg.search_modes)
-        if cfg.features:
-            doc["features"] = list(cfg.features)
-        peers = [p.rstrip("/") for p in cfg.peers if p.rstrip("/") != origin]
-        if peers:
-            doc["peers"] = list(dict.fromkeys(peers))[:32]
-        doc["limits"] = self._limits.to_discovery()
-        return doc
+            paths["search"] = cfg.search_path
+        return build_discovery(
+            cfg.origin,
+            features=cfg.features,
+            search_modes=cfg.search_modes,
+            peers=cfg.peers,
+            limits=self._limits.to_discovery(),
+            endpoints={name: cfg.origin + path for name, path in paths.items()},
+        )
 
     def discovery_json(self) -> bytes:
         return _json(self.discovery())
