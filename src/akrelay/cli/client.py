@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Create an Ed25519 key file (JSON, mode 0600) and print its Agent ID.")
     p.add_argument("key", metavar="KEY_FILE", help="path of the key file to create")
     p.add_argument("--force", action="store_true", help="overwrite an existing key file")
-    p.set_defaults(handler=cmd_keygen)
+    p.set_defaults(handler=_guard(cmd_keygen))
 
     p = subparsers.add_parser("sign", help="build and sign a publish, assess or retract envelope",
                               description="Build a knowledge.<TYPE> event from a payload JSON file and sign it. "
@@ -46,17 +46,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--key", required=True, metavar="KEY_FILE", help="key file from `akrelay keygen`")
     p.add_argument("--created-at", type=int, default=None, metavar="MS", help="event time (default: now)")
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the envelope here (default stdout)")
-    p.set_defaults(handler=cmd_sign)
+    p.set_defaults(handler=_guard(cmd_sign))
 
     p = subparsers.add_parser("submit", help="submit signed envelopes and print their acceptance records")
     p.add_argument("envelopes", nargs="+", metavar="ENVELOPE_JSON", help="envelope files ('-' for stdin)")
     _relay_args(p)
-    p.set_defaults(handler=cmd_submit)
+    p.set_defaults(handler=_guard(cmd_submit))
 
     p = subparsers.add_parser("get", help="read one acceptance record by event ID")
     p.add_argument("event_id", metavar="EVENT_ID")
     _relay_args(p)
-    p.set_defaults(handler=cmd_get)
+    p.set_defaults(handler=_guard(cmd_get))
 
     p = subparsers.add_parser("query", help="enumerate a query completely (every page) and print a final checkpoint",
                               description="Run a §9.3 query, following every page. Prints one acceptance record "
@@ -64,12 +64,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "\"count\", \"pages\"}; persist checkpoint as the next --after-seq.")
     p.add_argument("params", nargs="*", metavar="NAME=VALUE", help="query parameters, e.g. kind=claim tag=cache")
     _relay_args(p)
-    p.set_defaults(handler=cmd_query)
+    p.set_defaults(handler=_guard(cmd_query))
 
     p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing")
     p.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
     _relay_args(p)
-    p.set_defaults(handler=cmd_batch)
+    p.set_defaults(handler=_guard(cmd_batch))
+
+
+def _guard(command):
+    """Local input errors abort with exit code 2 and a message, never a traceback."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    run.__name__ = command.__name__
+    return run
 
 
 # -- keys and signing -------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""CLI end to end against a served relay: keygen -> sign -> submit -> get -> query -> batch, and withholding."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from relay_harness import start_relay
+
+from akrelay.cli import main
+
+LICENSE = "https://creativecommons.org/licenses/by/4.0/"
+PUBLISH = {"license": LICENSE, "kind": "observation", "title": "CLI cache note",
+           "statement": "The relay accepted this through the command line.", "language": "en",
+           "context": {"scope": "cli test", "conditions": [], "limitations": []}, "basis": "An end-to-end test."}
+
+
+def run(capsys, *argv: str) -> tuple[int, list[str], str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, [line for line in out.splitlines() if line.strip()], err
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    relay = start_relay(tmp_path_factory.mktemp("cli") / "data")
+    yield relay
+    relay.stop()
+
+
+@pytest.mark.slow
+def test_cli_round_trip(served, tmp_path, capsys) -> None:
+    remote = ["--relay", served.origin, "--cacert", str(served.cacert)]
+    key = tmp_path / "agent.key"
+    code, out, _ = run(capsys, "keygen", str(key))
+    assert code == 0 and json.loads(out[0])["agent_id"].startswith("did:agent:")
+    assert key.stat().st_mode & 0o077 == 0
+    assert run(capsys, "keygen", str(key))[0] == 2  # never silently overwrites a key
+
+    payload = tmp_path / "publish.json"
+    payload.write_text(json.dumps(PUBLISH), encoding="utf-8")
+    code, out, _ = run(capsys, "sign", "publish", str(payload), "--key", str(key), "-o", str(tmp_path / "p.json"))
+    assert code == 0
+    publication = json.loads((tmp_path / "p.json").read_text())
+    code, out, _ = run(capsys, "sign", "publish", str(payload), "--key", str(key), "--created-at", "1")
+    second = json.loads(out[0])
+    assert second["event"]["nonce"] == publication["event"]["nonce"] + 1  # max(last + 1, created_at)
+
+    code, out, err = run(capsys, "submit", str(tmp_path / "p.json"), *remote)
+    assert code == 0, err
+    record = json.loads(out[0])
+    assert record["envelope"] == publication and record["seq"] >= 1
+
+    assess = tmp_path / "assess.json"
+    assess.write_text(json.dumps({"license": LICENSE, "target": publication["hash"], "verdict": "supports",
+                                  "summary": "Agrees with it.", "basis": "Read it again.",
+                                  "context": {"scope": "cli test", "conditions": [], "limitations": []}}))
+    code, out, err = run(capsys, "sign", "assess", str(assess), "--key", str(key), "-o", str(tmp_path / "a.json"))
+    assert code == 0, err
+    assessment = json.loads((tmp_path / "a.json").read_text())
+    assert run(capsys, "submit", str(tmp_path / "a.json"), *remote)[0] == 0
+
+    code, out, _ = run(capsys, "get", publication["hash"], *remote)
+    assert code == 0 and json.loads(out[0]) == record
+
+    code, out, _ = run(capsys, "query", "limit=1", *remote)
+    assert code == 0
+    lines = [json.loads(line) for line in out]
+    final = lines[-1]
+    assert [r["envelope"]["hash"] for r in lines[:-1]] == [publication["hash"], assessment["hash"]]
+    assert final["pages"] == 2 and final["count"] == 2 and final["checkpoint"] >= 2
+    assert final["service"] == served.origin
+
+    code, out, _ = run(capsys, "query", f"after_seq={final['checkpoint']}", *remote)
+    assert code == 0 and json.loads(out[-1])["count"] == 0
+
+    code, out, _ = run(capsys, "batch", assessment["hash"], second["hash"], *remote)
+    page = json.loads(out[0])
+    assert code == 0 and page["missing"] == [second["hash"]]
+    assert [r["envelope"]["hash"] for r in page["result"]] == [assessment["hash"]]
+
+    # Errors are spec codes with a non-zero exit.
+    code, _, err = run(capsys, "query", "kind=nope", *remote)
+    assert code == 1 and "invalid_request" in err
+    code, _, err = run(capsys, "get", second["hash"], *remote)
+    assert code == 1 and "not_found" in err
+
+    # Withholding through the admin CLI on the live data directory.
+    code, out, _ = run(capsys, "withhold", publication["hash"], "--data", str(served.data))
+    assert code == 0 and json.loads(out[0])["state"] == "withheld"
+    code, _, err = run(capsys, "get", publication["hash"], *remote)
+    assert code == 1 and "not_found" in err
+    code, out, _ = run(capsys, "submit", str(tmp_path / "p.json"), *remote)
+    assert code == 0 and json.loads(out[0]) == record  # retained record, visibility unchanged
+    assert run(capsys, "get", publication["hash"], *remote)[0] == 1
+    assert run(capsys, "unwithhold", publication["hash"], "--data", str(served.data))[0] == 0
+    assert run(capsys, "get", publication["hash"], *remote)[0] == 0
+    code, _, err = run(capsys, "withhold", second["hash"], "--data", str(served.data))
+    assert code == 1 and "not_found" in err
+
+
+@pytest.mark.slow
+def test_cli_refuses_an_untrusted_or_foreign_relay(served, tmp_path, capsys) -> None:
+    # Without the relay's certificate the TLS handshake fails: exit 2, no data printed.
+    code, out, err = run(capsys, "query", "--relay", served.origin)
+    assert code == 2 and out == [] and "error" in err
+    # Asking for 127.0.0.1 while the relay's origin is localhost: discovery's service differs.
+    other = served.origin.replace("localhost", "127.0.0.1")
+    code, out, err = run(capsys, "query", "--relay", other, "--cacert", str(served.cacert))
+    assert code == 3 and "invalid_response" in err and out == []
+
+
+def test_sign_rejects_bad_inputs(tmp_path, capsys) -> None:
+    key = tmp_path / "k"
+    assert run(capsys, "keygen", str(key))[0] == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    assert run(capsys, "sign", "publish", str(bad), "--key", str(key))[0] == 2
+    bad.write_text('{"kind": "observation"}', encoding="utf-8")
+    code, _, err = run(capsys, "sign", "publish", str(bad), "--key", str(key))
+    assert code == 2 and "invalid_event" in err
+    (tmp_path / "junk.key").write_text("{}", encoding="utf-8")
+    code, _, err = run(capsys, "sign", "publish", str(bad), "--key", str(tmp_path / "junk.key"))
+    assert code == 2 and "cannot read key file" in err
+
+
+def test_serve_help_documents_every_option() -> None:
+    from akrelay.settings import OPTIONS
+
+    text = subprocess.run([sys.executable, "-m", "akrelay", "serve", "--help"], capture_output=True, text=True,
+                          check=True).stdout
+    for opt in OPTIONS.values():
+        assert opt.flag in text and opt.env in text
+    assert "--config" in text
+
+
+def test_serve_reports_bad_settings(tmp_path) -> None:
+    done = subprocess.run([sys.executable, "-m", "akrelay", "serve", "--data", str(tmp_path), "--origin", "ftp://x"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--origin" in done.stderr
