@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -50,6 +51,9 @@ class IndexerLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def __del__(self) -> None:
+        self.release()
 
     def release(self) -> None:
         if self._fd is not None:
@@ -112,9 +116,12 @@ class Follower:
 class IndexerThread(threading.Thread):
     """Background loop of the elected indexer (daemon: the index is crash-safe)."""
 
-    def __init__(self, follower: Follower, *, interval: float = 0.05) -> None:
+    def __init__(self, follower: Follower, *, interval: float = 0.05,
+                 owner: "weakref.ReferenceType[object] | None" = None) -> None:
         super().__init__(name="akrelay-search-indexer", daemon=True)
         self.follower = follower
+        #: The loop ends by itself once its owner (the search service) is gone.
+        self._owner = owner
         self.interval = interval
         self._halt = threading.Event()
         self._wake = threading.Event()
@@ -132,6 +139,8 @@ class IndexerThread(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
+            if self._owner is not None and self._owner() is None:
+                return
             try:
                 added = self.follower.step()
             except Exception as exc:  # noqa: BLE001 - keep following; report once

@@ -50,7 +50,9 @@ class SearchService:
         writer_heap: int = 64_000_000,
         start: bool = True,
     ) -> None:
-        self.relay = relay
+        # Weak, so that a relay dropped by its owner takes this service (and
+        # its indexer thread) with it.
+        self._relay = weakref.ref(relay)
         self.store = relay.store
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.path = index_dir(self.data_dir) if self.data_dir is not None else None
@@ -69,6 +71,13 @@ class SearchService:
         self._last_reload = 0.0
         if start:
             self.start()
+
+    @property
+    def relay(self) -> Any:
+        relay = self._relay()
+        if relay is None:
+            raise RuntimeError("the relay of this search service is gone")
+        return relay
 
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> None:
@@ -96,7 +105,9 @@ class SearchService:
         follower = Follower(index, self.store)
         old = self._index
         self._index = index
-        self._indexer = IndexerThread(follower, interval=self.poll_interval)
+        if self.path is None:
+            follower.step()  # in memory: searchable before the first request
+        self._indexer = IndexerThread(follower, interval=self.poll_interval, owner=weakref.ref(self))
         self._indexer.start()
         if old is not None and old is not index:
             old.close()
@@ -176,13 +187,14 @@ class SearchService:
     def run(self, request: SearchRequest) -> SearchPage:
         if request.mode not in MODES:  # parse_search_request already refuses this
             raise ProtocolError("unsupported_search_mode", f"search mode {request.mode!r} is not advertised here")
-        checkpoint = self.relay.checkpoint()
-        as_of = self.relay.clock()
+        relay = self.relay
+        checkpoint = relay.checkpoint()
+        as_of = relay.clock()
         index = self._current_index()
         if index is None:
             # No readable index yet (another process is building it): answer
             # honestly with nothing rather than fail.
-            return SearchPage([], self.relay.config.origin, checkpoint, as_of, request.mode, RANKING_ID,
+            return SearchPage([], relay.config.origin, checkpoint, as_of, request.mode, RANKING_ID,
                               ("index_lag",), 0)
         searcher = index.searcher()
         index_seq = read_position(searcher)
@@ -195,13 +207,17 @@ class SearchService:
         if result.timed_out:
             reasons.append("timeout")
         hits = result.hits
-        return SearchPage(hits, self.relay.config.origin, checkpoint, as_of, request.mode, RANKING_ID,
+        return SearchPage(hits, relay.config.origin, checkpoint, as_of, request.mode, RANKING_ID,
                           tuple(reasons), index_seq)
 
     def discovery(self) -> dict[str, Any]:
-        origin = self.relay.config.origin
-        return {"features": [FEATURE], "search_modes": list(MODES),
-                "endpoints": {"search": origin + self.relay.config.search_path}}
+        return discovery_members(self.relay.config)
+
+
+def discovery_members(config: Any) -> dict[str, Any]:
+    """What a ranked-search service adds to its §9.2 document."""
+    return {"features": [FEATURE], "search_modes": list(MODES),
+            "endpoints": {"search": config.origin + config.search_path}}
 
 
 def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:

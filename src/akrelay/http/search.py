@@ -1,0 +1,60 @@
+"""``POST /v1/knowledge/search`` (Agent Knowledge §9.5) and its discovery members.
+
+Thin: the body goes to :class:`akrelay.search.SearchService`, which parses it
+strictly and returns a page; errors leave through the common error mapping.
+One service per relay (per worker process), created with the routes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from litestar import Request, Response, post
+
+from akrelay.http.errors import JSON
+from akrelay.search import SearchService
+from akrelay.search.service import discovery_members
+
+_SERVICES: "weakref.WeakKeyDictionary[Any, SearchService]" = weakref.WeakKeyDictionary()
+
+
+def data_dir_of(relay: Any) -> Path | None:
+    """The data directory of a relay on an on-disk store; ``None`` keeps the index in memory."""
+    path = getattr(relay.store, "path", None)
+    return Path(path).parent if path is not None else None
+
+
+def search_service(relay: Any) -> SearchService:
+    """The search service of ``relay``, created (and its index opened) on first use."""
+    service = _SERVICES.get(relay)
+    if service is None:
+        service = SearchService(relay, data_dir_of(relay))
+        _SERVICES[relay] = service
+    return service
+
+
+def routes(relay: Any, settings: Any) -> list[Any]:
+    # An on-disk relay opens (or rebuilds) its index at start; an in-memory one
+    # waits for its first search, so apps that never search start no thread.
+    if data_dir_of(relay) is not None:
+        search_service(relay)
+    path = relay.config.search_path
+
+    @post(path, status_code=200)
+    async def search(request: Request) -> Response[bytes]:
+        from akrelay.http.app import _require_json
+
+        _require_json(request)
+        body = await request.body()
+        page = await anyio.to_thread.run_sync(search_service(relay).search, body)
+        return Response(content=page.to_json(), status_code=200, media_type=JSON)
+
+    return [search]
+
+
+def discovery(relay: Any, settings: Any) -> dict[str, Any]:
+    """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
+    return discovery_members(relay.config)
