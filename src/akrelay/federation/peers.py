@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
+from akrelay.protocol.discovery import canonical_origin
+
 #: Defaults applied to a peer entry that omits a field.
 DEFAULT_INTERVAL = 30.0
 DEFAULT_PAGE_LIMIT = 500
@@ -48,12 +50,10 @@ def canonical_https_origin(url: str) -> str:
         raise PeerConfigError(f"{url!r}: userinfo is not allowed in a peer origin")
     if parts.path not in ("", "/") or parts.query or parts.fragment or url.endswith(("?", "#")):
         raise PeerConfigError(f"{url!r}: a peer origin has no path, query or fragment")
-    host = parts.hostname.lower()
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    if port is None or port == 443:
-        return f"https://{host}"
-    return f"https://{host}:{port}"
+    try:
+        return canonical_origin(url)  # the core's one serialization of an origin
+    except ValueError as exc:
+        raise PeerConfigError(f"{url!r} is not a valid HTTPS origin: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,7 @@ from typing import Any, Callable, Iterable
 from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
 from akrelay.federation.state import FederationState, PeerState
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
-try:
-    from akrelay.protocol.discovery import validate_discovery
-except ImportError:  # pragma: no cover - the core's discovery module lands separately
-    validate_discovery = None
+from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.jcs import canonicalize
 
@@ -198,24 +195,21 @@ class SyncEngine:
     # -- discovery ----------------------------------------------------------
 
     def _discover(self, peer: Peer, transport: PeerTransport, hop: int) -> dict[str, str]:
+        """Read and check the peer's own discovery document; advertised endpoints win over defaults."""
         doc = transport.get_json(peer.origin + DISCOVERY_PATH, max_bytes=min(peer.max_page_bytes, 1 << 20))
         if not isinstance(doc, dict) or doc.get("service") != peer.origin:
             service = doc.get("service") if isinstance(doc, dict) else None
             raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
         try:
-            if validate_discovery is not None:
-                validate_discovery(doc, peer.origin)
+            discovery = validate_discovery(doc, peer.origin)
         except ProtocolError as exc:
             raise PeerMisbehaved(f"invalid discovery document: {exc.message}") from None
-        advertised = doc.get("endpoints") or {}
-        endpoints: dict[str, str] = {}
-        for name, path in DEFAULT_PATHS.items():
-            url = advertised.get(name, peer.origin + path)
-            if not isinstance(url, str) or not url.startswith(peer.origin + "/"):
+        endpoints = {name: discovery.endpoints.get(name, peer.origin + path) for name, path in DEFAULT_PATHS.items()}
+        for name, url in endpoints.items():  # validate_discovery checks this too; never trust one check
+            if not url.startswith(peer.origin + "/"):
                 raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
-            endpoints[name] = url
         if self.options.follow_hints and hop < self.options.hint_hops:
-            self._note_hints(doc.get("peers"), hop + 1)
+            self._note_hints(list(discovery.peers), hop + 1)
         return endpoints
 
     def _note_hints(self, hints: Any, hop: int) -> None:
