@@ -231,7 +231,7 @@ def _evidence(value: Any, where: str) -> list[dict[str, Any]]:
         if "media_type" in ev:
             _text(ev, "media_type", w)
         if "role" in ev:
-            if ev["role"] not in EVIDENCE_ROLES or type(ev["role"]) is not str:
+            if type(ev["role"]) is not str or ev["role"] not in EVIDENCE_ROLES:
                 _fail(f"{w}.role is not a known evidence role")
             if ev["role"] == "output" and "digest" not in ev:
                 _fail(f"{w}: an output reference must carry a digest")
