@@ -7,6 +7,8 @@ Public entry points:
 * ``classify(text) -> "KQL" | "KML" | "META" | None`` and ``is_kml(text)``
   (``classify``): language classification (§73.1); KML is refused by the
   read-only runtime with ``ReadonlyViolation``.
+* ``execute_kql(runtime, command, parameters, seq) -> (result, context)``
+  (``evaluate``): the evaluator entry point the KIP runtime calls.
 * ``KqlError``: every error carries a KIP §87 code and the §86.1 shape.
 * ``Param``/``Literal``/``resolve``: structural parameter binding (§74).
 """
@@ -18,6 +20,15 @@ from akrelay.kip.kql.nodes import Query
 from akrelay.kip.kql.query import parse_kql
 from akrelay.kip.kql.values import Literal, Param, resolve
 
+
+
+def execute_kql(runtime, command, parameters, seq, **kw):  # type: ignore[no-untyped-def]
+    """See :func:`akrelay.kip.kql.evaluate.execute_kql` (imported lazily: it needs the nexus)."""
+    from akrelay.kip.kql.evaluate import execute_kql as run
+
+    return run(runtime, command, parameters, seq, **kw)
+
+
 __all__ = [
     "KqlError",
     "Literal",
@@ -25,6 +36,7 @@ __all__ = [
     "Param",
     "Query",
     "classify",
+    "execute_kql",
     "is_kml",
     "parse_kql",
     "parse_meta",

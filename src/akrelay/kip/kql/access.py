@@ -1,0 +1,89 @@
+"""Read accessors the KQL evaluator needs beyond the nexus's own API.
+
+The nexus indexes what import needs (concept by key, Propositions by subject,
+Assertions by Proposition). Query evaluation also walks edges backwards and
+selects by type or predicate, so this module keeps secondary indexes over the
+append-only element map, extended incrementally as new elements appear. As
+elements never change once created, an index entry is valid at every snapshot
+at or after its element's ``created_seq``; readers filter by snapshot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
+from akrelay.kip.nexus import Nexus
+
+
+class Indexes:
+    """Secondary indexes of one nexus (see module docstring)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.by_type: dict[str, list[str]] = {}
+        self.struct_sources: dict[tuple[str, str], list[str]] = {}
+        self.struct_by_field: dict[str, list[str]] = {}
+        self.props_by_object: dict[str, list[str]] = {}
+        self.props_by_predicate: dict[str, list[str]] = {}
+        self.assertions_by_author: dict[str, list[str]] = {}
+        self.by_kind: dict[str, list[str]] = {k: [] for k in ("concept", "proposition", "assertion",
+                                                                  "evidence", "activity")}
+
+    def update(self, nexus: Nexus) -> None:
+        total = len(nexus.elements)
+        if total == self.seen:
+            return
+        for element in itertools.islice(nexus.elements.values(), self.seen, None):
+            eid = element.id
+            if isinstance(element, Concept):
+                self.by_kind["concept"].append(eid)
+                self.by_type.setdefault(element.type, []).append(eid)
+                for field, target in element.structural.items():
+                    self.struct_sources.setdefault((field, target), []).append(eid)
+                    self.struct_by_field.setdefault(field, []).append(eid)
+            elif isinstance(element, Proposition):
+                self.by_kind["proposition"].append(eid)
+                self.props_by_predicate.setdefault(element.predicate, []).append(eid)
+                if isinstance(element.object, dict):
+                    self.props_by_object.setdefault(element.object["id"], []).append(eid)
+            elif isinstance(element, Assertion):
+                self.by_kind["assertion"].append(eid)
+                self.assertions_by_author.setdefault(element.asserted_by, []).append(eid)
+            elif isinstance(element, Evidence):
+                self.by_kind["evidence"].append(eid)
+            elif isinstance(element, Activity):
+                self.by_kind["activity"].append(eid)
+        self.seen = total
+
+
+_INDEXES: "weakref.WeakKeyDictionary[Nexus, Indexes]" = weakref.WeakKeyDictionary()
+
+
+def indexes(nexus: Nexus) -> Indexes:
+    """The up-to-date secondary indexes of ``nexus`` (built on first use)."""
+    found = _INDEXES.get(nexus)
+    if found is None:
+        found = _INDEXES[nexus] = Indexes()
+    found.update(nexus)
+    return found
+
+
+def query_view(nexus: Nexus, element: Any, seq: int) -> dict[str, Any]:
+    """The element view KQL paths and object patterns read (§44.1).
+
+    It is the nexus's authorized view plus query conveniences: a Concept's local
+    ``type`` name, and a Proposition's ``predicate`` and merge-resolved
+    ``canonical_subject``/``canonical_object`` (no merges happen here, so they
+    equal the stored endpoints, §43.2).
+    """
+    view = nexus.view(element, seq)
+    if isinstance(element, Concept):
+        view["type"] = element.type
+    elif isinstance(element, Proposition):
+        view["predicate"] = element.predicate_ref
+        view["canonical_subject"] = view["subject"]
+        view["canonical_object"] = view["object"]
+    return view

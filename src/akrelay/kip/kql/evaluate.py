@@ -1,0 +1,1139 @@
+"""The KQL evaluator over the nexus (KIP §42–§50).
+
+Solution processing follows §42.4–§42.5 and §44 literally:
+
+1. the WHERE block is evaluated left to right over a list of solutions (dicts
+   from variable name to value); the top level and every UNION right branch
+   start from one empty solution; ordinary patterns extend each incoming
+   solution, FILTER keeps solutions whose condition is *true* (three-valued
+   logic, unknown never passes), NOT keeps an incoming solution when its block
+   has no compatible match, OPTIONAL extends or keeps the solution once, and
+   UNION appends an independent branch (§44.5 table);
+2. identical complete solutions are deduplicated on every visible binding;
+3. implicit grouping and aggregates (§44.6);
+4. output expressions, ORDER BY (nulls last in both directions, ties broken
+   by the complete solution so pages never skip or repeat), then the page.
+
+Patterns run in the order written — put the most selective pattern first.
+Values bound to variables are elements (compared by id), search hits
+(elements plus transient ``retrieval``), virtual Belief/Slot and Structural
+edge values, or JSON values (compared by §9.6 canonical form). Reference
+fields (``{"id": ...}``) bind the referenced element and paths step through
+them. Array patterns match by containment: each item pattern matches some
+stored item, binding once per matching item.
+
+Limits (declared in ``LIMITS`` and by DESCRIBE CAPABILITIES): raw paths walk
+at most ``max_path_hops`` hops and visit at most ``max_path_visits`` nodes;
+an open ``{m,}`` path that would need more, or a solution set larger than
+``max_solutions``, fails ``ResourceExhausted`` rather than truncating. A query
+without ``LIMIT`` returns at most ``result_cap`` rows and says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+import unicodedata
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Mapping
+
+from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, KIND_OF, Proposition
+from akrelay.kip.grounding import search as keyword_search
+from akrelay.kip.kql import belief as B
+from akrelay.kip.kql import cursor as C
+from akrelay.kip.kql import nodes as A
+from akrelay.kip.kql.access import indexes, query_view
+from akrelay.kip.kql.check import parameter_names
+from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.query import parse_kql
+from akrelay.kip.kql.regex import regex_match
+from akrelay.kip.kql.values import (
+    Literal, Param, check_cursor, check_limit, check_seq, check_threshold, is_safe_integer,
+)
+
+LIMITS = {
+    "max_path_hops": 32,
+    "max_path_visits": 200_000,
+    "max_solutions": 500_000,
+    "result_cap": 1000,
+    "cursor_ttl_seconds": C.TTL_MS // 1000,
+}
+ELEMENT_TYPES = (Concept, Proposition, Assertion, Evidence, Activity)
+
+
+# ------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A Search Pattern binding: the element plus its transient retrieval data (§43.8)."""
+
+    element: Any
+    score: float
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A virtual Structural binding (§43.7)."""
+
+    source: str
+    field_ref: str
+    target: str
+
+
+def _element_of(value: Any) -> Any:
+    if isinstance(value, Hit):
+        return value.element
+    return value if isinstance(value, ELEMENT_TYPES) else None
+
+
+def _canon(value: Any) -> Any:
+    """§9.6 canonical form of a JSON value, as a hashable structure."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            return ("n", int(value))
+        return ("n", value if isinstance(value, int) else float(value))
+    if isinstance(value, str):
+        return ("s", unicodedata.normalize("NFC", value))
+    if isinstance(value, list):
+        return ("a", tuple(_canon(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", tuple(sorted((k, _canon(v)) for k, v in value.items())))
+    return ("?", repr(value))
+
+
+def binding_key(value: Any) -> Any:
+    """Identity of a bound value for deduplication and unification (§42.5)."""
+    element = _element_of(value)
+    if element is not None:
+        return ("e", element.id)
+    if isinstance(value, B.BeliefValue):
+        return ("b", value.key)
+    if isinstance(value, Edge):
+        return ("s", value.source, value.field_ref, value.target)
+    return ("v", _canon(value))
+
+
+def solution_key(solution: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((name, binding_key(v)) for name, v in solution.items()))
+
+
+def _order_text(key: Any) -> str:
+    return json.dumps(key, default=repr, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------------ context
+
+
+@dataclass
+class Context:
+    rt: Any
+    seq: int
+    params: Mapping[str, Any]
+    settings: B.Settings
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    used_search: bool = False
+    used_projection: bool = False
+
+    @property
+    def nexus(self) -> Any:
+        return self.rt.nexus
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, Param):
+            return self.params[v.name]  # presence checked before execution
+        if isinstance(v, Literal):
+            return v.value
+        raise AssertionError(v)  # pragma: no cover
+
+    def get(self, eid: Any) -> Any:
+        if not isinstance(eid, str):
+            return None
+        return self.nexus.get(eid, self.seq)
+
+    def view(self, element: Any) -> dict[str, Any]:
+        found = self.views.get(element.id)
+        if found is None:
+            found = self.views[element.id] = query_view(self.nexus, element, self.seq)
+        return found
+
+    def resolve_symbol(self, name: Any, kind: str) -> str:
+        """A Schema symbol (local name, exact or lineage ref) -> its local name."""
+        if not isinstance(name, str):
+            raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
+        exact, _ = self.rt.environment.resolve(name, kind)
+        return exact.rsplit("/", 1)[1]
+
+    def exact_ref(self, local: str, kind: str) -> str:
+        return self.rt.environment.resolve(local, kind)[0]
+
+
+# ----------------------------------------------------------------- unification
+
+
+def _is_ref(stored: Any) -> bool:
+    return isinstance(stored, dict) and len(stored) == 1 and isinstance(stored.get("id"), str)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return binding_key(a) == binding_key(b)
+
+
+def _scalar_matches(value: Any, stored: Any, ctx: Context) -> bool:
+    """A parameter/literal constraint against a stored value (§9.6 equality)."""
+    if _is_ref(stored):
+        if isinstance(value, str):
+            return value == stored["id"]
+        if _is_ref(value):
+            return value["id"] == stored["id"]
+        return False
+    return _canon(value) == _canon(stored)
+
+
+def _deref(stored: Any, ctx: Context) -> Any:
+    if _is_ref(stored):
+        element = ctx.get(stored["id"])
+        if element is not None:
+            return element
+    return stored
+
+
+def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    """Match one pattern value against a stored value, extending ``sol``."""
+    if isinstance(pv, A.Var):
+        value = _deref(stored, ctx)
+        if pv.name in sol:
+            if _same(sol[pv.name], value):
+                yield sol
+            return
+        yield {**sol, pv.name: value}
+    elif isinstance(pv, (Param, Literal)):
+        if _scalar_matches(ctx.value(pv), stored, ctx):
+            yield sol
+    elif isinstance(pv, A.ObjectPattern):
+        if _is_ref(stored):
+            element = ctx.get(stored["id"])
+            if element is not None:
+                yield from match_element(element, pv, sol, ctx)
+        elif isinstance(stored, dict):
+            yield from _match_members(list(pv.members), stored, sol, ctx)
+    elif isinstance(pv, A.ArrayPattern):
+        if isinstance(stored, list):
+            yield from _match_items(list(pv.items), stored, sol, ctx)
+    elif isinstance(pv, (A.TripleTuple, A.IdTuple)):
+        if _is_ref(stored):
+            element = ctx.get(stored["id"])
+            if isinstance(element, Proposition):
+                yield from match_proposition(element, pv, sol, ctx)
+
+
+def _match_members(members: list[tuple[str, Any]], stored: dict[str, Any], sol: dict[str, Any],
+                   ctx: Context) -> Iterator[dict[str, Any]]:
+    if not members:
+        yield sol
+        return
+    (name, pv), rest = members[0], members[1:]
+    if name not in stored:
+        return  # an absent field matches nothing, not even null (§43.1)
+    for extended in unify(pv, stored[name], sol, ctx):
+        yield from _match_members(rest, stored, extended, ctx)
+
+
+def _match_items(items: list[Any], stored: list[Any], sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if not items:
+        yield sol
+        return
+    for candidate in stored:
+        for extended in unify(items[0], candidate, sol, ctx):
+            yield from _match_items(items[1:], stored, extended, ctx)
+
+
+def match_element(element: Any, pattern: A.ObjectPattern, sol: dict[str, Any],
+                  ctx: Context) -> Iterator[dict[str, Any]]:
+    """An element against an object pattern; ``type`` is Schema-resolved (§43.1)."""
+    members = []
+    for name, pv in pattern.members:
+        if name == "type" and isinstance(element, Concept) and isinstance(pv, (Param, Literal)):
+            if ctx.resolve_symbol(ctx.value(pv), "ConceptType") != element.type:
+                return
+            continue
+        members.append((name, pv))
+    yield from _match_members(members, ctx.view(element), sol, ctx)
+
+
+def match_proposition(prop: Proposition, tup: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    """A Proposition against a single-hop tuple or an id tuple."""
+    if isinstance(tup, A.IdTuple):
+        if ctx.value(tup.id) == prop.id:
+            yield sol
+        return
+    for step in tup.path:
+        yield from _match_step(prop, step, tup, sol, ctx)
+
+
+def _match_step(prop: Proposition, step: A.PathStep, tup: A.TripleTuple, sol: dict[str, Any],
+                ctx: Context) -> Iterator[dict[str, Any]]:
+    predicate = step.predicate
+    if isinstance(predicate, A.Var):
+        ref = ctx.exact_ref(prop.predicate, "Predicate")
+        if predicate.name in sol:
+            bound = sol[predicate.name]
+            if not isinstance(bound, str) or ctx.resolve_symbol(bound, "Predicate") != prop.predicate:
+                return
+            sols = [sol]
+        else:
+            sols = [{**sol, predicate.name: ref}]
+    else:
+        if ctx.resolve_symbol(ctx.value(predicate), "Predicate") != prop.predicate:
+            return
+        sols = [sol]
+    for s in sols:
+        for s2 in unify(tup.subject, {"id": prop.subject}, s, ctx):
+            yield from unify(tup.object, prop.object, s2, ctx)
+
+
+# ------------------------------------------------------------------ candidates
+
+
+def _grounded_id(term: Any, sol: Mapping[str, Any], ctx: Context) -> tuple[bool, Any]:
+    """Whether ``term`` names one element already, and its id."""
+    if isinstance(term, A.Var):
+        if term.name in sol:
+            element = _element_of(sol[term.name])
+            if element is not None:
+                return True, element.id
+            value = sol[term.name]
+            return True, value["id"] if _is_ref(value) else value
+        return False, None
+    if isinstance(term, (Param, Literal)):
+        value = ctx.value(term)
+        return True, value["id"] if _is_ref(value) else value
+    if isinstance(term, A.ObjectPattern):
+        for name, pv in term.members:
+            if name == "id":
+                if isinstance(pv, (Param, Literal)):
+                    return True, ctx.value(pv)
+                if isinstance(pv, A.Var) and pv.name in sol:
+                    return _grounded_id(pv, sol, ctx)
+    if isinstance(term, A.IdTuple):
+        return True, ctx.value(term.id)
+    return False, None
+
+
+def _visible(ids: Any, ctx: Context, cls: Any) -> Iterator[Any]:
+    for eid in ids:
+        element = ctx.get(eid)
+        if isinstance(element, cls):
+            yield element
+
+
+def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+    if var in sol:
+        element = _element_of(sol[var])
+        if isinstance(element, Concept):
+            yield element
+        return
+    members = dict(pattern.members)
+    ok, eid = _grounded_id(pattern, sol, ctx)
+    if ok:
+        element = ctx.get(eid)
+        if isinstance(element, Concept):
+            yield element
+        return
+    type_pv, key_pv = members.get("type"), members.get("key")
+    if isinstance(type_pv, (Param, Literal)):
+        local = ctx.resolve_symbol(ctx.value(type_pv), "ConceptType")
+        if isinstance(key_pv, (Param, Literal)) and isinstance(ctx.value(key_pv), str):
+            element = ctx.nexus.concept(local, ctx.value(key_pv), ctx.seq)
+            if element is not None:
+                yield element
+            return
+        yield from _visible(indexes(ctx.nexus).by_type.get(local, ()), ctx, Concept)
+        return
+    yield from _visible(indexes(ctx.nexus).by_kind["concept"], ctx, Concept)
+
+
+def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
+                     ctx: Context) -> Iterator[Any]:
+    if var in sol:
+        element = _element_of(sol[var])
+        if isinstance(element, cls):
+            yield element
+        return
+    members = dict(pattern.members)
+    ok, eid = _grounded_id(pattern, sol, ctx)
+    if ok:
+        element = ctx.get(eid)
+        if isinstance(element, cls):
+            yield element
+        return
+    if cls is Assertion:
+        ok, pid = _grounded_id(members["proposition"], sol, ctx) if "proposition" in members else (False, None)
+        if ok:
+            yield from (a for a in ctx.nexus.assertions_on(pid, ctx.seq) if isinstance(pid, str))
+            return
+        ok, author = _grounded_id(members["asserted_by"], sol, ctx) if "asserted_by" in members else (False, None)
+        if ok:
+            yield from _visible(indexes(ctx.nexus).assertions_by_author.get(author, ()), ctx, Assertion)
+            return
+    if cls is Evidence and isinstance(members.get("client_key"), (Param, Literal)):
+        key = ctx.value(members["client_key"])
+        eid = ctx.nexus.evidence_by_client_key.get(key) if isinstance(key, str) else None
+        if eid is not None:
+            yield from _visible((eid,), ctx, Evidence)
+        return
+    yield from _visible(indexes(ctx.nexus).by_kind[kind], ctx, cls)
+
+
+def _proposition_candidates(tup: A.TripleTuple, sol: Mapping[str, Any], ctx: Context) -> Iterator[Proposition]:
+    ok, subject = _grounded_id(tup.subject, sol, ctx)
+    if ok:
+        if isinstance(subject, str):
+            yield from ctx.nexus.propositions_about(subject, ctx.seq)
+        return
+    ok, obj = _grounded_id(tup.object, sol, ctx)
+    idx = indexes(ctx.nexus)
+    if ok and isinstance(obj, str) and not isinstance(tup.object, Literal):
+        yield from _visible(idx.props_by_object.get(obj, ()), ctx, Proposition)
+        return
+    locals_: list[str] = []
+    for step in tup.path:
+        if isinstance(step.predicate, A.Var):
+            if step.predicate.name not in sol:
+                yield from _visible(idx.by_kind["proposition"], ctx, Proposition)
+                return
+            locals_.append(ctx.resolve_symbol(sol[step.predicate.name], "Predicate"))
+        else:
+            locals_.append(ctx.resolve_symbol(ctx.value(step.predicate), "Predicate"))
+    for local in dict.fromkeys(locals_):
+        yield from _visible(idx.props_by_predicate.get(local, ()), ctx, Proposition)
+
+
+# ----------------------------------------------------------------- raw paths
+
+
+def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | None,
+          forward: bool) -> list[Any]:
+    """Endpoints reachable from ``start`` in ``lo..hi`` hops over ``predicates`` (§45)."""
+    max_hops = LIMITS["max_path_hops"]
+    idx = indexes(ctx.nexus)
+    reached: dict[Any, None] = {}
+    if lo == 0:
+        reached[start] = None
+    frontier = [start]
+    seen = {start}
+    visits = 0
+    depth = 0
+    limit = hi if hi is not None else max_hops
+    while frontier and depth < limit:
+        depth += 1
+        nxt: list[Any] = []
+        for node in frontier:
+            if forward:
+                props = [p for p in ctx.nexus.propositions_about(node, ctx.seq) if p.predicate in predicates] \
+                    if isinstance(node, str) else []
+                targets = [p.object["id"] if isinstance(p.object, dict) else ("lit", p.object) for p in props]
+            else:
+                props = [p for p in _visible(idx.props_by_object.get(node, ()), ctx, Proposition)
+                         if p.predicate in predicates] if isinstance(node, str) else []
+                targets = [p.subject for p in props]
+            for target in targets:
+                visits += 1
+                if visits > LIMITS["max_path_visits"]:
+                    raise KqlError("ResourceExhausted", "the raw path visits more nodes than this runtime allows",
+                                   details={"limit": "max_path_visits", "value": LIMITS["max_path_visits"]})
+                if depth >= lo:
+                    reached[target] = None
+                if target not in seen:
+                    seen.add(target)
+                    if not (isinstance(target, tuple)):
+                        nxt.append(target)
+        frontier = nxt
+    if frontier and (hi is None or hi > max_hops):
+        raise KqlError("ResourceExhausted",
+                       f"the raw path continues beyond {max_hops} hops; reachability was not truncated",
+                       details={"limit": "max_path_hops", "value": max_hops},
+                       hint="give the path an explicit upper bound")
+    return list(reached)
+
+
+def _path_solutions(tup: A.TripleTuple, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    groups: dict[tuple[int, int | None], set[str]] = {}
+    for step in tup.path:
+        groups.setdefault((step.min_hops, step.max_hops), set()).add(
+            ctx.resolve_symbol(ctx.value(step.predicate), "Predicate"))
+    s_ok, subject = _grounded_id(tup.subject, sol, ctx)
+    o_ok, obj = _grounded_id(tup.object, sol, ctx)
+    pairs: dict[tuple[Any, Any], None] = {}
+    for (lo, hi), predicates in groups.items():
+        if s_ok:
+            starts, forward = [subject], True
+        elif o_ok and isinstance(obj, str) and not isinstance(tup.object, Literal):
+            starts, forward = [obj], False
+        else:
+            idx = indexes(ctx.nexus)
+            if lo == 0:
+                starts = [e.id for e in _visible(idx.by_kind["concept"], ctx, Concept)]
+            else:
+                starts = list(dict.fromkeys(p.subject for local in predicates
+                                            for p in _visible(idx.props_by_predicate.get(local, ()), ctx, Proposition)))
+            forward = True
+        for start in starts:
+            if not isinstance(start, str) or ctx.get(start) is None:
+                continue
+            for end in _walk(ctx, start, predicates, lo, hi, forward):
+                pairs[(start, end) if forward else (end, start)] = None
+    for s_id, o_id in pairs:
+        o_value = o_id[1] if isinstance(o_id, tuple) else {"id": o_id}
+        for s2 in unify(tup.subject, {"id": s_id}, sol, ctx):
+            yield from unify(tup.object, o_value, s2, ctx)
+
+
+# ------------------------------------------------------------------ patterns
+
+
+def _proposition_pattern(clause: A.PropositionPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    tup = clause.tuple
+    if isinstance(tup, A.IdTuple):
+        element = ctx.get(ctx.value(tup.id))
+        props = [element] if isinstance(element, Proposition) else []
+    elif not all(step.is_single_hop for step in tup.path):
+        yield from _path_solutions(tup, sol, ctx)
+        return
+    elif clause.var is not None and clause.var in sol:
+        element = _element_of(sol[clause.var])
+        props = [element] if isinstance(element, Proposition) else []
+    else:
+        props = _proposition_candidates(tup, sol, ctx)
+    for prop in props:
+        for s in match_proposition(prop, tup, sol, ctx):
+            if clause.var is None:
+                yield s
+            else:
+                yield from unify(A.Var(clause.var), {"id": prop.id}, s, ctx)
+
+
+def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    local = ctx.resolve_symbol(ctx.value(clause.field), "StructuralField")
+    ref = ctx.exact_ref(local, "StructuralField")
+    s_ok, subject = _grounded_id(clause.subject, sol, ctx)
+    o_ok, obj = _grounded_id(clause.object, sol, ctx)
+    idx = indexes(ctx.nexus)
+    if s_ok:
+        sources = [subject]
+    elif o_ok and isinstance(obj, str):
+        sources = idx.struct_sources.get((local, obj), [])
+    else:
+        sources = idx.struct_by_field.get(local, [])
+    for source in sources:
+        element = ctx.get(source)
+        if not isinstance(element, Concept) or local not in element.structural:
+            continue
+        target = element.structural[local]
+        if ctx.get(target) is None:
+            continue
+        for s in unify(clause.subject, {"id": element.id}, sol, ctx):
+            for s2 in unify(clause.object, {"id": target}, s, ctx):
+                if clause.var is None:
+                    yield s2
+                    continue
+                edge = Edge(element.id, ref, target)
+                if clause.var in s2:
+                    if _same(s2[clause.var], edge):
+                        yield s2
+                else:
+                    yield {**s2, clause.var: edge}
+
+
+def _bind_virtual(var: str, value: Any, sol: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if var in sol:
+        if _same(sol[var], value):
+            yield sol
+        return
+    yield {**sol, var: value}
+
+
+def _belief_pattern(clause: A.BeliefPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    ctx.used_projection = True
+    target = clause.target
+    if isinstance(target, A.Var):
+        bound = sol.get(target.name)
+        prop = _element_of(bound)
+        if not isinstance(prop, Proposition):
+            raise KqlError("ProjectionTargetUnbound",
+                           f"BELIEF (?{target.name}) needs ?{target.name} bound to a Proposition in every solution",
+                           details={"variable": target.name})
+        yield from _bind_virtual(clause.var, B.belief(ctx.rt, prop.id, ctx.seq, ctx.settings), sol)
+        return
+    if isinstance(target, A.IdTuple):
+        prop = ctx.get(ctx.value(target.id))
+        if isinstance(prop, Proposition):
+            yield from _bind_virtual(clause.var, B.belief(ctx.rt, prop.id, ctx.seq, ctx.settings), sol)
+        return
+    predicate = target.path[0].predicate
+    pred_value = sol.get(predicate.name) if isinstance(predicate, A.Var) else ctx.value(predicate)
+    local = ctx.resolve_symbol(pred_value, "Predicate")
+    ref = ctx.exact_ref(local, "Predicate")
+    for subject in _subjects(target.subject, sol, ctx):
+        for s in unify(target.subject, {"id": subject.id}, sol, ctx):
+            o_ok, obj = _grounded_id(target.object, s, ctx)
+            props = [p for p in ctx.nexus.propositions_about(subject.id, ctx.seq) if p.predicate == local]
+            matched = False
+            for prop in props:
+                for s2 in unify(target.object, prop.object, s, ctx):
+                    matched = True
+                    yield from _bind_virtual(clause.var, B.belief(ctx.rt, prop.id, ctx.seq, ctx.settings), s2)
+            if not matched and o_ok and not isinstance(target.object, (A.ObjectPattern, A.TripleTuple)):
+                value = ctx.value(target.object) if isinstance(target.object, (Param, Literal)) else obj
+                if isinstance(target.object, A.Var):
+                    value = s[target.object.name]
+                    element = _element_of(value)
+                    value = {"id": element.id} if element is not None else value
+                missing = B.missing_belief(ctx.rt, subject.id, ref, value, ctx.seq, ctx.settings)
+                yield from _bind_virtual(clause.var, missing, s)
+
+
+def _subjects(term: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+    ok, eid = _grounded_id(term, sol, ctx)
+    if ok:
+        element = ctx.get(eid)
+        if element is not None:
+            yield element
+        return
+    if isinstance(term, A.ObjectPattern):
+        yield from _concept_candidates("\0subject", term, {}, ctx)
+        return
+    raise KqlError("ProjectionTargetUnbounded", "BELIEF needs a grounded subject (§46.3)")  # pragma: no cover
+
+
+def _belief_slot_pattern(clause: A.BeliefSlotPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    ctx.used_projection = True
+    predicate = clause.predicate
+    pred_value = sol.get(predicate.name) if isinstance(predicate, A.Var) else ctx.value(predicate)
+    local = ctx.resolve_symbol(pred_value, "Predicate")
+    ref = ctx.exact_ref(local, "Predicate")
+    for subject in _subjects(clause.subject, sol, ctx):
+        for s in unify(clause.subject, {"id": subject.id}, sol, ctx):
+            yield from _bind_virtual(clause.var, B.slot(ctx.rt, subject.id, local, ref, ctx.seq, ctx.settings), s)
+
+
+def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    ctx.used_search = True
+    mode = ctx.value(clause.mode) if clause.mode is not None else "keyword"
+    if mode not in ("keyword", "semantic", "hybrid"):
+        raise KqlError("ConstraintViolation", f"unknown search MODE {mode!r}")
+    if mode != "keyword":
+        raise KqlError("SearchModeUnsupported", f"search mode {mode!r} is not supported; this runtime serves keyword",
+                       details={"mode": mode, "supported": ["keyword"]})
+    kind = clause.kind.lower()
+    if kind not in ctx.nexus.index:
+        raise KqlError("SearchIndexUnavailable", f"{clause.kind} is not indexed for search",
+                       details={"kind": kind, "indexed": sorted(ctx.nexus.index)})
+    term = ctx.value(clause.term)
+    if not isinstance(term, str):
+        raise KqlError("TypeMismatch", "the search term is a string")
+    type_filter = (ctx.resolve_symbol(ctx.value(clause.with_type), "ConceptType")
+                   if clause.with_type is not None else None)
+    if type_filter is not None and kind != "concept":
+        raise KqlError("ConstraintViolation", "WITH TYPE applies to SEARCH CONCEPT only")
+    predicate_filter = (ctx.resolve_symbol(ctx.value(clause.with_predicate), "Predicate")
+                        if clause.with_predicate is not None else None)
+    if predicate_filter is not None and kind not in ("proposition", "assertion"):
+        raise KqlError("ConstraintViolation", "WITH PREDICATE applies to PROPOSITION and ASSERTION searches")
+    threshold = check_threshold(ctx.value(clause.threshold)) if clause.threshold is not None else None
+    limit = check_limit(ctx.value(clause.limit), "Search Pattern LIMIT")
+    hits = keyword_search(ctx.nexus, kind, term, ctx.seq, type_filter=type_filter,
+                          predicate_filter=predicate_filter, threshold=threshold)[:limit]
+    for score, eid in hits:
+        element = ctx.nexus.elements[eid]
+        if clause.var in sol:
+            if _element_of(sol[clause.var]) is element:
+                yield {**sol, clause.var: Hit(element, score, mode)}
+            continue
+        yield {**sol, clause.var: Hit(element, score, mode)}
+
+
+def _pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if isinstance(clause, A.ConceptPattern):
+        for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
+            for s in match_element(element, clause.pattern, sol, ctx):
+                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+    elif isinstance(clause, (A.AssertionPattern, A.EvidencePattern, A.ActivityPattern)):
+        cls, kind = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
+                     A.ActivityPattern: (Activity, "activity")}[type(clause)]
+        for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
+            for s in match_element(element, clause.pattern, sol, ctx):
+                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+    elif isinstance(clause, A.PropositionPattern):
+        yield from _proposition_pattern(clause, sol, ctx)
+    elif isinstance(clause, A.StructuralPattern):
+        yield from _structural_pattern(clause, sol, ctx)
+    elif isinstance(clause, A.BeliefPattern):
+        yield from _belief_pattern(clause, sol, ctx)
+    elif isinstance(clause, A.BeliefSlotPattern):
+        yield from _belief_slot_pattern(clause, sol, ctx)
+    elif isinstance(clause, A.SearchPattern):
+        yield from _search_pattern(clause, sol, ctx)
+    else:  # pragma: no cover
+        raise AssertionError(f"unknown clause {clause!r}")
+
+
+def _cap(solutions: list[dict[str, Any]]) -> None:
+    if len(solutions) > LIMITS["max_solutions"]:
+        raise KqlError("ResourceExhausted", "the query produces more intermediate solutions than this runtime allows",
+                       details={"limit": "max_solutions", "value": LIMITS["max_solutions"]},
+                       hint="constrain the first patterns more tightly")
+
+
+def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
+    """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5)."""
+    current = incoming
+    for clause in clauses:
+        if isinstance(clause, A.Filter):
+            current = [s for s in current if truth(eval_expr(clause.expr, s, ctx)) is True]
+        elif isinstance(clause, A.Not):
+            current = [s for s in current if not eval_block(clause.clauses, [s], ctx)]
+        elif isinstance(clause, A.Optional):
+            out: list[dict[str, Any]] = []
+            for s in current:
+                matches = eval_block(clause.clauses, [s], ctx)
+                out.extend(matches if matches else [s])
+            current = out
+        elif isinstance(clause, A.Union):
+            current = current + eval_block(clause.clauses, [{}], ctx)
+        else:
+            out = []
+            for s in current:
+                out.extend(_pattern(clause, s, ctx))
+                _cap(out)
+            current = out
+        _cap(current)
+    return current
+
+
+# --------------------------------------------------------------------- expressions
+
+
+def truth(value: Any) -> bool | None:
+    """Three-valued truth: True, False, or None (unknown)."""
+    return value if isinstance(value, bool) else None
+
+
+def _step(value: Any, step: str, ctx: Context) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, Hit):
+        if step == "retrieval":
+            return {"score": value.score, "mode": value.mode}
+        value = value.element
+    if isinstance(value, ELEMENT_TYPES):
+        return ctx.view(value).get(step)
+    if isinstance(value, B.BeliefValue):
+        return value.data.get(step)
+    if isinstance(value, Edge):
+        return {"source": {"id": value.source}, "field": value.field_ref, "target": {"id": value.target},
+                "index": None}.get(step)
+    if isinstance(value, dict):
+        if _is_ref(value) and step != "id":
+            element = ctx.get(value["id"])
+            return ctx.view(element).get(step) if element is not None else None
+        return value.get(step)
+    return None
+
+
+def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
+    if isinstance(expr, (Param, Literal)):
+        return ctx.value(expr)
+    if isinstance(expr, A.Var):
+        return sol.get(expr.name)
+    if isinstance(expr, A.Path):
+        value = sol.get(expr.var)
+        for step in expr.steps:
+            value = _step(value, step, ctx)
+        return value
+    if isinstance(expr, A.ArrayExpr):
+        return [eval_expr(i, sol, ctx) for i in expr.items]
+    if isinstance(expr, A.ObjectExpr):
+        return {k: eval_expr(v, sol, ctx) for k, v in expr.members}
+    if isinstance(expr, A.Unary):
+        operand = eval_expr(expr.operand, sol, ctx)
+        if expr.op == "!":
+            t = truth(operand)
+            return None if t is None else not t
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand
+        return None
+    if isinstance(expr, A.Binary):
+        if expr.op in ("&&", "||"):
+            left = truth(eval_expr(expr.left, sol, ctx))
+            if expr.op == "&&" and left is False:
+                return False
+            if expr.op == "||" and left is True:
+                return True
+            right = truth(eval_expr(expr.right, sol, ctx))
+            if expr.op == "&&":
+                return False if right is False else (True if left is True and right is True else None)
+            return True if right is True else (False if left is False and right is False else None)
+        return compare(expr.op, eval_expr(expr.left, sol, ctx), eval_expr(expr.right, sol, ctx))
+    if isinstance(expr, A.Call):
+        return call(expr, [eval_expr(a, sol, ctx) for a in expr.args])
+    raise AssertionError(f"not an expression: {expr!r}")  # pragma: no cover
+
+
+def _scalar_kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def compare(op: str, left: Any, right: Any) -> bool | None:
+    """Comparison without coercion; a null/unbound operand is unknown (§44.2)."""
+    if left is None or right is None:
+        return None
+    if op in ("==", "!="):
+        if _element_of(left) is not None or _element_of(right) is not None \
+                or isinstance(left, (B.BeliefValue, Edge)) or isinstance(right, (B.BeliefValue, Edge)):
+            equal = binding_key(left) == binding_key(right)
+        else:
+            equal = _canon(left) == _canon(right)
+        return equal if op == "==" else not equal
+    lk, rk = _scalar_kind(left), _scalar_kind(right)
+    if lk is None or lk != rk or lk == "boolean":
+        return None
+    if lk == "string":
+        left, right = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
+    return {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+
+
+def call(expr: A.Call, args: list[Any]) -> Any:
+    name = expr.name
+    if name == "IS_NULL":
+        return args[0] is None
+    if name == "IS_NOT_NULL":
+        return args[0] is not None
+    if name == "IS_LITERAL":
+        return _scalar_kind(args[0]) is not None
+    if name == "IS_ELEMENT":
+        return _element_of(args[0]) is not None
+    if name == "IS_KIND":
+        element = _element_of(args[0])
+        if element is None or args[1] is None:
+            return None if args[0] is None else False
+        if not isinstance(args[1], str):
+            raise KqlError("TypeMismatch", "IS_KIND takes a kind name")
+        return KIND_OF[type(element)] == args[1].lower()
+    if name == "LITERAL_TYPE":
+        if args[0] is None:
+            return None
+        return _scalar_kind(args[0]) or ("array" if isinstance(args[0], list) else
+                                         "object" if isinstance(args[0], dict) else None)
+    if name == "IN":
+        value, candidates = args
+        if not isinstance(candidates, list):
+            raise KqlError("TypeMismatch", "IN takes a list as its second argument")
+        if value is None:
+            return None
+        return any(compare("==", value, c) is True for c in candidates)
+    if name in ("CONTAINS", "STARTS_WITH", "ENDS_WITH", "REGEX"):
+        text, other = args
+        if text is None or other is None:
+            return None
+        if name == "REGEX":
+            if not isinstance(other, str):
+                raise KqlError("TypeMismatch", "REGEX takes a string pattern")
+            return regex_match(text, other) if isinstance(text, str) else None
+        if not isinstance(text, str) or not isinstance(other, str):
+            return None
+        text, other = unicodedata.normalize("NFC", text), unicodedata.normalize("NFC", other)
+        return {"CONTAINS": other in text, "STARTS_WITH": text.startswith(other),
+                "ENDS_WITH": text.endswith(other)}[name]
+    raise KqlError("InvalidSyntax", f"unknown function {name}")  # pragma: no cover - checked statically
+
+
+# --------------------------------------------------------------------- aggregation
+
+
+def _aggregate(agg: A.Aggregate, group: list[dict[str, Any]], ctx: Context) -> Any:
+    values = [eval_expr(agg.arg, s, ctx) for s in group]
+    values = [v for v in values if v is not None]
+    if agg.distinct:
+        unique: dict[Any, Any] = {}
+        for v in values:
+            unique.setdefault(binding_key(v), v)
+        values = list(unique.values())
+    if agg.func == "COUNT":
+        return len(values)
+    if not values:
+        return None
+    if agg.func in ("SUM", "AVG"):
+        if any(_scalar_kind(v) != "number" for v in values):
+            raise KqlError("TypeMismatch", f"{agg.func} takes numeric inputs")
+        total = math.fsum(values) if any(isinstance(v, float) for v in values) else sum(values)
+        if agg.func == "AVG":
+            total = total / len(values)
+        if not math.isfinite(total) or (float(total).is_integer() and not is_safe_integer(total)):
+            raise KqlError("ResourceExhausted", f"{agg.func} leaves the §9.3 numeric range")
+        return int(total) if isinstance(total, float) and total.is_integer() and agg.func == "SUM" else total
+    kinds = {_scalar_kind(v) for v in values}
+    if len(kinds) != 1 or None in kinds or "boolean" in kinds:
+        raise KqlError("TypeMismatch", f"{agg.func} needs mutually comparable scalar inputs")
+    return min(values) if agg.func == "MIN" else max(values)
+
+
+# ------------------------------------------------------------------ ordering & rows
+
+
+def _sort_rank(value: Any) -> tuple[int, Any]:
+    if isinstance(value, bool):
+        return (0, value)
+    if isinstance(value, (int, float)):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, unicodedata.normalize("NFC", value))
+    return (3, _order_text(binding_key(value)))
+
+
+def _compare_rows(a: tuple[list[Any], str], b: tuple[list[Any], str], descending: list[bool]) -> int:
+    for av, bv, desc in zip(a[0], b[0], descending):
+        if av is None and bv is None:
+            continue
+        if av is None:
+            return 1          # nulls last, ascending or descending
+        if bv is None:
+            return -1
+        ar, br = _sort_rank(av), _sort_rank(bv)
+        if ar == br:
+            continue
+        result = -1 if ar < br else 1
+        return -result if desc else result
+    return (a[1] > b[1]) - (a[1] < b[1])
+
+
+def render(value: Any, ctx: Context) -> Any:
+    """The JSON cell of a projected value (§42.5, §81.1)."""
+    if isinstance(value, Hit):
+        view = dict(ctx.nexus.view(value.element, ctx.seq))
+        view["retrieval"] = {"score": value.score, "mode": value.mode}
+        return view
+    if isinstance(value, ELEMENT_TYPES):
+        return ctx.nexus.view(value, ctx.seq)
+    if isinstance(value, B.BeliefValue):
+        return value.data
+    if isinstance(value, Edge):
+        return {"kind": "structural", "source": {"id": value.source}, "field": value.field_ref,
+                "target": {"id": value.target}, "index": None}
+    return value
+
+
+def expr_text(expr: Any) -> str:
+    """A canonical rendering of a FIND/ORDER BY expression, used as column name."""
+    if isinstance(expr, A.Var):
+        return f"?{expr.name}"
+    if isinstance(expr, A.Path):
+        out = f"?{expr.var}"
+        for step in expr.steps:
+            out += f".{step}" if step.isidentifier() else f"[{json.dumps(step, ensure_ascii=False)}]"
+        return out
+    if isinstance(expr, Param):
+        return f":{expr.name}"
+    if isinstance(expr, Literal):
+        return json.dumps(expr.value, ensure_ascii=False)
+    if isinstance(expr, A.Aggregate):
+        return f"{expr.func}({'DISTINCT ' if expr.distinct else ''}{expr_text(expr.arg)})"
+    if isinstance(expr, A.Call):
+        return f"{expr.name}({', '.join(expr_text(a) for a in expr.args)})"
+    if isinstance(expr, A.Unary):
+        return f"{expr.op}{expr_text(expr.operand)}"
+    if isinstance(expr, A.Binary):
+        return f"({expr_text(expr.left)} {expr.op} {expr_text(expr.right)})"
+    if isinstance(expr, A.ArrayExpr):
+        return "[" + ", ".join(expr_text(i) for i in expr.items) + "]"
+    if isinstance(expr, A.ObjectExpr):
+        return "{" + ", ".join(f"{k}: {expr_text(v)}" for k, v in expr.members) + "}"
+    return repr(expr)  # pragma: no cover
+
+
+# -------------------------------------------------------------------------- driver
+
+
+@dataclass
+class Outcome:
+    """What one query evaluation produced, before result encoding."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    total: int
+    seq: int
+    next_offset: int | None
+    truncated_by_cap: bool
+    used_search: bool
+    used_projection: bool
+    settings: B.Settings
+
+
+def _settings(query: A.Query, params: Mapping[str, Any], ctx_value: Any) -> B.Settings:
+    members: dict[str, Any] = {}
+    if query.epistemic is not None:
+        for key, value in query.epistemic.members:
+            members[key] = ctx_value(value)
+    for key in ("policy", "purpose", "risk"):
+        if members.get(key) is not None and not isinstance(members[key], str):
+            raise KqlError("TypeMismatch", f"WITH EPISTEMIC {key} is a string")
+    if members.get("explanation") not in (None, "none", "summary", "ledger"):
+        raise KqlError("ConstraintViolation", "explanation is none, summary or ledger")
+    for_time = ctx_value(query.for_time) if query.for_time is not None else None
+    if for_time is not None:
+        from akrelay.kip.timefmt import parse_kip_timestamp
+
+        try:
+            parse_kip_timestamp(for_time)
+        except ValueError:
+            raise KqlError("TypeMismatch", "FOR TIME takes a KIP timestamp (YYYY-MM-DDTHH:mm:ss.SSSZ)",
+                           details={"value": for_time if isinstance(for_time, str) else None}) from None
+    return B.Settings(policy=members.get("policy"), purpose=members.get("purpose"), risk=members.get("risk"),
+                      explanation=members.get("explanation"), for_time=for_time)
+
+
+def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
+             limit: int | None) -> Outcome:
+    """Run a checked query at snapshot ``seq``; rows ``offset``..``offset+limit``."""
+    ctx = Context(rt, seq, params, B.Settings())
+
+    def value_of(v: Any) -> Any:
+        return ctx.value(v) if isinstance(v, (Param, Literal)) else None
+
+    ctx.settings = _settings(query, params, value_of)
+    if ctx.settings.policy is not None or query.epistemic is not None:
+        B.basis(rt, seq, ctx.settings)  # validates the policy even if no solution projects
+
+    solutions = eval_block(query.where, [{}], ctx)
+    unique: dict[Any, dict[str, Any]] = {}
+    for s in solutions:
+        unique.setdefault(solution_key(s), s)
+    solutions = list(unique.values())
+
+    descending = [o.descending for o in query.order_by]
+    keyed: list[tuple[list[Any], str, list[Any]]] = []
+    if query.has_aggregates:
+        group_exprs = [e for e in query.find if not isinstance(e, A.Aggregate)]
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for s in solutions:
+            key = tuple(binding_key(eval_expr(e, s, ctx)) for e in group_exprs)
+            groups.setdefault(key, []).append(s)
+        if not group_exprs and not groups:
+            groups[()] = []
+        for key, group in groups.items():
+            cells = []
+            for e in query.find:
+                cells.append(_aggregate(e, group, ctx) if isinstance(e, A.Aggregate)
+                             else eval_expr(e, group[0], ctx))
+            sort_values = []
+            for order in query.order_by:
+                position = query.find.index(order.expr) if order.expr in query.find else None
+                if position is not None:
+                    sort_values.append(cells[position])
+                else:
+                    sort_values.append(_aggregate(order.expr, group, ctx) if isinstance(order.expr, A.Aggregate)
+                                       else eval_expr(order.expr, group[0], ctx))
+            keyed.append((sort_values, _order_text(key), cells))
+    else:
+        for s in solutions:
+            cells = [eval_expr(e, s, ctx) for e in query.find]
+            sort_values = [eval_expr(o.expr, s, ctx) for o in query.order_by]
+            keyed.append((sort_values, _order_text(solution_key(s)), cells))
+
+    keyed.sort(key=functools.cmp_to_key(lambda a, b: _compare_rows(a[:2], b[:2], descending)))
+    total = len(keyed)
+    cap = LIMITS["result_cap"]
+    page_size = limit if limit is not None else cap
+    page = keyed[offset: offset + page_size]
+    end = offset + len(page)
+    next_offset = end if end < total else None
+    rows = [[render(c, ctx) for c in cells] for _, _, cells in page]
+    return Outcome(columns=[expr_text(e) for e in query.find], rows=rows, total=total, seq=seq,
+                   next_offset=next_offset, truncated_by_cap=limit is None and next_offset is not None,
+                   used_search=ctx.used_search, used_projection=ctx.used_projection, settings=ctx.settings)
+
+
+def _binding(rt: Any, query: A.Query, params: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
+    cursor_param = query.cursor.name if isinstance(query.cursor, Param) else None
+    names = sorted(n for n in parameter_names(query) if n != cursor_param)
+    return {"query": repr(replace(query, cursor=None, text="")),
+            "parameters": {n: params[n] for n in names}, "space": rt.nexus.space_id}
+
+
+def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: int, *,
+                now_ms: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one KQL command for the runtime: ``(result, extra result context)``.
+
+    ``seq`` is the request's snapshot (the head when the request started);
+    ``AS OF SEQ`` reads an earlier one and a cursor continues the snapshot it
+    pinned. The result is ``{"layout": "rows", "columns", "rows", ...}`` with
+    ``next_cursor`` when more rows remain.
+    """
+    params = dict(params or {})
+    query = parse_kql(command)
+    missing = sorted(n for n in parameter_names(query) if n not in params)
+    if missing:
+        raise KqlError("ReferenceError", f"parameter :{missing[0]} is not bound",
+                       details={"missing": missing}, hint="supply every referenced parameter (§74)")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+
+    def bound(v: Any) -> Any:
+        return params[v.name] if isinstance(v, Param) else v.value
+
+    limit = check_limit(bound(query.limit)) if query.limit is not None else None
+    read_seq = seq
+    if query.as_of_seq is not None:
+        read_seq = rt.nexus.check_seq(check_seq(bound(query.as_of_seq)))
+    offset = 0
+    binding = _binding(rt, query, params)
+    if query.cursor is not None:
+        token = check_cursor(bound(query.cursor))
+        pinned, offset = C.decode(rt.cursors, token, binding, now_ms)
+        if pinned > rt.nexus.head:
+            raise KqlError("CursorInvalid", "the cursor names a snapshot this Space never committed",
+                           details={"family": "kql", "reason": "malformed"})
+        read_seq = pinned
+    outcome = evaluate(rt, query, params, read_seq, offset, limit)
+
+    result: dict[str, Any] = {"layout": "rows", "columns": outcome.columns, "rows": outcome.rows,
+                              "row_count": len(outcome.rows)}
+    if outcome.truncated_by_cap:
+        result["truncated"] = True
+        result["result_cap"] = LIMITS["result_cap"]
+    if outcome.used_search:
+        result["approximate"] = True
+    if outcome.next_offset is not None:
+        result["next_cursor"] = C.encode(rt.cursors, binding, read_seq, outcome.next_offset, now_ms + C.TTL_MS)
+    extra: dict[str, Any] = {"snapshot_seq": read_seq}
+    if query.as_of_seq is not None:
+        extra["as_of_seq"] = read_seq
+    if outcome.settings.for_time is not None:
+        extra["valid_time"] = outcome.settings.for_time
+    if outcome.used_projection or query.epistemic is not None:
+        extra["projection_basis"] = B.basis(rt, read_seq, outcome.settings)
+    if outcome.used_search:
+        extra["search"] = {"index_seq": read_seq, "consistency": "synchronous", "mode": "keyword"}
+    return result, extra
+
+
+def run(rt: Any, command: str, parameters: Mapping[str, Any] | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
+    """In-process convenience: the result plus its context, at the runtime's head."""
+    with rt.lock:
+        result, extra = execute_kql(rt, command, parameters, rt.nexus.head, now_ms=now_ms)
+    return {"result": result, "context": {"space_id": rt.nexus.space_id,
+                                          "schema_environment_version": rt.environment.version, **extra}}
+
+
+__all__ = ["LIMITS", "Edge", "Hit", "eval_block", "evaluate", "execute_kql", "run"]
