@@ -47,8 +47,15 @@ RANKING_CONFIG = {
     "verification": "protocol.text.text_matches + protocol.query.query_matches",
     "schema": 1,
 }
-_DIGEST = hashlib.sha256(json.dumps(RANKING_CONFIG, sort_keys=True).encode()).hexdigest()[:12]
-RANKING_ID = f"akrelay-lexical-bm25-trigram-{_DIGEST}"
+
+
+def ranking_id(config: dict) -> str:
+    """A service-scoped id naming ``config``: equal configs, equal ids; any change, a new id."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    return f"akrelay-lexical-bm25-trigram-{digest}"
+
+
+RANKING_ID = ranking_id(RANKING_CONFIG)
 
 
 def gram_analyzer() -> TextAnalyzer:
