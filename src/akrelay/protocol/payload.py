@@ -19,6 +19,7 @@ Both raise :class:`ProtocolError` with ``invalid_event``.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -69,6 +70,7 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 #: be zero for the text to be the canonical encoding of 32 bytes.
 _CANONICAL_LAST = frozenset("AEIMQUYcgkosw048")
 # WHATWG forbidden host code points (plus '%', forbidden in domains) and controls.
+_BAD_URL_CHAR_RE = re.compile(r"[\x00-\x20\x7f\\]")
 _BAD_HOST_RE = re.compile(r"[\x00-\x20\x7f#%/:<>?@\[\\\]^|]")
 
 
@@ -109,15 +111,21 @@ def is_nonempty_text(value: Any) -> bool:
 
 
 def https_url_problem(value: Any) -> str | None:
-    """Why ``value`` is not an absolute HTTPS URL with a host and no userinfo, or ``None``.
+    """Why ``value`` is not an absolute HTTPS URL with a host and no userinfo, or ``None``."""
+    if type(value) is not str:
+        return "URL must be a string"
+    return _url_problem(value)
 
-    Parsed with a real URL parser (``urllib.parse``) after the schema's coarse
+
+@lru_cache(maxsize=4096)
+def _url_problem(value: str) -> str | None:
+    """Parsed with a real URL parser (``urllib.parse``) after the schema's coarse
     pattern; the port must be a valid number and the host free of the code
     points a WHATWG parser forbids.
     """
-    if type(value) is not str or _HTTPS_RE.fullmatch(value) is None:
+    if _HTTPS_RE.fullmatch(value) is None:
         return "URL must be an absolute https:// URL"
-    if any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in value) or "\\" in value:
+    if _BAD_URL_CHAR_RE.search(value) is not None:
         return "URL contains whitespace, control characters or a backslash"
     try:
         parts = urlsplit(value)
@@ -177,13 +185,18 @@ def _text(obj: dict[str, Any], key: str, where: str) -> None:
 def _closed(obj: Any, allowed: frozenset[str], required: tuple[str, ...], where: str) -> dict[str, Any]:
     if type(obj) is not dict:
         _fail(f"{where} must be an object")
-    for key in obj:
-        if key not in allowed:
-            _fail(f"{where} has unknown member {key!r}")
-    for key in required:
-        if key not in obj:
-            _fail(f"{where} is missing required member {key!r}")
+    if not allowed.issuperset(obj):
+        unknown = sorted(k for k in obj if k not in allowed)
+        _fail(f"{where} has unknown member {unknown[0]!r}")
+    if not obj.keys() >= _required_set(required):
+        missing = [k for k in required if k not in obj]
+        _fail(f"{where} is missing required member {missing[0]!r}")
     return obj
+
+
+@lru_cache(maxsize=None)
+def _required_set(required: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(required)
 
 
 def _text_list(value: Any, where: str, *, unique: bool = True, min_items: int = 0) -> list[str]:
@@ -263,7 +276,8 @@ def _relations(value: Any, where: str) -> list[dict[str, Any]]:
 def _profiles(value: Any, where: str) -> None:
     if type(value) is not list:
         _fail(f"{where} must be an array")
-    seen = set()
+    digests = set()
+    repeated = False
     for i, item in enumerate(value):
         w = f"{where}[{i}]"
         binding = _closed(item, _BINDING_KEYS, ("profile", "data"), w)
@@ -274,10 +288,15 @@ def _profiles(value: Any, where: str) -> None:
             _fail(f"{w}.profile.digest must be a 43-character base64url hash")
         if type(binding["data"]) is not dict:
             _fail(f"{w}.data must be an object")
-        key = _json_key(binding)
-        if key in seen:
+        if ref["digest"] in digests:
+            repeated = True
+        digests.add(ref["digest"])
+    # Identical bindings share a digest, so value uniqueness needs the costly
+    # comparison only when a digest repeats (itself a semantic error later).
+    if repeated:
+        keys = [_json_key(b) for b in value]
+        if len(set(keys)) != len(keys):
             _fail(f"{where} must contain unique items")
-        seen.add(key)
 
 
 def _license(payload: dict[str, Any], where: str) -> None:
