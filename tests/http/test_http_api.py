@@ -30,9 +30,19 @@ def test_discovery_is_valid_for_its_origin_and_publishes_limits() -> None:
     assert doc["endpoints"] == {k: f"{ORIGIN}/v1/knowledge/{k}" for k in ("events", "query", "batch")}
     assert doc["limits"]["max_envelope_bytes"] == 1000
     assert all(type(v) is int and v > 0 for v in doc["limits"].values())
-    # No ranked search until search exists: no feature, no search endpoint, no modes.
+    # The core alone has no ranked search: no feature, no search endpoint, no modes.
     assert "ranked-search" not in doc.get("features", []) and "search" not in doc["endpoints"]
     assert "search_modes" not in doc
+
+
+def test_discovery_with_every_installed_extension_stays_valid() -> None:
+    with relay_app(extensions=True) as h:
+        doc = h.client.get("/.well-known/agent-knowledge").json()
+    validate_discovery(doc, ORIGIN)
+    validate_knowledge_discovery(doc, ORIGIN)
+    assert all(url.startswith(ORIGIN + "/") for url in doc["endpoints"].values())
+    if "ranked-search" in doc.get("features", []):
+        assert "search" in doc["endpoints"] and "lexical" in doc["search_modes"]
 
 
 def test_discovery_for_another_origin_is_not_valid_here() -> None:
