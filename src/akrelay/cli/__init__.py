@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "akrelay.cli.search",
     "akrelay.cli.peers",
     "akrelay.cli.kip",
+    "akrelay.cli.knowledge",
 )
 
 
