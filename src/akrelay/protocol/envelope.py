@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from akrelay.protocol.agent_id import PREFIX as AGENT_ID_PREFIX
+from akrelay.protocol.agent_id import public_key_from_agent_id
 from akrelay.protocol.b64 import b64decode_canonical, b64encode
 from akrelay.protocol.ed25519 import verify_strict
 from akrelay.protocol.errors import ProtocolError
@@ -35,8 +36,9 @@ _ENVELOPE_KEYS = frozenset(_ENVELOPE_FIELDS)
 
 _HASH_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
 _SIGNATURE_SHAPE = re.compile(r"[A-Za-z0-9_-]{86}")
-# Canonical 32-byte key: the last of 43 characters carries 2 data bits and 4 zero bits.
-_AGENT_ID_SHAPE = re.compile(r"did:agent:[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
+# The schema's agentId pattern. Canonicality (zero trailing bits) is checked
+# when the actor is decoded into a key, Identity §6.1 step 4, after the hash.
+_AGENT_ID_SHAPE = re.compile(r"did:agent:[A-Za-z0-9_-]{43}")
 
 # Layout of Envelope.canonical_bytes(): the event JCS, then fixed-width hash and signature.
 _HEAD = b'{"event":'
@@ -173,7 +175,7 @@ def verify_envelope(raw: Any, *, options: ValidationOptions = DEFAULT_OPTIONS) -
         raise _fail("event.type must be knowledge.publish, knowledge.assess or knowledge.retract")
     actor = event["actor"]
     if type(actor) is not str or not _AGENT_ID_SHAPE.fullmatch(actor):
-        raise _fail("event.actor must be a canonical Agent ID (did:agent: + base64url of 32 bytes)")
+        raise _fail("event.actor must be an Agent ID (did:agent: + 43 base64url characters)")
     _check_integer(event["created_at"], 0, "created_at")
     _check_integer(event["nonce"], 1, "nonce")
     payload = event["payload"]
@@ -194,6 +196,7 @@ def verify_envelope(raw: Any, *, options: ValidationOptions = DEFAULT_OPTIONS) -
 
 
 def _verify_signature(public_key_text: str, digest: bytes, signature: str) -> None:
+    # Identity §6.1 step 4: a non-canonical Agent ID is malformed (§3.3), not a bad signature.
     public_key = b64decode_canonical(public_key_text, length=32, code="invalid_event", what="event.actor public key")
     raw = b64decode_canonical(signature, length=64, code="invalid_signature", what="signature")
     if not verify_strict(public_key, digest, raw):
@@ -231,7 +234,8 @@ def validate_event_fields(event: Any, extra_fields: tuple[str, ...] | list[str] 
         if type(event[name]) is not str or not event[name]:
             raise _fail(f"event.{name} must be a non-empty string")
     if type(event["actor"]) is not str or not _AGENT_ID_SHAPE.fullmatch(event["actor"]):
-        raise _fail("event.actor must be a canonical Agent ID")
+        raise _fail("event.actor must be an Agent ID (did:agent: + 43 base64url characters)")
+    public_key_from_agent_id(event["actor"], code="invalid_event", what="event.actor")
     _check_integer(event["created_at"], 0, "created_at")
     _check_integer(event["nonce"], 1, "nonce")
     if type(event["payload"]) is not dict:
