@@ -91,6 +91,7 @@ def sync_once(settings: Any, *, force: bool = True) -> list[PassResult]:
         try:
             return engine.run_once(force=force)
         finally:
+            engine.close()
             engine.state.close()
     finally:
         relay.close()
@@ -124,6 +125,7 @@ class BackgroundSync(threading.Thread):
             try:
                 engine.run_forever(self.stop_event)
             finally:
+                engine.close()
                 engine.state.close()
                 relay.close()
         except Exception:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -60,7 +61,10 @@ class SyncOptions:
     max_empty_pages: int = 8
     #: Pending entries retried per pass and peer.
     pending_retry_limit: int = 1000
-    max_backoff: float = 3600.0
+    #: Longest exponential back-off after failures (a Retry-After may ask for longer).
+    max_backoff: float = 300.0
+    #: Threads submitting one page's envelopes concurrently (the store groups their commits).
+    ingest_workers: int = 4
     #: Follow ``peers`` hints from discovery documents (never by default, §9.2).
     follow_hints: bool = False
     hint_hops: int = 1
@@ -112,7 +116,8 @@ class SyncEngine:
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
         self._clock_ms = clock_ms
-        self._submit_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         own = None
         if self.options.own_origin:
             try:
@@ -232,41 +237,97 @@ class SyncEngine:
 
     def _enumerate(self, peer: Peer, transport: PeerTransport, endpoints: dict[str, str],
                    st: PeerState, result: PassResult) -> None:
+        """Follow the query from our checkpoint to its last page; the next page is fetched while
+        the current one is ingested, but nothing is persisted until the last page is done."""
         after_seq = st.checkpoint
         base = {"after_seq": str(after_seq), "limit": str(peer.page_limit)}
-        cursor: str | None = None
         seen_cursors: set[str] = set()
         first: dict[str, Any] | None = None
         last_seq = after_seq
         empty_run = 0
         pages = 0
-        while True:
-            params = dict(base, cursor=cursor) if cursor else dict(base)
-            page = transport.get_json(endpoints["query"], params)
-            pages += 1
-            result.pages += 1
-            st.bump("pages")
-            records, nxt = self._check_page(peer, page, first, after_seq, last_seq)
-            if first is None:
-                first = page
-                st.peer_checkpoint = page["checkpoint"]
-            for record in records:
-                self._ingest(peer, transport, endpoints["batch"], record["envelope"], st, result)
-                last_seq = record["seq"]
-            if nxt is None:
-                break
-            if nxt in seen_cursors or nxt == cursor:
-                raise PeerMisbehaved("the peer returned a cursor it had already returned (cursor loop)")
-            seen_cursors.add(nxt)
-            empty_run = empty_run + 1 if not records else 0
-            if empty_run > self.options.max_empty_pages:
-                raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
-            if pages >= self.options.max_pages:
-                raise PeerMisbehaved(f"enumeration exceeded {self.options.max_pages} pages")
-            cursor = nxt
+        fetcher = ThreadPoolExecutor(1, thread_name_prefix="sync-fetch")
+        try:
+            future = fetcher.submit(transport.get_json, endpoints["query"], dict(base))
+            while True:
+                page = future.result()
+                pages += 1
+                result.pages += 1
+                st.bump("pages")
+                records, nxt = self._check_page(peer, page, first, after_seq, last_seq)
+                if first is None:
+                    first = page
+                    st.peer_checkpoint = page["checkpoint"]
+                if nxt is not None:
+                    if nxt in seen_cursors:
+                        raise PeerMisbehaved("the peer returned a cursor it had already returned (cursor loop)")
+                    seen_cursors.add(nxt)
+                    empty_run = empty_run + 1 if not records else 0
+                    if empty_run > self.options.max_empty_pages:
+                        raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
+                    if pages >= self.options.max_pages:
+                        raise PeerMisbehaved(f"enumeration exceeded {self.options.max_pages} pages")
+                    future = fetcher.submit(transport.get_json, endpoints["query"], dict(base, cursor=nxt))
+                self._ingest_page(peer, transport, endpoints["batch"], records, st, result)
+                if records:
+                    last_seq = records[-1]["seq"]
+                if nxt is None:
+                    break
+        finally:
+            fetcher.shutdown(wait=True, cancel_futures=True)
         # Every page has been processed: only now may the checkpoint move (§9.3.2).
         st.checkpoint = first["checkpoint"]
         result.checkpoint = st.checkpoint
+
+    def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, records: list[dict[str, Any]],
+                     st: PeerState, result: PassResult) -> None:
+        """Submit a page's envelopes concurrently, then give the ones that lacked a dependency
+        the full treatment in page order (a dependency in the same page is committed by then)."""
+        workers = self.options.ingest_workers
+        if workers <= 1 or len(records) < 2:
+            for record in records:
+                self._ingest(peer, transport, batch_url, record["envelope"], st, result)
+            return
+        pool = self._submit_pool(workers)
+        outcomes = list(pool.map(self._first_try, [r["envelope"] for r in records]))
+        for record, (outcome, event_id, error) in zip(records, outcomes):
+            if outcome == "accepted":
+                result.accepted += 1
+                st.bump("accepted")
+            elif outcome == "duplicate":
+                result.duplicates += 1
+                st.bump("duplicates")
+            elif outcome == "rejected":
+                self._rejected(st, result, event_id, error or "rejected")
+            else:
+                self._ingest(peer, transport, batch_url, record["envelope"], st, result)
+
+    def _submit_pool(self, workers: int) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="sync-ingest")
+            return self._pool
+
+    def _first_try(self, envelope: dict[str, Any]) -> tuple[str, str, str | None]:
+        """One submission without dependency work: ``accepted``, ``duplicate``, ``rejected`` or ``retry``."""
+        event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+        try:
+            raw = canonicalize(envelope)
+        except (ProtocolError, TypeError, ValueError) as exc:
+            return "rejected", event_id, f"invalid_event: {exc}"
+        try:
+            _, created = self._submit(raw)
+        except ProtocolError as exc:
+            if exc.code in RETRYABLE_CODES:
+                return "retry", event_id, None
+            return "rejected", event_id, f"{exc.code}: {exc.message}"
+        return ("accepted" if created else "duplicate"), event_id, None
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
     def _check_page(self, peer: Peer, page: Any, first: dict[str, Any] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
@@ -304,8 +365,7 @@ class SyncEngine:
     # -- ingestion ----------------------------------------------------------
 
     def _submit(self, raw: bytes) -> tuple[Any, bool]:
-        with self._submit_lock:
-            return self.relay.submit(raw, source="sync")
+        return self.relay.submit(raw, source="sync")
 
     def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, Any],
                 st: PeerState, result: PassResult) -> None:
@@ -404,7 +464,6 @@ class SyncEngine:
             if budget.events < len(chunk):
                 return out, chunk[budget.events:] + ids[i + BATCH_MAX_IDS:]
             body = canonicalize({"hashes": chunk})
-            before = transport.bytes_read
             try:
                 response = transport.post_json(batch_url, body,
                                                max_bytes=max(1024, min(budget.nbytes, peer.max_page_bytes)))
@@ -426,7 +485,7 @@ class SyncEngine:
                 got[env["hash"]] = canonicalize(env)
             if set(missing) - set(chunk) or len(got) + len(set(missing)) != len(chunk):
                 raise PeerMisbehaved("batch response does not account for every requested ID exactly once")
-            if not budget.charge(len(got), transport.bytes_read - before):
+            if not budget.charge(len(got), sum(len(v) for v in got.values())):
                 return out, [h for h in chunk if h not in got] or chunk
             out.extend(got[h] for h in chunk if h in got)
             absent.extend(h for h in chunk if h not in got)
