@@ -10,6 +10,7 @@ from agent_protocols.knowledge import validate_knowledge_discovery, validate_kno
 from relay_harness import FIXTURES, NOW, ORIGIN, error_of, fixture_bytes, fixture_dict, hash_of, relay_app
 
 from akrelay.protocol.discovery import validate_discovery
+from akrelay.protocol.errors import HTTP_STATUS
 from akrelay.protocol.signer import Signer, publish_event
 from akrelay.service.config import ServiceConfig
 
@@ -396,3 +397,77 @@ def test_a_genuine_bug_is_a_logged_500_not_a_crash(caplog) -> None:
         response = h.client.get(f"{EVENTS}/{hash_of('original')}")
         assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error"
     assert any("unhandled error" in r.message for r in caplog.records)
+
+
+# -- rate limits (local admission) -----------------------------------------------------------
+
+
+def test_write_rate_limit_is_429_with_retry_after_and_changes_nothing() -> None:
+    with relay_app(write_rate=0.5, write_burst=2, read_rate=0.0) as h:
+        assert h.submit_fixture("original").status_code == 200
+        assert h.submit_fixture("branch_left").status_code == 200
+        refused = h.submit_fixture("branch_right")
+        assert error_of(refused) == (429, "rate_limited")
+        assert int(refused.headers["retry-after"]) >= 1
+        assert h.relay.checkpoint() == 2
+        # Reads have their own bucket and are unaffected.
+        assert h.client.get(f"{EVENTS}/{hash_of('original')}").status_code == 200
+        assert h.query().status_code == 200
+
+
+def test_read_rate_limit_covers_lookup_query_batch_and_discovery() -> None:
+    with relay_app(read_rate=0.5, read_burst=1) as h:
+        assert h.query().status_code == 200
+        for refused in (h.query(), h.client.get("/.well-known/agent-knowledge"),
+                        h.batch({"hashes": [hash_of("original")]}), h.client.get(f"{EVENTS}/{hash_of('original')}")):
+            assert error_of(refused) == (429, "rate_limited")
+            assert int(refused.headers["retry-after"]) >= 1
+        # Writes are a separate bucket (disabled here).
+        assert h.submit_fixture("original").status_code == 200
+
+
+def test_zero_rates_disable_limits() -> None:
+    with relay_app(write_rate=0.0, read_rate=0.0, write_burst=1, read_burst=1) as h:
+        assert all(h.query().status_code == 200 for _ in range(20))
+        assert all(h.submit_fixture("original").status_code == 200 for _ in range(5))
+
+
+# -- bad input never reaches the catch-all --------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+
+def _mutations():
+    base = fixture_bytes("original")
+    return st.one_of(
+        st.binary(max_size=600),
+        st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.integers(0, len(base) - 1).flatmap(
+            lambda i: st.binary(min_size=1, max_size=3).map(lambda b: base[:i] + b + base[i + 1:])),
+        st.integers(1, len(base)).map(lambda i: base[:i]),
+    )
+
+
+@pytest.fixture(scope="module")
+def shared_app():
+    with relay_app() as h:
+        h.submit_fixture("original")
+        yield h
+
+
+@hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_mutations(), path=st.sampled_from(["/v1/knowledge/events", "/v1/knowledge/batch"]),
+       query=st.text(alphabet="abcdefghijklmnopqrstuvwxyz_=&%0123456789+ ", max_size=40))
+def test_fuzzed_requests_get_spec_errors_never_500(shared_app, body, path, query) -> None:
+    h = shared_app
+    if True:
+        posted = h.client.post(path, content=body, headers=h.headers)
+        assert posted.status_code != 500, posted.text
+        if posted.status_code != 200:
+            status, code = error_of(posted)
+            assert status == HTTP_STATUS[code]
+        got = h.client.get("/v1/knowledge/query?" + query)
+        assert got.status_code != 500, (query, got.text)
+        if got.status_code != 200:
+            status, code = error_of(got)
+            assert code in ("invalid_request", "invalid_cursor")
