@@ -7,10 +7,10 @@ is historically correct (capability ``historical_search``).
 
 Grounding fields (documented in docs/kip.md): Concepts — name, key, and for a
 capsule its title, statement, kind, context scope and tags; Propositions — the
-predicate name and the subject and object names; Assertions — stance, mode, the
-signer's Agent ID, the predicate name, the capsule title or the assessment
-verdict and summary; Evidence — event hash and type, evidence class and the
-event's title, statement, summary, reason, verdict, kind and basis.
+predicate name and the subject and object names; Assertions — stance, the
+predicate name and, for an assessment, its verdict and summary; Evidence — event
+hash and type and the event's title, statement, summary, reason, verdict, kind
+and basis.
 
 ``retrieval.score`` is the fraction of distinct query terms an element matches,
 in [0, 1]; it is computed per query and never stored (§66.4).

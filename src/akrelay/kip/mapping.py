@@ -119,8 +119,8 @@ def _evidence(tx: _Tx, record: Any, agent: Concept) -> Evidence:
                         client_key="ak:" + env.id, facets={ref("AkEvent"): facet}, created_seq=tx.seq,
                         created_at=tx.at, import_id=env.id)
     tx.nexus.evidence_by_client_key[evidence.client_key] = evidence.id
-    text = " ".join([env.id, env.type, "agent_statement"] + [str(payload.get(k, "")) for k in
-                    ("title", "statement", "summary", "reason", "verdict", "kind", "basis")])
+    text = " ".join([env.id, env.type] + [str(payload[k]) for k in
+                    ("title", "statement", "summary", "reason", "verdict", "kind", "basis") if k in payload])
     return tx.add(evidence, text)
 
 
@@ -157,7 +157,7 @@ def _assertion(tx: _Tx, prop: Proposition, agent: Concept, stance: str, asserted
                           created_seq=tx.seq, created_at=tx.at, import_id=tx.event_id)
     tx.nexus.assertions_by_prop.setdefault(prop.id, []).append(assertion.id)
     tx.nexus.assertions_by_event.setdefault(tx.event_id, []).append(assertion.id)
-    return tx.add(assertion, f"{stance} imported {agent.key} {prop.predicate.replace('_', ' ')} {text}")
+    return tx.add(assertion, f"{stance} {prop.predicate} {text}")
 
 
 def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
@@ -184,7 +184,7 @@ def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
     holds = _proposition(tx, capsule, "ak_holds", True, "true")
     stance = KIND_STANCE.get(p["kind"], "support")
     if stance is not None:
-        _assertion(tx, holds, agent, stance, asserted_at, evidence, text=p["title"])
+        _assertion(tx, holds, agent, stance, asserted_at, evidence)
     for rel in p.get("relations", []):
         target = rel["target"]
         target_evidence = nexus.evidence_for_event(target)
@@ -194,7 +194,7 @@ def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
             target_concept = _capsule_concept(tx, target)
             obj, name = {"id": target_concept.id}, target_concept.name
         prop = _proposition(tx, capsule, "ak_" + rel["relation"], obj, name)
-        _assertion(tx, prop, agent, "support", asserted_at, evidence, text=p["title"])
+        _assertion(tx, prop, agent, "support", asserted_at, evidence)
 
 
 def _assess(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:

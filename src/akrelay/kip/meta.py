@@ -99,7 +99,8 @@ def _primer(rt, cmd: ast.DescribePrimer, params, seq):
     counts = rt.nexus.counts(seq)
     return {
         "mode": mode,
-        "protocol": {"kip": "2.0", "runtime": "readonly", "languages": ["META"], "endpoint": "/v1/kip",
+        "protocol": {"kip": "2.0", "runtime": "readonly",
+                     "languages": ["META"] + (["KQL"] if rt.kql_available() else []), "endpoint": "/v1/kip",
                      "timestamp_format": "YYYY-MM-DDTHH:mm:ss.SSSZ"},
         "execution_context": {
             "principal": {"id": "anonymous", "authenticated": False,

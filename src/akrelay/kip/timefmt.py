@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _FORMAT = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{3})Z$")
 
 
+@lru_cache(maxsize=8192)
 def kip_timestamp(ms: int) -> str:
     """``1790553600000`` -> ``"2026-09-28T00:00:00.000Z"``."""
     moment = _EPOCH + timedelta(milliseconds=ms)
