@@ -1,0 +1,184 @@
+"""Durable HTTPS ingest through ``akrelay serve --workers 2``.
+
+For each scale (records already in the store: default 10k and 100k, add
+1000000 with ``--scales``), the data directory is preloaded with realistic
+records (bulk import, as in ``bench_query.py``), then ``akrelay serve --workers
+2`` is started on it and 32 concurrent clients submit distinct, really signed
+envelopes (all signed before timing) over TLS with keep-alive. Each
+acknowledgement is a durable acceptance (SQLite WAL commit). The figure is
+acknowledged acceptances (HTTP 200, new record) per second.
+
+The load generator is a lean asyncio HTTP/1.1 client in this process (one
+connection per client, one request in flight each): on a 2-core machine it
+shares the CPU with both relay workers, so the figure is conservative.
+
+Usage: python bench/bench_ingest.py [--scales 10000,100000] [--events 20000] [--clients 32]
+Last line: ``ingest_rate: <n> events/s`` (the lowest rate over the scales run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from akrelay.protocol.signer import Signer, publish_event  # noqa: E402
+
+LICENSE = "https://creativecommons.org/licenses/by/4.0/"
+
+
+def presign(count: int, seed: int) -> list[bytes]:
+    """Distinct, really signed ~1 KiB publications (not timed)."""
+    signers = [Signer.from_seed(bytes([seed, i]) + bytes(30)) for i in range(32)]
+    now = time.time_ns() // 1_000_000
+    words = ("cache", "latency", "replica", "index", "tokenizer", "benchmark", "regional", "language", "alpha")
+    out = []
+    for i in range(count):
+        signer = signers[i % len(signers)]
+        text = " ".join(words[(i * 7 + k) % len(words)] for k in range(60))
+        payload = {"license": LICENSE, "kind": "observation", "title": f"Ingest benchmark item {seed}-{i}",
+                   "statement": text, "language": "en",
+                   "context": {"scope": "bench_ingest", "conditions": ["2-core machine"], "limitations": []},
+                   "basis": f"Synthetic benchmark record number {i}.", "tags": ["bench"]}
+        event = publish_event(signer.agent_id, now - 60_000, i + 1, payload)
+        out.append(json.dumps(signer.sign(event), separators=(",", ":")).encode())
+    return out
+
+
+def preload(data: Path, target: int, existing: int) -> None:
+    """Bring the store to ``target`` records with the query benchmark's corpus (bulk import)."""
+    from bench_query import Corpus, build
+
+    corpus = Corpus(seed=7)
+    for i in range(existing):  # keep the corpus state (published IDs, nonce) consistent
+        corpus.rng.random()
+    store = build(data / "relay.sqlite3", target, corpus, existing)
+    store.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data: Path, workers: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--port", str(port),
+            "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
+    log = open(data.parent / f"serve-{port}.log", "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    ctx = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"akrelay serve exited: see {log.name}")
+        cert = data / "tls-cert.pem"
+        if cert.exists():
+            try:
+                ctx = ssl.create_default_context(cafile=str(cert))
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
+                    with ctx.wrap_socket(raw, server_hostname="localhost"):
+                        time.sleep(1.0)  # let every worker finish starting
+                        return proc, port
+            except OSError:
+                pass
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise SystemExit("akrelay serve did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+async def _client(port: int, ctx: ssl.SSLContext, queue: list[bytes], counts: dict[str, int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    head = (f"POST /v1/knowledge/events HTTP/1.1\r\nHost: localhost:{port}\r\n"
+            "Content-Type: application/json\r\nContent-Length: ").encode()
+    try:
+        while queue:
+            body = queue.pop()
+            writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            status_line = await reader.readline()
+            length = 0
+            while True:
+                line = await reader.readline()
+                if line in (b"\r\n", b""):
+                    break
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            counts["ok" if status_line.split(b" ", 2)[1] == b"200" else "failed"] += 1
+    finally:
+        writer.close()
+
+
+async def ingest(port: int, cert: Path, items: list[bytes], clients: int) -> tuple[float, dict[str, int]]:
+    ctx = ssl.create_default_context(cafile=str(cert))
+    queue = list(reversed(items))
+    counts = {"ok": 0, "failed": 0}
+    started = time.perf_counter()
+    await asyncio.gather(*(_client(port, ctx, queue, counts) for _ in range(clients)))
+    return time.perf_counter() - started, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scales", default="10000,100000", help="existing records before each run")
+    parser.add_argument("--events", type=int, default=20000, help="timed submissions per scale")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",") if s]
+    tmp = tempfile.TemporaryDirectory(prefix="akrelay-bench-ingest-") if args.data is None else None
+    data = Path(args.data or tmp.name) / "data"  # type: ignore[union-attr]
+    data.mkdir(parents=True, exist_ok=True)
+    print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, "
+          f"{args.events} timed events per scale", flush=True)
+    rates = []
+    existing = 0
+    for n, scale in enumerate(scales):
+        if scale > existing:
+            preload(data, scale, existing)
+        items = presign(args.events + 500, seed=n + 1)
+        proc, port = start(data, args.workers)
+        try:
+            asyncio.run(ingest(port, data / "tls-cert.pem", items[:500], args.clients))  # warm-up
+            elapsed, counts = asyncio.run(ingest(port, data / "tls-cert.pem", items[500:], args.clients))
+        finally:
+            stop(proc)
+        if counts["failed"]:
+            raise SystemExit(f"{counts['failed']} submissions failed")
+        rate = counts["ok"] / elapsed
+        rates.append(rate)
+        existing = scale + len(items)
+        print(f"  at {scale:>9,} existing records: {counts['ok']} accepted in {elapsed:.2f} s = {rate:,.0f} accepted/s",
+              flush=True)
+    if tmp is not None:
+        tmp.cleanup()
+    print(f"ingest_rate: {min(rates):.0f} events/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
