@@ -230,3 +230,16 @@ def test_three_relays_converge_and_a_killed_relay_resumes(mesh) -> None:
     rows = {row["origin"]: row for row in json.loads(status.stdout)}
     assert set(rows) == {r1.origin, r2.origin}
     assert rows[r1.origin]["last_success"] and rows[r1.origin]["pending"] == 0
+    with r1.client() as c:
+        assert c.get("/.well-known/agent-knowledge").json()["peers"] == [r2.origin, r3.origin]
+
+    # `akrelay sync --once` fills a fresh data directory from one relay of the mesh.
+    fresh, fresh_peers = r1.data.parent / "fresh", r1.data.parent / "fresh-peers.toml"
+    assert main(["peers", "--file", str(fresh_peers), "add", r1.origin, "--ca-file", str(r1.cert),
+                 "--allow-private"]) == 0
+    once = subprocess.run([sys.executable, "-m", "akrelay", "sync", "--once", "--data", str(fresh),
+                           "--peers", str(fresh_peers), "--origin", "https://127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=300)
+    assert once.returncode == 0, once.stdout + once.stderr
+    assert f"{r1.origin}: ok" in once.stdout
+    assert sorted(stored_ids(fresh)) == sorted(everything)
