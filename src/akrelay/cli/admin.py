@@ -27,6 +27,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             help="data directory of the relay [env AKRELAY_DATA; default ./akrelay-data]")
         parser.set_defaults(handler=_run, withheld=hidden)
 
+    parser = subparsers.add_parser(
+        "backup", help="copy the relay's SQLite store to a file while it keeps serving",
+        description="Online backup (SQLite backup API) of DIR/relay.sqlite3 to OUTPUT: a consistent snapshot "
+                    "taken while the relay serves. The TLS files are not included (regenerated or kept by you).")
+    parser.add_argument("output", metavar="OUTPUT", help="backup file to create")
+    parser.add_argument("--data", default=None, metavar="DIR", help="data directory [default ./akrelay-data]")
+    parser.set_defaults(handler=_backup)
+
+    parser = subparsers.add_parser(
+        "restore", help="restore a backup into a data directory, keeping the seq high-water mark",
+        description="Replace DIR/relay.sqlite3 with BACKUP (stop the relay first). The restored sequence "
+                    "high-water mark is the largest of the backup's, the replaced store's and --min-seq, so a "
+                    "seq is never reused after a restore (Knowledge §8.3).")
+    parser.add_argument("backup", metavar="BACKUP", help="file written by `akrelay backup`")
+    parser.add_argument("--data", default=None, metavar="DIR", help="data directory [default ./akrelay-data]")
+    parser.add_argument("--min-seq", type=int, default=0, metavar="N",
+                        help="raise the high-water mark to at least N (use the last seq you know was issued "
+                             "when the replaced store is lost)")
+    parser.set_defaults(handler=_restore)
+
 
 def _run(args: argparse.Namespace) -> int:
     from akrelay.server import open_relay_for
@@ -50,4 +70,88 @@ def _run(args: argparse.Namespace) -> int:
         relay.close()
     state = "withheld" if args.withheld else "visible"
     print(json.dumps({"event_id": record.id, "seq": record.seq, "state": state}))
+    return 0
+
+
+STORE_FILE = "relay.sqlite3"
+
+
+def _data_dir(args: argparse.Namespace):
+    from akrelay.settings import load_settings
+
+    return load_settings({"data": args.data}).data_dir
+
+
+def _hwm(path) -> int | None:
+    import sqlite3
+
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()
+        return int(row[0]) if row else None
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        conn.close()
+
+
+def _backup(args: argparse.Namespace) -> int:
+    """SQLite's online backup copies pages under a read transaction: a consistent snapshot."""
+    import sqlite3
+    from pathlib import Path
+
+    source = _data_dir(args) / STORE_FILE
+    if not source.exists():
+        print(f"akrelay backup: no store at {source}", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    if out.exists():
+        print(f"akrelay backup: {out} exists", file=sys.stderr)
+        return 2
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    dst = sqlite3.connect(out)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    print(json.dumps({"backup": str(out), "checkpoint": _hwm(out)}))
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    import sqlite3
+    from pathlib import Path
+
+    backup = Path(args.backup)
+    backup_hwm = _hwm(backup)
+    if backup_hwm is None:
+        print(f"akrelay restore: {backup} is not an akrelay store backup", file=sys.stderr)
+        return 2
+    data = _data_dir(args)
+    data.mkdir(parents=True, exist_ok=True)
+    target = data / STORE_FILE
+    replaced_hwm = _hwm(target) or 0
+    hwm = max(backup_hwm, replaced_hwm, args.min_seq)
+    staging = data / (STORE_FILE + ".restore")
+    shutil.copyfile(backup, staging)
+    conn = sqlite3.connect(staging, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (hwm,))
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode = WAL")
+    finally:
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        try:
+            os.remove(str(target) + suffix)
+        except FileNotFoundError:
+            pass
+    os.replace(staging, target)
+    print(json.dumps({"restored": str(target), "records_checkpoint": backup_hwm, "high_water_mark": hwm}))
     return 0
