@@ -155,9 +155,11 @@ def validate_discovery(doc: Any, origin: str) -> Discovery:
         if type(value) is not dict:
             raise _bad("limits must be an object")
         for key, number in value.items():
+            if type(number) is float and number.is_integer():
+                number = int(number)  # an integral JSON number is an integer
             if type(number) is not int or not 1 <= number <= MAX_SAFE:
                 raise _bad(f"limit {key!r} must be a positive safe integer")
-        limits = dict(value)
+            limits[key] = number
     return Discovery(service, endpoints, features, modes, peers, limits)
 
 
