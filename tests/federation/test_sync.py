@@ -324,3 +324,39 @@ def test_private_addresses_are_refused_unless_allowed(router) -> None:
 def test_a_configured_peer_equal_to_our_own_origin_is_skipped(router) -> None:
     engine = make_engine(make_relay(), [peer("https://local.example"), peer()])
     assert [p.origin for p in engine.peers] == [PEER]
+
+
+def test_endless_empty_pages_are_bounded(router) -> None:
+    fake, _ = seeded(router, 2)
+
+    calls = []
+
+    def empty(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json={"result": [], "service": PEER, "checkpoint": 2, "as_of": 1,
+                                         "next_cursor": f"c{len(calls)}"})
+
+    fake.query_route.side_effect = empty
+    state = FederationState()
+    [r] = make_engine(make_relay(), [peer()], state, max_empty_pages=3).run_once()
+    assert not r.ok and "empty pages" in r.error and r.pages == 4
+    assert state.get(PEER).checkpoint == 0
+
+
+def test_retry_after_is_capped_at_a_day(router) -> None:
+    fake, _ = seeded(router, 1)
+    fake.page_hook = lambda body, n: httpx.Response(503, headers={"Retry-After": "99999999"})
+    clock = Clock()
+    state = FederationState()
+    make_engine(make_relay(), [peer()], state, clock=clock).run_once()
+    assert state.get(PEER).retry_at == clock.now + 86_400_000
+
+
+def test_state_survives_reopening(router, tmp_path) -> None:
+    fake, events = seeded(router, 3)
+    state = FederationState.open_in(tmp_path)
+    make_engine(make_relay(), [peer()], state).run_once()
+    state.close()
+    again = FederationState.open_in(tmp_path)
+    st = again.get(PEER)
+    assert st.checkpoint == 3 and st.counts["accepted"] == 3 and st.last_success and st.lag == 0
