@@ -764,7 +764,7 @@ def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
         operand = eval_expr(expr.operand, sol, ctx)
         if expr.op == "!":
             t = truth(operand)
-            return True if t is None else not t
+            return None if t is None else not t
         if isinstance(operand, (int, float)) and not isinstance(operand, bool):
             return -operand
         return None
