@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Iterable
 
-from tantivy import Document, FieldType, Index, Query, Schema, SchemaBuilder, Searcher
+from tantivy import Document, FieldType, Index, IndexWriter, Query, Schema, SchemaBuilder, Searcher
 
 from akrelay.protocol.query import index_terms
 from akrelay.search.analysis import GRAM_ANALYZER, RANKING_ID, indexed_text, register_analyzers
@@ -101,7 +102,7 @@ class SearchIndex:
                  threads: int = 1) -> None:
         self.index = index
         self.path = path
-        self.writer = index.writer(heap_bytes, threads) if writable else None
+        self.writer = _writer(index, heap_bytes, threads) if writable else None
 
     # -- opening ---------------------------------------------------------------
     @classmethod
@@ -121,10 +122,11 @@ class SearchIndex:
         _remove_stale_configurations(path)
         try:
             index = _open_checked(path)
-            return cls(index, path, True, **writer_options)
         except Exception as exc:  # noqa: BLE001 - any defect means "rebuild"
-            if Index.exists(str(path)):
+            if path.exists() and any(path.iterdir()):
                 log.warning("search index at %s is unusable (%s); rebuilding from the store", path, exc)
+        else:
+            return cls(index, path, True, **writer_options)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         index = Index(SCHEMA, str(path), reuse=False)
@@ -190,6 +192,21 @@ class SearchIndex:
             except Exception:  # noqa: BLE001 - closing must not raise
                 pass
             self.writer = None
+
+
+def _writer(index: Index, heap_bytes: int, threads: int, *, attempts: int = 50) -> IndexWriter:
+    """Tantivy's own writer lock may briefly outlive a writer dropped in this process; wait for it.
+
+    A busy lock is never mistaken for corruption: the index is not rebuilt.
+    """
+    for attempt in range(attempts):
+        try:
+            return index.writer(heap_bytes, threads)
+        except ValueError as exc:
+            if "LockBusy" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def _remove_stale_configurations(path: Path) -> None:
