@@ -418,27 +418,34 @@ def check_payload_rules(envelope: Any, options: ValidationOptions = DEFAULT_OPTI
     """Semantic payload checks of §8.1 step 3 on a structurally valid envelope.
 
     Parsed HTTPS URLs (license, evidence, profiles), canonical digests and
-    target IDs, and profile bindings unique by ``profile.digest``.
+    target IDs, and profile bindings unique by ``profile.digest``. Messages are
+    built only on failure: this runs on every submission.
     """
     event = envelope.event
     payload = event["payload"]
     if event["type"] == RETRACT and "license" not in payload and not options.allow_legacy_retract:
         _fail("payload is missing required member 'license' (legacy retractions are refused)")
-    if "license" in payload:
+    if "license" in payload and https_url_problem(payload["license"]) is not None:
         _url(payload["license"], "payload.license")
-    if "target" in payload:
+    if "target" in payload and not is_canonical_id(payload["target"]):
         _digest(payload["target"], "payload.target")
     for i, ev in enumerate(payload.get("evidence", ())):
-        _url(ev["url"], f"payload.evidence[{i}].url")
-        if "digest" in ev:
+        if https_url_problem(ev["url"]) is not None:
+            _url(ev["url"], f"payload.evidence[{i}].url")
+        if "digest" in ev and not is_canonical_id(ev["digest"]):
             _digest(ev["digest"], f"payload.evidence[{i}].digest")
     for i, rel in enumerate(payload.get("relations", ())):
-        _digest(rel["target"], f"payload.relations[{i}].target")
-    digests = set()
-    for i, binding in enumerate(payload.get("profiles", ())):
-        ref = binding["profile"]
-        _url(ref["url"], f"payload.profiles[{i}].profile.url")
-        _digest(ref["digest"], f"payload.profiles[{i}].profile.digest")
-        if ref["digest"] in digests:
-            _fail("payload.profiles must be unique by profile.digest")
-        digests.add(ref["digest"])
+        if not is_canonical_id(rel["target"]):
+            _digest(rel["target"], f"payload.relations[{i}].target")
+    profiles = payload.get("profiles")
+    if profiles:
+        digests = set()
+        for i, binding in enumerate(profiles):
+            ref = binding["profile"]
+            if https_url_problem(ref["url"]) is not None:
+                _url(ref["url"], f"payload.profiles[{i}].profile.url")
+            if not is_canonical_id(ref["digest"]):
+                _digest(ref["digest"], f"payload.profiles[{i}].profile.digest")
+            if ref["digest"] in digests:
+                _fail("payload.profiles must be unique by profile.digest")
+            digests.add(ref["digest"])
