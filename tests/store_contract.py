@@ -218,6 +218,14 @@ class StoreContract:
         assert store.checkpoint() == 1
         assert [r.seq for r in store.iter_records(0, 10)] == [1]
 
+    def test_commit_many_matches_commit(self, store: Any) -> None:
+        envs = corpus()[:4]
+        store.commit(envs[1], 1)
+        out = store.commit_many([(envs[0], 2), (envs[1], 3), (envs[2], 4), (envs[0], 5), (envs[3], 6)])
+        assert [(r.seq, created) for r, created in out] == [(2, True), (1, False), (3, True), (2, False), (4, True)]
+        assert [r.accepted_at for r, _ in out] == [2, 1, 4, 2, 6]
+        assert store.checkpoint() == 4
+
     def test_get_many_returns_only_retained(self, store: Any) -> None:
         envs = corpus()[:3]
         for env in envs[:2]:
@@ -392,6 +400,29 @@ class StoreContract:
         paged: list[int] = []
         last = after
         while page := run_query(store, request, after_seq=last, upto_seq=upto, limit=limit, include_withheld=include):
+            paged.extend(r.seq for r in page)
+            last = page[-1].seq
+        assert paged == full
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=_SUPPRESS)
+    @given(data=st.data())
+    def test_text_queries_equal_brute_force(self, loaded_store: tuple[Any, list[Envelope]], data: st.DataObject) -> None:
+        """``q`` alone or with one broad filter: the path where text candidates drive the scan."""
+        store, envs = loaded_store
+        n = len(envs)
+        for env in envs:
+            store.set_withheld(env.id, False)
+        terms = data.draw(st.lists(st.sampled_from(QUERY_TERMS), min_size=1, max_size=3), label="q")
+        extra = data.draw(st.sampled_from(({}, {"type": "knowledge.publish"}, {"created_from": BASE_TIME + 5000})), label="filter")
+        request = QueryRequest(q=tuple(dict.fromkeys(ascii_fold(t) for t in terms)), **extra)
+        after = data.draw(st.integers(0, n), label="after_seq")
+        limit = data.draw(st.integers(1, 8), label="limit")
+        records = [store.get(e.id) for e in envs]
+        full = oracle(records, request, after_seq=after, upto_seq=n, limit=10**6)
+        paged: list[int] = []
+        last = after
+        while page := run_query(store, request, after_seq=last, upto_seq=n, limit=limit):
+            assert len(page) <= limit
             paged.extend(r.seq for r in page)
             last = page[-1].seq
         assert paged == full

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,70 @@ class TestSqliteStore(StoreContract):
     def new_store(self, tmp_path: Path):
         counter = itertools.count()
         return lambda: SqliteStore(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+class _FullyIndexed(SqliteStore):
+    """Every commit is followed by a full text-index catch-up: the trigram path."""
+
+    def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
+        out = super().commit(envelope, accepted_at)
+        self.index_text()
+        return out
+
+
+class _HalfIndexed(SqliteStore):
+    """The text index trails the log by about half: trigram head, scanned tail."""
+
+    def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
+        out = super().commit(envelope, accepted_at)
+        if out[0].seq % 2 == 0:
+            self.index_text(1)
+        return out
+
+
+class TestSqliteFullyIndexed(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path):
+        path = tmp_path / "relay.sqlite3"
+        return lambda: _FullyIndexed(path)
+
+    @pytest.fixture
+    def new_store(self, tmp_path: Path):
+        counter = itertools.count()
+        return lambda: _FullyIndexed(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+class TestSqliteHalfIndexed(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path):
+        path = tmp_path / "relay.sqlite3"
+        return lambda: _HalfIndexed(path)
+
+    @pytest.fixture
+    def new_store(self, tmp_path: Path):
+        counter = itertools.count()
+        return lambda: _HalfIndexed(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+def test_background_text_indexer_catches_up(tmp_path: Path) -> None:
+    from akrelay.protocol.query import QueryRequest, query_matches
+    from store_contract import run_query
+
+    store = SqliteStore(tmp_path / "relay.sqlite3", text_indexer=True, indexer_interval=0.02)
+    envs = corpus()
+    store.commit_many([(e, 1) for e in envs])
+    deadline = time.monotonic() + 10
+    while store.text_index_lag() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.text_index_lag() == 0
+    req = QueryRequest(q=("alpha", "beta"))
+    assert [r.envelope.id for r in run_query(store, req, limit=10**6)] == [e.id for e in envs if query_matches(e, req)]
+    store.close()
+    assert store.index_text is not None
 
 
 def test_wal_mode_and_reopen_keeps_records(tmp_path: Path) -> None:

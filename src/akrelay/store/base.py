@@ -12,24 +12,72 @@ on which backend answers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
 from akrelay.protocol.envelope import Envelope
 
 
-@dataclass(frozen=True, slots=True)
 class Record:
-    """An acceptance record as stored: the envelope plus local service assertions."""
+    """An acceptance record as stored: the envelope plus local service assertions.
 
-    seq: int
-    accepted_at: int
-    envelope: Envelope
-    withheld: bool = False
+    A backend may build it from the stored canonical envelope bytes
+    (``body=...``) instead of an :class:`Envelope`: the envelope is then parsed
+    only when someone looks at it, and :meth:`to_json` splices the bytes
+    unchanged, so a query page costs no JSON decoding at all. Treat as immutable.
+    """
+
+    __slots__ = ("seq", "accepted_at", "withheld", "_envelope", "_body")
+
+    def __init__(
+        self,
+        seq: int,
+        accepted_at: int,
+        envelope: Envelope | None = None,
+        withheld: bool = False,
+        *,
+        body: bytes | None = None,
+    ) -> None:
+        if envelope is None and body is None:
+            raise TypeError("a Record needs an envelope or its canonical bytes")
+        self.seq = seq
+        self.accepted_at = accepted_at
+        self.withheld = withheld
+        self._envelope = envelope
+        self._body = body
+
+    @property
+    def envelope(self) -> Envelope:
+        if self._envelope is None:
+            self._envelope = Envelope.from_trusted(self._body)  # type: ignore[arg-type]
+        return self._envelope
 
     @property
     def id(self) -> str:
-        return self.envelope.id
+        if self._envelope is None:
+            return self._body[-146:-103].decode("ascii")  # type: ignore[index]
+        return self._envelope.id
+
+    def canonical_bytes(self) -> bytes:
+        """The stored JCS of the whole envelope."""
+        if self._body is None:
+            self._body = self._envelope.canonical_bytes()  # type: ignore[union-attr]
+        return self._body
+
+    def replace(self, *, withheld: bool) -> "Record":
+        return Record(self.seq, self.accepted_at, self._envelope, withheld, body=self._body)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self.seq, self.accepted_at, self.withheld, self.canonical_bytes()) == (
+            other.seq, other.accepted_at, other.withheld, other.canonical_bytes()
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.accepted_at, self.withheld, self.canonical_bytes()))
+
+    def __repr__(self) -> str:
+        return f"Record(seq={self.seq}, accepted_at={self.accepted_at}, id={self.id!r}, withheld={self.withheld})"
 
     def to_dict(self) -> dict:
         """The Knowledge §8.3 acceptance record as plain JSON values."""
@@ -37,11 +85,7 @@ class Record:
 
     def to_json(self) -> bytes:
         """Wire JSON, splicing the stored canonical envelope bytes (no re-encoding)."""
-        return b'{"accepted_at":%d,"envelope":%b,"seq":%d}' % (
-            self.accepted_at,
-            self.envelope.canonical_bytes(),
-            self.seq,
-        )
+        return b'{"accepted_at":%d,"envelope":%b,"seq":%d}' % (self.accepted_at, self.canonical_bytes(), self.seq)
 
 
 def term_key(term: str | tuple[str, str]) -> str:
@@ -84,6 +128,9 @@ class Store(Protocol):
         the check and the insert happen at one serialized commit point. When this
         returns, the record is durable and covered by :meth:`checkpoint`.
         """
+
+    def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        """:meth:`commit` for several ``(envelope, accepted_at)`` pairs, in order, as one unit where possible."""
 
     def checkpoint(self) -> int:
         """The committed sequence high-water mark (never decreases, survives removal)."""

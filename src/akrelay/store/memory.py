@@ -112,13 +112,17 @@ class MemoryStore:
             self._rows.append(row)
             return record, True
 
+    def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        """Commit several envelopes in order (the memory store has no transactions to save)."""
+        return [self.commit(env, accepted_at) for env, accepted_at in items]
+
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
         with self._lock:
             row = self._by_id.get(event_id)
             if row is None:
                 return False
             rec = row.record
-            row.record = Record(rec.seq, rec.accepted_at, rec.envelope, withheld)
+            row.record = rec.replace(withheld=withheld)
             return True
 
     def remove(self, event_id: str) -> bool:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -59,6 +61,11 @@ CREATE TABLE IF NOT EXISTS sequence (
     hwm INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO sequence (id, hwm) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS followers (
+    name TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO followers (name, position) VALUES ('text_index', 0);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value BLOB NOT NULL
@@ -85,9 +92,19 @@ class _Pending:
         self.error: BaseException | None = None
 
 
+@dataclass(slots=True)
+class _Plan:
+    terms: list[str]
+    created_from: int | None
+    created_before: int | None
+    sql_texts: list[str]
+    py_texts: list[str]
+    include_withheld: bool
+
+
 def _record(row: tuple) -> Record:
     seq, accepted_at, withheld, body = row
-    return Record(seq, accepted_at, Envelope.from_trusted(bytes(body)), bool(withheld))
+    return Record(seq, accepted_at, None, bool(withheld), body=bytes(body))
 
 
 def _fts_phrase(term: str) -> str:
@@ -97,7 +114,15 @@ def _fts_phrase(term: str) -> str:
 class SqliteStore:
     """The embedded default store (one file, WAL, safe across processes)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL", busy_timeout_ms: int = 30000) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 30000,
+        text_indexer: bool = False,
+        indexer_interval: float = 0.25,
+    ) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
             raise ValueError(f"unknown synchronous setting {synchronous!r}")
         self.path = Path(path)
@@ -115,6 +140,13 @@ class SqliteStore:
         writer = self._connect()
         self._retry_busy(lambda: writer.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;"), writer)
         self._writer = writer
+        self._last_commit = 0.0
+        self._stop = threading.Event()
+        self._indexer_interval = indexer_interval
+        self._indexer: threading.Thread | None = None
+        if text_indexer:
+            self._indexer = threading.Thread(target=self._run_text_indexer, name="akrelay-text-index", daemon=True)
+            self._indexer.start()
 
     # -- connections ---------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -202,71 +234,149 @@ class SqliteStore:
     ) -> list[Record]:
         if limit <= 0:
             return []
-        conn = self._reader()
-        terms = sorted({term_key(t) for t in request_terms})
-        texts = list(dict.fromkeys(text_terms))
         upper = _MAX_SEQ if upto_seq is None else upto_seq
         if upper <= after_seq:
             return []
-        # Terms SQLite's instr cannot judge reliably (embedded NUL) are verified in Python.
-        sql_texts = [t for t in texts if "\x00" not in t]
-        py_texts = [t for t in texts if "\x00" in t]
-        fts_texts = [t for t in sql_texts if len(t) >= 3]
+        conn = self._reader()
+        texts = list(dict.fromkeys(text_terms))
+        plan = _Plan(
+            terms=sorted({term_key(t) for t in request_terms}),
+            created_from=created_from,
+            created_before=created_before,
+            # Terms SQLite's instr cannot judge reliably (embedded NUL) are verified in Python.
+            sql_texts=[t for t in texts if "\x00" not in t],
+            py_texts=[t for t in texts if "\x00" in t],
+            include_withheld=include_withheld,
+        )
+        fts_texts = [t for t in plan.sql_texts if len(t) >= 3]
+        conn.execute("BEGIN")  # one snapshot: text-index position and rows agree
+        try:
+            driver: str | None = None
+            if plan.terms:
+                counts = {t: self._term_count(conn, t, after_seq, upper) for t in plan.terms}
+                driver = min(plan.terms, key=lambda t: (counts[t], t))
+                if counts[driver] == 0:
+                    return []
+                if fts_texts and counts[driver] >= _BROAD_TERM:
+                    driver = None
+            if driver is not None or not fts_texts:
+                return self._select(conn, plan, driver, None, after_seq, upper, limit)
+            # Trigram candidates where the text index has caught up, an exact scan
+            # of the not-yet-indexed tail after it: complete either way.
+            indexed = self._text_position(conn)
+            out: list[Record] = []
+            if indexed > after_seq:
+                out = self._select(conn, plan, None, fts_texts, after_seq, min(indexed, upper), limit)
+            if len(out) < limit and upper > indexed:
+                out += self._select(conn, plan, None, None, max(after_seq, indexed), upper, limit - len(out))
+            return out
+        finally:
+            conn.execute("COMMIT")
 
-        driver: str | None = None
-        if terms:
-            counts = {t: self._term_count(conn, t, after_seq, upper) for t in terms}
-            driver = min(terms, key=lambda t: (counts[t], t))
-            if counts[driver] == 0:
-                return []
-            if fts_texts and counts[driver] >= _BROAD_TERM:
-                driver = None
-
+    def _select(
+        self,
+        conn: sqlite3.Connection,
+        plan: "_Plan",
+        driver: str | None,
+        fts_texts: list[str] | None,
+        lower: int,
+        upper: int,
+        limit: int,
+    ) -> list[Record]:
         where: list[str] = []
         params: list[object] = []
         if driver is not None:
             source = "terms t CROSS JOIN records r ON r.seq = t.seq"
             where += ["t.term = ?", "t.seq > ?", "t.seq <= ?"]
-            params += [driver, after_seq, upper]
+            params += [driver, lower, upper]
             order = "t.seq"
         elif fts_texts:
             source = "text_index CROSS JOIN records r ON r.seq = text_index.rowid"
             where += ["text_index MATCH ?", "text_index.rowid > ?", "text_index.rowid <= ?"]
-            params += [" AND ".join(_fts_phrase(t) for t in fts_texts), after_seq, upper]
+            params += [" AND ".join(_fts_phrase(t) for t in fts_texts), lower, upper]
             order = "text_index.rowid"
         else:
             source = "records r"
             where += ["r.seq > ?", "r.seq <= ?"]
-            params += [after_seq, upper]
+            params += [lower, upper]
             order = "r.seq"
-        if not include_withheld:
+        if not plan.include_withheld:
             where.append("r.withheld = 0")
-        if created_from is not None:
+        if plan.created_from is not None:
             where.append("r.created_at >= ?")
-            params.append(created_from)
-        if created_before is not None:
+            params.append(plan.created_from)
+        if plan.created_before is not None:
             where.append("r.created_at < ?")
-            params.append(created_before)
-        for term in terms:
+            params.append(plan.created_before)
+        for term in plan.terms:
             if term != driver:
                 where.append("EXISTS (SELECT 1 FROM terms x WHERE x.term = ? AND x.seq = r.seq)")
                 params.append(term)
-        for text in sql_texts:
+        for text in plan.sql_texts:
             where.append("instr(r.text, ?) > 0")
             params.append(text)
 
-        columns = _COLUMNS + (", r.text" if py_texts else "")
+        columns = _COLUMNS + (", r.text" if plan.py_texts else "")
         sql = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
-        if not py_texts:
+        if not plan.py_texts:
             rows = conn.execute(sql + " LIMIT ?", (*params, limit)).fetchall()
             return [_record(row) for row in rows]
         out: list[Record] = []
         for row in conn.execute(sql, params):
-            if all(t in row[4] for t in py_texts):
+            if all(t in row[4] for t in plan.py_texts):
                 out.append(_record(row[:4]))
                 if len(out) >= limit:
                     break
         return out
+
+    # -- the trigram text index, a follower of the log ------------------------------
+    @staticmethod
+    def _text_position(conn: sqlite3.Connection) -> int:
+        return conn.execute("SELECT position FROM followers WHERE name = 'text_index'").fetchone()[0]
+
+    def text_index_lag(self) -> int:
+        """Committed records not yet in the trigram index (queries scan those exactly)."""
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            position = self._text_position(conn)
+            return conn.execute("SELECT count(*) FROM records WHERE seq > ?", (position,)).fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+
+    def index_text(self, max_records: int = 500) -> int:
+        """Add up to ``max_records`` committed records to the trigram index; return how many.
+
+        Trigram indexing costs about a millisecond per kilobyte of text, several
+        times the rest of an acceptance, so it is kept off the commit path: a
+        background thread (``text_indexer=True``) or a caller catches up here.
+        """
+
+        def run(c: sqlite3.Connection) -> int:
+            position = self._text_position(c)
+            rows = c.execute(
+                "SELECT seq, text FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (position, max_records)
+            ).fetchall()
+            if not rows:
+                return 0
+            c.executemany("INSERT INTO text_index (rowid, text) VALUES (?, ?)", rows)
+            c.execute("UPDATE followers SET position = ? WHERE name = 'text_index'", (rows[-1][0],))
+            return len(rows)
+
+        return self._write(run)
+
+    def _run_text_indexer(self) -> None:
+        """Catch up in large steps when idle, in small bounded steps under load."""
+        while not self._stop.wait(self._indexer_interval):
+            try:
+                busy = time.monotonic() - self._last_commit < 0.2
+                budget = 20 if busy else 500
+                while not self._stop.is_set() and self.index_text(budget) == budget and not busy:
+                    busy = time.monotonic() - self._last_commit < 0.2
+            except sqlite3.Error:  # pragma: no cover - retried on the next tick
+                continue
+            except RuntimeError:  # closed underneath us
+                return
 
     # -- writes ------------------------------------------------------------
     def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
@@ -283,6 +393,16 @@ class SqliteStore:
         assert pending.result is not None
         return pending.result
 
+    def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        """Commit ``(envelope, accepted_at)`` pairs in one transaction (imports, sync, benchmarks)."""
+        group = [_Pending(env, accepted_at) for env, accepted_at in items]
+        with self._write_lock:
+            self._commit_group(group)
+        for item in group:
+            if item.error is not None:
+                raise item.error
+        return [item.result for item in group]  # type: ignore[misc]
+
     def _commit_group(self, group: list[_Pending]) -> None:
         conn = self._writer
         try:
@@ -291,6 +411,7 @@ class SqliteStore:
             for item in group:
                 item.error = exc
             return
+        self._last_commit = time.monotonic()
         for item, result in zip(group, results):
             item.result = result
 
@@ -315,7 +436,6 @@ class SqliteStore:
                     (hwm, env.id, item.accepted_at, env.created_at, env.canonical_bytes(), item.text),
                 )
                 conn.executemany("INSERT INTO terms (term, seq) VALUES (?, ?)", [(t, hwm) for t in item.terms])
-                conn.execute("INSERT INTO text_index (rowid, text) VALUES (?, ?)", (hwm, item.text))
                 record = Record(hwm, item.accepted_at, env, False)
                 fresh[env.id] = record
                 results.append((record, True))
@@ -344,6 +464,8 @@ class SqliteStore:
             return value
 
         with self._write_lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
             return self._retry_busy(run, conn)
 
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
@@ -357,7 +479,8 @@ class SqliteStore:
             if row is None:
                 return False
             seq, text = row
-            c.execute("INSERT INTO text_index (text_index, rowid, text) VALUES ('delete', ?, ?)", (seq, text))
+            if seq <= self._text_position(c):
+                c.execute("INSERT INTO text_index (text_index, rowid, text) VALUES ('delete', ?, ?)", (seq, text))
             c.execute("DELETE FROM terms WHERE seq = ?", (seq,))
             c.execute("DELETE FROM records WHERE seq = ?", (seq,))
             return True
@@ -382,6 +505,11 @@ class SqliteStore:
     def close(self) -> None:
         if self._closed:
             return
+        self._stop.set()
+        if self._indexer is not None and self._indexer is not threading.current_thread():
+            with self._write_lock:  # let an indexing step finish first
+                self._closed = True
+            self._indexer.join(timeout=5)
         self._closed = True
         with self._all_lock:
             conns, self._all = self._all, []

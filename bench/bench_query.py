@@ -1,0 +1,231 @@
+"""Query latency through ``Relay.query`` on an embedded SQLite store.
+
+Builds N records (default 10k and 100k) of realistic ~1.5 KiB publications,
+assessments and retractions in a temporary data directory, then measures:
+
+* a filtered page (``limit=100``) for several filter shapes, from broad
+  (``type``) to selective (``tag`` + ``kind``), including a time range;
+* a 2-term ``q`` page (``limit=100``) over random word pairs of mixed
+  frequency, including pairs that rarely co-occur (the full candidate set must
+  then be verified: exact and complete, never top-k).
+
+Envelopes are really signed once per actor template; to build 100k records
+quickly the payload varies and the event ID is recomputed (SHA3-256 of the
+JCS event), but the signature is reused: the store trusts what the service
+verified, and signing cost is not what this measures.
+
+Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300]
+Last line: ``query_p99_100k: <ms> ms`` (the worst p99 over the filtered shapes
+and the 2-term ``q`` at 100k; the goal for filters is 10 ms, for ``q`` 100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from akrelay.protocol.b64 import b64encode
+from akrelay.protocol.envelope import Envelope
+from akrelay.protocol.jcs import canonicalize
+from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import Relay
+from akrelay.store.sqlite import SqliteStore
+
+LICENSE = "https://creativecommons.org/licenses/by/4.0/"
+KINDS = ("claim", "question", "hypothesis", "method", "negative_result", "observation", "definition", "synthesis")
+BASE = 1_790_000_000_000
+
+
+def vocabulary(rng: random.Random, n: int = 5000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = set()
+    while len(words) < n:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 10))))
+    return sorted(words)
+
+
+class Corpus:
+    """Cheap, deterministic, realistic envelopes."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.words = vocabulary(self.rng)
+        # Zipf-like weights: a few very common words, a long tail
+        self.weights = [1.0 / (i + 1) ** 0.9 for i in range(len(self.words))]
+        self.signers = [Signer.from_seed(bytes([i + 1]) * 32) for i in range(20)]
+        self.tags = [f"tag{i}" for i in range(60)]
+        self.published: list[str] = []
+        self.nonce = 0
+
+    def text(self, n: int) -> str:
+        words = self.rng.choices(self.words, weights=self.weights, k=n)
+        if self.rng.random() < 0.2:
+            words[0] = words[0].capitalize()
+        return " ".join(words)
+
+    def _envelope(self, event: dict, signature: str) -> Envelope:
+        jcs = canonicalize(event)
+        event_id = b64encode(hashlib.sha3_256(jcs).digest())
+        return Envelope(id=event_id, event=event, signature=signature, event_jcs=jcs)
+
+    def make(self, i: int) -> Envelope:
+        rng = self.rng
+        signer = self.signers[i % len(self.signers)]
+        self.nonce += 1
+        created = BASE + i * 1000 + rng.randrange(1000)
+        roll = rng.random()
+        if roll < 0.85 or len(self.published) < 10:
+            payload = {
+                "license": LICENSE,
+                "kind": rng.choice(KINDS),
+                "title": self.text(8),
+                "statement": self.text(70),
+                "language": rng.choice(("en", "en", "en", "de", "zh", "fr")),
+                "context": {"scope": self.text(6), "conditions": [self.text(6), self.text(5)], "limitations": [self.text(7)]},
+                "basis": self.text(35),
+                "tags": rng.sample(self.tags, rng.randint(0, 3)),
+                "evidence": [{"url": f"https://example.com/data/{i}.csv", "description": self.text(5)}],
+            }
+            if not payload["tags"]:
+                del payload["tags"]
+            if self.published and rng.random() < 0.5:
+                payload["relations"] = [{"relation": rng.choice(("extends", "derived_from", "supports")), "target": rng.choice(self.published[-500:])}]
+            event = publish_event(signer.agent_id, created, self.nonce, payload)
+        elif roll < 0.97:
+            payload = {
+                "license": LICENSE,
+                "target": rng.choice(self.published),
+                "verdict": rng.choice(("supports", "contradicts", "unclear")),
+                "summary": self.text(12),
+                "context": {"scope": self.text(5), "conditions": [], "limitations": []},
+                "basis": self.text(40),
+            }
+            event = assess_event(signer.agent_id, created, self.nonce, payload)
+        else:
+            event = retract_event(signer.agent_id, created, self.nonce, {"license": LICENSE, "target": rng.choice(self.published), "reason": self.text(10)})
+        signature = self.signature(signer)
+        env = self._envelope(event, signature)
+        if event["type"] == "knowledge.publish":
+            self.published.append(env.id)
+        return env
+
+    _sig_cache: dict[str, str] = {}
+
+    def signature(self, signer: Signer) -> str:
+        # one real signature per actor, reused (see the module docstring)
+        sig = self._sig_cache.get(signer.agent_id)
+        if sig is None:
+            sig = signer.sign(publish_event(signer.agent_id, BASE, 1, {}))["signature"]
+            self._sig_cache[signer.agent_id] = sig
+        return sig
+
+
+def build(path: Path, n: int, corpus: Corpus, existing: int = 0) -> SqliteStore:
+    store = SqliteStore(path)
+    chunk = 2000
+    start = time.perf_counter()
+    for lo in range(existing, n, chunk):
+        batch = [(corpus.make(i), BASE + i) for i in range(lo, min(n, lo + chunk))]
+        store.commit_many(batch)
+    elapsed = time.perf_counter() - start
+    added = n - existing
+    if added:
+        print(f"  built {added} records in {elapsed:.1f} s ({added / elapsed:.0f}/s bulk import)", flush=True)
+    return store
+
+
+def percentile(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, int(round(p / 100 * (len(values) - 1)))))
+    return values[k]
+
+
+def measure(relay: Relay, make_params, iterations: int) -> tuple[float, float, float]:
+    times = []
+    rows = []
+    for _ in range(iterations):
+        params = make_params()
+        t0 = time.perf_counter()
+        page = relay.query(params)
+        body = page.to_json()
+        times.append((time.perf_counter() - t0) * 1000)
+        rows.append(len(page.records))
+        assert body
+    return statistics.median(times), percentile(times, 99), statistics.mean(rows)
+
+
+def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str, float]:
+    relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+    rng = random.Random(99)
+    actors = [s.agent_id for s in corpus.signers]
+    common = corpus.words[:50]
+    mid = corpus.words[50:1000]
+    checkpoint = store.checkpoint()
+    shapes = {
+        "filter type=publish": lambda: [("type", "knowledge.publish"), ("limit", "100")],
+        "filter actor+type": lambda: [("actor", rng.choice(actors)), ("type", "knowledge.publish"), ("limit", "100")],
+        "filter tag+kind": lambda: [("tag", rng.choice(corpus.tags)), ("kind", rng.choice(KINDS)), ("limit", "100")],
+        "filter verdict+language-free": lambda: [("verdict", rng.choice(("supports", "contradicts"))), ("limit", "100")],
+        "filter language+time": lambda: [("language", "de"), ("created_from", str(BASE + rng.randrange(n) * 1000)), ("limit", "100")],
+        "filter after_seq poll": lambda: [("after_seq", str(max(0, checkpoint - rng.randrange(1, 300)))), ("limit", "100")],
+    }
+    results = {}
+    filtered_p99 = 0.0
+    for name, fn in shapes.items():
+        p50, p99, rows = measure(relay, fn, iterations)
+        filtered_p99 = max(filtered_p99, p99)
+        print(f"  {name:<32} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  rows/page {rows:6.1f}", flush=True)
+    q_shapes = {
+        "q 2 common terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(common)}"), ("limit", "100")],
+        "q common + mid terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(mid)}"), ("limit", "100")],
+        "q 2 mid terms (rare pairs)": lambda: [("q", f"{rng.choice(mid)} {rng.choice(mid)}"), ("limit", "100")],
+        "q 2 terms + type filter": lambda: [("q", f"{rng.choice(mid)} {rng.choice(common)}"), ("type", "knowledge.publish"), ("limit", "100")],
+    }
+    q_p99 = 0.0
+    for name, fn in q_shapes.items():
+        p50, p99, rows = measure(relay, fn, iterations)
+        q_p99 = max(q_p99, p99)
+        print(f"  {name:<32} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  rows/page {rows:6.1f}", flush=True)
+    results["filtered_p99"] = filtered_p99
+    results["q_p99"] = q_p99
+    print(f"  => {n} records: filtered page p99 {filtered_p99:.2f} ms (goal 10), 2-term q p99 {q_p99:.2f} ms (goal 100)", flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--dir", default=None, help="keep the database here (default: a temporary directory)")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        path = Path(tmp) / "relay.sqlite3"
+        corpus = Corpus()
+        built = 0
+        summary = {}
+        for n in sizes:
+            print(f"== {n} records", flush=True)
+            store = build(path, n, corpus, existing=built)
+            built = n
+            summary[n] = run(n, store, corpus, args.iterations)
+            store.close()
+        size_mb = path.stat().st_size / 1e6
+        print(f"database size at {built} records: {size_mb:.0f} MB")
+    for n, r in summary.items():
+        print(f"query_filtered_p99_{n}: {r['filtered_p99']:.2f} ms; query_q2_p99_{n}: {r['q_p99']:.2f} ms")
+    key = 100_000 if 100_000 in summary else max(summary)
+    worst = max(summary[key].values())
+    print(f"query_p99_{key // 1000}k: {worst:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
