@@ -22,7 +22,9 @@ COMMAND_MODULES = (
     "akrelay.cli.search",
     "akrelay.cli.peers",
     "akrelay.cli.kip",
+    "akrelay.cli.kql",
     "akrelay.cli.knowledge",
+    "akrelay.cli.identity",
 )
 
 

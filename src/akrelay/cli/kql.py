@@ -1,0 +1,145 @@
+"""``akrelay kql 'FIND … WHERE { … }' --param name=value``: run one KQL query.
+
+Against a local data directory (``--data``, the default ``./akrelay-data``) the
+query runs in process on the nexus resumed from its snapshot and caught up from
+the store; with ``--relay URL`` it is sent to that relay's ``POST /v1/kip``.
+Output is a table (``FIND`` columns, one line per row) or, with ``--json``, the
+operation result with its context. A syntax or semantic error prints the KIP
+error (code, position, hint) and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+DEFAULT_DATA = "./akrelay-data"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("kql", help="run a KIP KQL query against the relay's nexus",
+                              description="Run one read-only KQL query and print its rows.")
+    p.add_argument("query", metavar="QUERY", help="e.g. 'FIND(?c.name) WHERE { ?c {type: \"KnowledgeCapsule\"} }'")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind :NAME structurally (VALUE is JSON; bare text is taken as a string)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--data", metavar="DIR", help=f"local relay data directory (default {DEFAULT_DATA})")
+    where.add_argument("--relay", metavar="URL", help="a running relay's origin, e.g. https://relay.example")
+    p.add_argument("--origin", help="with --data: the relay origin the Space id is derived from")
+    p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS")
+    p.add_argument("--json", action="store_true", help="print the result and context as JSON")
+    p.set_defaults(handler=run_kql)
+
+
+def _origin(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    from akrelay.settings import defaults
+
+    return defaults().origin
+
+
+def _open_store(data: str) -> Any:
+    from pathlib import Path
+
+    from akrelay.store.sqlite import SqliteStore
+
+    path = Path(data) / "relay.sqlite3"
+    if not path.is_file():
+        raise SystemExit(f"akrelay kql: no relay store in {data!r} (expected {path})")
+    return SqliteStore(path)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"akrelay kql: --param wants NAME=VALUE, got {item!r}")
+        try:
+            out[name.lstrip(":")] = json.loads(value)
+        except ValueError:
+            out[name.lstrip(":")] = value
+    return out
+
+
+def _cell(value: Any) -> str:
+    """A compact table cell: elements by kind and id, beliefs by status, JSON otherwise."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        if "kind" in value and "id" in value:
+            label = value.get("name") or value.get("key") or ""
+            return f"{value['kind']}:{value['id']}" + (f" ({label})" if label else "")
+        if "status" in value and "basis" in value:
+            return f"belief:{value['status']}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def format_table(result: dict[str, Any]) -> str:
+    columns = result.get("columns", [])
+    body = [[_cell(c) for c in row] for row in result.get("rows", [])]
+    widths = [max([len(col)] + [len(r[i]) for r in body]) for i, col in enumerate(columns)]
+    lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in body]
+    footer = f"({len(body)} row{'s' if len(body) != 1 else ''}"
+    if result.get("next_cursor"):
+        footer += "; more available, next cursor: " + result["next_cursor"]
+    lines.append(footer + ")")
+    return "\n".join(lines)
+
+
+def _print_error(error: dict[str, Any]) -> None:
+    where = ""
+    details = error.get("details") or {}
+    if "line" in details:
+        where = f" (line {details['line']}, column {details.get('column')})"
+    print(f"akrelay kql: {error['code']}{where}: {error['message']}", file=sys.stderr)
+    if error.get("hint"):
+        print(f"  hint: {error['hint']}", file=sys.stderr)
+
+
+def _emit(entry: dict[str, Any], as_json: bool) -> int:
+    if entry.get("status") != "succeeded":
+        if as_json:
+            print(json.dumps({"error": entry["error"], "context": entry.get("context")}, indent=2, ensure_ascii=False))
+        _print_error(entry["error"])
+        return 1
+    result = dict(entry["result"])
+    if "next_cursor" in entry:
+        result["next_cursor"] = entry["next_cursor"]
+    if as_json:
+        print(json.dumps({"result": result, "context": entry.get("context")}, indent=2, ensure_ascii=False))
+    else:
+        print(format_table(result))
+    return 0
+
+
+def run_kql(args: argparse.Namespace) -> int:
+    params = parse_params(args.param)
+    request = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
+    if args.relay:
+        import httpx
+
+        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=not args.insecure, timeout=60)
+        envelope = response.json()
+    else:
+        from akrelay.kip.service import open_runtime
+
+        data = args.data or DEFAULT_DATA
+        store = _open_store(data)
+        try:
+            runtime, follower = open_runtime(store, data, origin=_origin(args.origin), follow=False)
+            _, envelope = runtime.execute(request)
+            follower.save()
+        finally:
+            store.close()
+    if envelope.get("results"):
+        return _emit(envelope["results"][0], args.json)
+    _print_error(envelope.get("error") or {"code": "InternalError", "message": "no result"})
+    return 1
