@@ -130,7 +130,17 @@ option("licence_allow", _str, [], "accept only these licence URLs; each argument
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.
-option("peers", _str, "", "peer configuration file (TOML, see peers/README.md); runs the sync loop", metavar="FILE")
+def _peer_file(text: Any) -> str:
+    """A readable, valid peer file (checked at startup, not in every worker)."""
+    value = _str(text)
+    if value:
+        from akrelay.federation.peers import load_peers
+
+        load_peers(value)  # PeerConfigError is a ValueError with a message naming the entry
+    return value
+
+
+option("peers", _peer_file, "", "peer configuration file (TOML, see peers/README.md); runs the sync loop", metavar="FILE")
 option("follow_hints", _bool, False, "also sync from origins that peers advertise as hints (bounded below)", kind="flag")
 option("hint_hops", _positive_int, 1, "with --follow-hints: how many hint hops away from a configured peer", metavar="N")
 option("hint_count", _positive_int, 8, "with --follow-hints: most hinted origins followed in total", metavar="N")

@@ -207,3 +207,12 @@ def test_unreadable_ca_file_fails_only_that_peer(router, tmp_path) -> None:
                                         Peer(origin=good.origin)])
     first, second = engine.run_once()
     assert not first.ok and first.error.startswith("tls") and second.ok and second.accepted == 1
+
+
+def test_serve_and_sync_refuse_a_bad_peer_file_at_startup(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[peer]]\norigin = "http://plain.example"\n')
+    assert main(["serve", "--data", str(tmp_path / "d"), "--peers", str(tmp_path / "missing.toml")]) == 2
+    assert main(["sync", "--once", "--data", str(tmp_path / "d"), "--peers", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "must use https" in err
