@@ -21,7 +21,8 @@ from typing import Any, Callable
 from urllib.parse import parse_qsl
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Request, get, post
+from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body
@@ -44,8 +45,9 @@ DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []
 MAX_QUERY_PAIRS = 64
 
 
-def _json(body: bytes) -> Response[bytes]:
-    return Response(content=body, status_code=200, media_type=JSON)
+def _json(body: bytes) -> ASGIResponse:
+    """A 200 JSON answer as Litestar's low-level response: no serialization step at all."""
+    return ASGIResponse(body=body, status_code=200, media_type=JSON)
 
 
 def _require_json(request: Request) -> None:
@@ -84,26 +86,26 @@ def core_routes(relay: Any, settings: Settings) -> list[Any]:
     discovery_body = discovery_document_json(relay, settings)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
-    def discovery() -> Response[bytes]:
+    def discovery() -> ASGIResponse:
         return _json(discovery_body)
 
     @post("/v1/knowledge/events", opt={"rate": "write"}, status_code=200)
-    async def submit(request: Request) -> Response[bytes]:
+    async def submit(request: Request) -> ASGIResponse:
         _require_json(request)
         body = await request.body()
         record, _created = relay.submit(body, source="http")
         return _json(record.to_json())
 
     @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=False)
-    def lookup(request: Request) -> Response[bytes]:
+    def lookup(request: Request) -> ASGIResponse:
         return _json(relay.get(request.path_params["event_id"].lstrip("/")).to_json())
 
     @get("/v1/knowledge/query", sync_to_thread=False)
-    def query(request: Request) -> Response[bytes]:
+    def query(request: Request) -> ASGIResponse:
         return _json(relay.query(query_pairs(request.scope["query_string"])).to_json())
 
     @post("/v1/knowledge/batch", status_code=200)
-    async def batch(request: Request) -> Response[bytes]:
+    async def batch(request: Request) -> ASGIResponse:
         _require_json(request)
         return _json(relay.batch(await request.body()).to_json())
 
