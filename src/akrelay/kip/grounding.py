@@ -18,6 +18,7 @@ in [0, 1]; it is computed per query and never stored (§66.4).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
@@ -30,32 +31,55 @@ SCORE_SEMANTICS = "matched_query_term_fraction"
 def search(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None = None,
            predicate_filter: str | None = None, threshold: float | None = None) -> list[tuple[float, str]]:
     """All hits ``(score, id)`` at ``seq``, best first, ties in creation order."""
+    return top(nexus, kind, term, seq, type_filter=type_filter, predicate_filter=predicate_filter,
+               threshold=threshold)[0]
+
+
+def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None = None,
+        predicate_filter: str | None = None, threshold: float | None = None, skip: int = 0,
+        count: int | None = None) -> tuple[list[tuple[float, str]], bool]:
+    """Hits ``skip .. skip+count`` in rank order, and whether more follow.
+
+    Candidates are counted per ordinal at C speed, bucketed by how many query terms
+    they match, and only the buckets needed for the page are sorted and filtered, so
+    a page costs little more than the number of candidates.
+    """
     query = tokens(term)
     if not query:
         raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
     postings = nexus.index[kind]
-    matched: dict[str, int] = {}
+    counter: Counter[int] = Counter()
     for q in query:
-        for eid in postings.get(q, ()):
-            matched[eid] = matched.get(eid, 0) + 1
-    hits: list[tuple[float, int, int, str]] = []
-    for eid, count in matched.items():
-        element = nexus.elements[eid]
-        if element.created_seq > seq:
-            continue
-        if type_filter is not None and (not isinstance(element, Concept) or element.type != type_filter):
-            continue
-        if predicate_filter is not None:
-            prop = element if isinstance(element, Proposition) else nexus.elements[element.proposition]  # type: ignore[union-attr]
-            if prop.predicate != predicate_filter:  # type: ignore[union-attr]
-                continue
-        score = round(count / len(query), 6)
+        entry = postings.get(q)
+        if entry is not None:
+            counter.update(entry)
+    cutoff = nexus.ordinal_limit(seq)
+    buckets: dict[int, list[int]] = {}
+    for ordinal, matched in counter.items():
+        if ordinal < cutoff:
+            buckets.setdefault(matched, []).append(ordinal)
+    wanted = None if count is None else skip + count + 1
+    hits: list[tuple[float, str]] = []
+    for matched in sorted(buckets, reverse=True):
+        score = round(matched / len(query), 6)
         if threshold is not None and score < threshold:
-            continue
-        seq_part, _, ordinal = eid[1:].partition(".")
-        hits.append((-score, int(seq_part), int(ordinal), eid))
-    hits.sort()
-    return [(-s, eid) for s, _, _, eid in hits]
+            break
+        for ordinal in sorted(buckets[matched]):
+            eid = nexus.order[ordinal]
+            if type_filter is not None or predicate_filter is not None:
+                element = nexus.elements[eid]
+                if type_filter is not None and (not isinstance(element, Concept) or element.type != type_filter):
+                    continue
+                if predicate_filter is not None:
+                    prop = element if isinstance(element, Proposition) else nexus.elements[element.proposition]  # type: ignore[union-attr]
+                    if prop.predicate != predicate_filter:  # type: ignore[union-attr]
+                        continue
+            hits.append((score, eid))
+            if wanted is not None and len(hits) >= wanted:
+                return hits[skip: skip + count], True  # type: ignore[operator]
+    if count is None:
+        return hits[skip:], False
+    return hits[skip: skip + count], False
 
 
 def hit(nexus: Nexus, eid: str, score: float) -> dict[str, Any]:

@@ -273,11 +273,11 @@ def _search(rt, cmd: ast.Search, params, seq):
     offset = 0
     if cmd.cursor is not None:
         at, offset = rt.cursors.decode(check_cursor(resolve(cmd.cursor, params)), "SEARCH", binding)
-    hits = grounding.search(rt.nexus, kind, term, at, type_filter=type_filter, predicate_filter=predicate_filter,
-                            threshold=threshold)
-    page = [grounding.hit(rt.nexus, eid, score) for score, eid in hits[offset: offset + limit]]
+    hits, more = grounding.top(rt.nexus, kind, term, at, type_filter=type_filter, predicate_filter=predicate_filter,
+                               threshold=threshold, skip=offset, count=limit)
+    page = [grounding.hit(rt.nexus, eid, score) for score, eid in hits]
     result: dict[str, Any] = {"hits": page}
-    if offset + limit < len(hits):
+    if more:
         result["next_cursor"] = rt.cursors.encode("SEARCH", binding, at, offset + limit)
     context = {"snapshot_seq": at, "search": {"index_seq": at, "current_space_seq": rt.nexus.head,
                                               "consistency": "synchronous", "mode": "keyword",

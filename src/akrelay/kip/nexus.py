@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from array import array
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -59,7 +60,11 @@ class Nexus:
         self.props_by_subject: dict[str, list[str]] = {}
         self.transactions: list[Transaction] = []
         self._tx_seqs: list[int] = []
-        self.index: dict[str, dict[str, list[str]]] = {k: {} for k in SEARCH_KINDS}
+        #: keyword index: kind -> term -> ordinals (positions in ``order``), ascending.
+        self.index: dict[str, dict[str, array]] = {k: {} for k in SEARCH_KINDS}
+        #: element ids in creation order; an ordinal is a position here.
+        self.order: list[str] = []
+        self._tx_ordinals: list[int] = []
         self.kind_counts: dict[str, int] = {}
         self.type_counts: dict[str, int] = {}
 
@@ -69,6 +74,8 @@ class Nexus:
         if element.id in self.elements:
             raise RuntimeError(f"element id {element.id} reused")
         self.elements[element.id] = element
+        ordinal = len(self.order)
+        self.order.append(element.id)
         kind = KIND_OF[type(element)]
         self.kind_counts[kind] = self.kind_counts.get(kind, 0) + 1
         if isinstance(element, Concept):
@@ -76,12 +83,16 @@ class Nexus:
         if text and kind in self.index:
             postings = self.index[kind]
             for term in tokens(text):
-                postings.setdefault(term, []).append(element.id)
+                entry = postings.get(term)
+                if entry is None:
+                    postings[term] = entry = array("I")
+                entry.append(ordinal)
         return element
 
     def commit(self, tx: Transaction) -> None:
         self.transactions.append(tx)
         self._tx_seqs.append(tx.seq)
+        self._tx_ordinals.append(len(self.order))
         self.head = tx.seq
 
     # ---- reads -----------------------------------------------------------------------
@@ -107,6 +118,11 @@ class Nexus:
         if element is None or element.created_seq > seq:
             return None
         return element
+
+    def ordinal_limit(self, seq: int) -> int:
+        """How many elements exist at ``seq``: ordinals below this are visible."""
+        i = bisect.bisect_right(self._tx_seqs, seq)
+        return self._tx_ordinals[i - 1] if i else 0
 
     def transaction_at(self, seq: int) -> Transaction | None:
         """The last transaction committed at or before ``seq``."""
@@ -230,7 +246,7 @@ class Nexus:
         return (self.space_id, self.head, self.transactions,
                 sorted((eid, repr(e)) for eid, e in self.elements.items()),
                 sorted(self.concept_by_key.items()), sorted(self.evidence_by_client_key.items()),
-                {k: sorted(v.items()) for k, v in self.index.items()})
+                {k: sorted((t, tuple(o)) for t, o in v.items()) for k, v in self.index.items()}, self.order)
 
 
 def _object_key(obj: Any) -> Any:
