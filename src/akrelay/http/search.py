@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from litestar import Request, Response, post
+from litestar import Request, post
+from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.search import SearchService
@@ -44,13 +45,13 @@ def routes(relay: Any, settings: Any) -> list[Any]:
     path = relay.config.search_path
 
     @post(path, status_code=200)
-    async def search(request: Request) -> Response[bytes]:
+    async def search(request: Request) -> ASGIResponse:
         from akrelay.http.app import _require_json
 
         _require_json(request)
         body = await request.body()
         page = await anyio.to_thread.run_sync(search_service(relay).search, body)
-        return Response(content=page.to_json(), status_code=200, media_type=JSON)
+        return ASGIResponse(body=page.to_json(), status_code=200, media_type=JSON)
 
     return [search]
 
