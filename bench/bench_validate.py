@@ -3,9 +3,12 @@
 Both sides start from the raw request bytes and do strict parse + schema-level
 shape + JCS + SHA3-256 + Ed25519 + payload rules. Run on one core:
 
-    python3 bench/bench_validate.py [--seconds 3]
+    python3 bench/bench_validate.py [--seconds 1] [--rounds 5]
 
-Prints both rates; the last line is ``validate_ratio: <ours/sdk> x``.
+Rates are envelopes per CPU second of this single-threaded process, the two
+sides alternating round by round so that both see the same machine state;
+the best round of each side counts. Prints both rates; the last line is
+``validate_ratio: <ours/sdk> x``.
 """
 
 from __future__ import annotations
@@ -86,33 +89,43 @@ def sdk(raw: bytes) -> None:
 
 
 def rate(fn, raw: bytes, seconds: float) -> float:
-    fn(raw)  # warm caches and imports
-    count, start = 0, time.perf_counter()
+    """Envelopes per CPU second of this process (robust to other load on a shared machine)."""
+    count, start = 0, time.process_time()
     deadline = start + seconds
     while True:
-        for _ in range(50):
+        for _ in range(20):
             fn(raw)
-        count += 50
-        now = time.perf_counter()
+        count += 20
+        now = time.process_time()
         if now >= deadline:
             return count / (now - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=1.0, help="CPU seconds per side per round")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds; the best round of each side counts")
     args = parser.parse_args()
     raw = typical_envelope()
     print(f"envelope_bytes: {len(raw)} B")
-    ours_rate = rate(ours, raw, args.seconds)
-    print(f"akrelay_validate: {ours_rate:.0f} envelopes/s")
     try:
-        sdk_rate = rate(sdk, raw, args.seconds)
+        sdk(raw)  # the SDK must accept the envelope too, or the comparison is meaningless
     except ImportError:
+        sdk_available = False
+    else:
+        sdk_available = True
+    ours(raw)
+    best_ours = best_sdk = 0.0
+    for _ in range(args.rounds):
+        best_ours = max(best_ours, rate(ours, raw, args.seconds))
+        if sdk_available:
+            best_sdk = max(best_sdk, rate(sdk, raw, args.seconds))
+    print(f"akrelay_validate: {best_ours:.0f} envelopes/s (one core, CPU time, best of {args.rounds})")
+    if not sdk_available:
         print("sdk_validate: unavailable (pip install agent-protocols==0.12.6)")
         return
-    print(f"sdk_validate: {sdk_rate:.0f} envelopes/s")
-    print(f"validate_ratio: {ours_rate / sdk_rate:.2f} x")
+    print(f"sdk_validate: {best_sdk:.0f} envelopes/s (one core, CPU time, best of {args.rounds})")
+    print(f"validate_ratio: {best_ours / best_sdk:.2f} x")
 
 
 if __name__ == "__main__":
