@@ -55,13 +55,14 @@ def test_structure_agrees_with_schema(case):
         assert code == "invalid_event"
 
 
-@pytest.mark.parametrize("case", ENVELOPE_CASES, ids=[c["name"] for c in ENVELOPE_CASES])
+KNOWN_TYPE_CASES = [c for c in ENVELOPE_CASES if _value(c)["event"]["type"] in
+                    ("knowledge.publish", "knowledge.assess", "knowledge.retract")]
+
+
+@pytest.mark.parametrize("case", KNOWN_TYPE_CASES, ids=[c["name"] for c in KNOWN_TYPE_CASES])
 def test_payload_structure_agrees_with_payload_schema(case):
-    """Where the envelope and event shells are intact, the payload check alone decides."""
-    value = _value(case)
-    event = value.get("event")
-    if not isinstance(event, dict) or event.get("type") not in ("knowledge.publish", "knowledge.assess", "knowledge.retract"):
-        pytest.skip("the event shell itself is mutated; covered by test_structure_agrees_with_schema")
+    """With a known event type, the payload check alone agrees with the payload definition."""
+    event = _value(case)["event"]
     definition = {"knowledge.publish": "publishPayload", "knowledge.assess": "assessPayload",
                   "knowledge.retract": "retractPayload"}[event["type"]]
     expected = _validator(SCHEMA, definition).is_valid(event.get("payload"))
