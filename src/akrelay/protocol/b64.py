@@ -13,13 +13,14 @@ import re
 from akrelay.protocol.errors import ProtocolError
 
 _ALPHABET = re.compile(r"[A-Za-z0-9_-]*")
-_TO_STD = str.maketrans("-_", "+/")
-_FROM_STD = str.maketrans("+/", "-_")
+# bytes.translate with a 256-byte table is far cheaper than str.translate.
+_TO_STD = bytes.maketrans(b"-_", b"+/")
+_FROM_STD = bytes.maketrans(b"+/", b"-_")
 
 
 def b64encode(data: bytes) -> str:
     """Unpadded base64url text of ``data``."""
-    return binascii.b2a_base64(data, newline=False).decode("ascii").rstrip("=").translate(_FROM_STD)
+    return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_FROM_STD).decode("ascii")
 
 
 
@@ -41,7 +42,7 @@ def b64decode_canonical(
     if len(text) % 4 == 1:
         raise ProtocolError(code, f"{what} has an impossible base64url length")
     try:
-        data = binascii.a2b_base64((text + "=" * (-len(text) % 4)).translate(_TO_STD), strict_mode=True)
+        data = binascii.a2b_base64((text + "=" * (-len(text) % 4)).encode("ascii").translate(_TO_STD), strict_mode=True)
     except binascii.Error as exc:  # pragma: no cover - excluded by the checks above
         raise ProtocolError(code, f"{what} is not valid base64url") from exc
     if b64encode(data) != text:
