@@ -140,3 +140,42 @@ def test_serve_reports_bad_settings(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-m", "akrelay", "serve", "--data", str(tmp_path), "--origin", "ftp://x"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--origin" in done.stderr
+
+
+@pytest.mark.slow
+def test_serve_runs_on_embedded_defaults_from_an_empty_directory(tmp_path) -> None:
+    """No flags: data in ./akrelay-data, self-signed certificate printed, HTTPS discovery answers.
+
+    Only the port is moved (through the environment) so the test never collides with a relay on 8443.
+    """
+    import os
+    import signal
+    import time
+
+    import httpx
+    from relay_harness import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
+    env.update(AKRELAY_PORT=str(port), AKRELAY_ORIGIN=f"https://localhost:{port}")
+    proc = subprocess.Popen([sys.executable, "-m", "akrelay", "serve"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        cert = tmp_path / "akrelay-data" / "tls-cert.pem"
+        deadline = time.monotonic() + 60
+        doc = None
+        while time.monotonic() < deadline and doc is None:
+            time.sleep(0.3)
+            if cert.exists():
+                try:
+                    doc = httpx.get(f"https://localhost:{port}/.well-known/agent-knowledge",
+                                    verify=__import__("ssl").create_default_context(cafile=str(cert)), timeout=2).json()
+                except httpx.HTTPError:
+                    pass
+        assert doc is not None and doc["service"] == f"https://localhost:{port}"
+        assert (tmp_path / "akrelay-data" / "relay.sqlite3").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        output = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert f"created self-signed TLS certificate {cert}" in output
+    assert proc.returncode is not None
