@@ -64,6 +64,10 @@ def test_kip_endpoint_reads_what_the_relay_accepted() -> None:
         _submit(client, "assessment")  # accepted after the first KIP read: the next read sees it
         hits = _kip(client, 'SEARCH EVIDENCE "knowledge.assess" THRESHOLD 1').json()["results"][0]["result"]["hits"]
         assert [h["id"] for h in hits] == ["e3.1"]
+        relay.withhold(VECTORS["fixtures"]["assessment"]["envelope"]["hash"])  # operator moderation
+        hits = _kip(client, 'SEARCH EVIDENCE "knowledge.assess" THRESHOLD 1').json()["results"][0]["result"]["hits"]
+        assert hits == []
+        relay.unwithhold(VECTORS["fixtures"]["assessment"]["envelope"]["hash"])
         refused = _kip(client, 'CREATE CONCEPT ?x {type: "Agent"}').json()
         assert refused["status"] == "failed" and refused["results"][0]["error"]["code"] == "ReadonlyViolation"
         doc = client.get("/.well-known/agent-knowledge").json()

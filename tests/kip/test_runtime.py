@@ -304,3 +304,30 @@ def test_python_api_meta_and_projection(populated) -> None:
     assert rt.project_capsule(hyp_id)["status"] == "uncertain"
     view = rt.element(rt.nexus.capsule(cap_id).id)
     assert view["kind"] == "concept" and view["name"] == "Cache language in the key"
+
+
+def test_withheld_events_are_hidden_from_reads(world: World) -> None:
+    cap = world.publish("alice", "observation", "Secret cache title")
+    other = world.publish("bob", "observation", "Public cache title")
+    challenge = world.assess("carol", other.id, "challenges", "A withheld challenge")
+    world.assess("dave", other.id, "supports")
+    withheld = {cap.id, challenge.id}
+    nexus = world.nexus()
+    nexus.withheld = withheld.__contains__
+    rt = KipRuntime(KipConfig(origin=ORIGIN), nexus)
+    hits = rt.meta('SEARCH CONCEPT "cache title"')["hits"]
+    assert [h["name"] for h in hits] == ["Public cache title"]
+    assert rt.meta('SEARCH ASSERTION "withheld challenge"')["hits"] == []
+    capsule = rt.element(nexus.capsule(cap.id).id)
+    assert capsule["attributes"] == {} and capsule["name"] == cap.id
+    evidence = rt.element(nexus.evidence_for_event(cap.id).id)
+    assert evidence["payload"] == {"mode": "withheld", "inline": None, "content_ref": None}
+    assert evidence["content_digest"] == "sha3-256:" + cap.id
+    out = rt.project_capsule(other.id)
+    assert out["status"] == "accepted"
+    assert {"assertion_id": nexus.assertions_by_event[challenge.id][0], "reason": "withheld"} in \
+        out["explanation"]["ledger"]["eligibility_exclusions"]
+    # the state itself is untouched: visibility is a read-time filter
+    nexus.withheld = None
+    assert rt.project_capsule(other.id)["status"] == "contested"
+    assert rt.element(nexus.capsule(cap.id).id)["name"] == "Secret cache title"

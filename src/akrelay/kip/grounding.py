@@ -66,6 +66,8 @@ def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None
             break
         for ordinal in sorted(buckets[matched]):
             eid = nexus.order[ordinal]
+            if nexus.withheld is not None and nexus.hidden(nexus.elements[eid]):
+                continue
             if type_filter is not None or predicate_filter is not None:
                 element = nexus.elements[eid]
                 if type_filter is not None and (not isinstance(element, Concept) or element.type != type_filter):

@@ -65,8 +65,28 @@ class Nexus:
         #: element ids in creation order; an ordinal is a position here.
         self.order: list[str] = []
         self._tx_ordinals: list[int] = []
+        #: read-time visibility: ``withheld(event_id)`` is true for a record the operator
+        #: withheld (agent-knowledge §7.1). Not state: never persisted, never imported.
+        self.withheld: Any = None
         self.kind_counts: dict[str, int] = {}
         self.type_counts: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["withheld"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def is_withheld(self, event_id: str) -> bool:
+        return self.withheld is not None and bool(self.withheld(event_id))
+
+    def hidden(self, element: Element) -> bool:
+        """Whether a read hides ``element``: it came from a withheld event (Agents never hide)."""
+        if self.withheld is None or (isinstance(element, Concept) and element.type == "Agent"):
+            return False
+        return self.is_withheld(element.import_id)
 
     # ---- writes (used by the mapping) -------------------------------------------------
 
@@ -201,8 +221,10 @@ class Nexus:
         updated_at, updated_seq, version = element.created_at, element.created_seq, 1
         body: dict[str, Any] = {"id": element.id, "kind": kind, "space_id": self.space_id}
         if isinstance(element, Concept):
-            body.update(schema_ref=element.schema_ref, key=element.key, name=element.name, canonical_id=None,
-                        aliases=[], attributes=element.attributes,
+            hidden = element.type == "KnowledgeCapsule" and self.is_withheld(element.key)
+            body.update(schema_ref=element.schema_ref, key=element.key,
+                        name=element.key if hidden else element.name, canonical_id=None,
+                        aliases=[], attributes={} if hidden else element.attributes,
                         structural={k: {"id": v} for k, v in element.structural.items()})
         elif isinstance(element, Proposition):
             body.update(subject={"id": element.subject}, predicate_ref=element.predicate_ref,
@@ -218,8 +240,10 @@ class Nexus:
                         lifecycle={"status": status, "supersedes": [], "superseded_by": [],
                                    "retracted_at": element.retracted_at(seq)})
         elif isinstance(element, Evidence):
-            body.update(evidence_class=element.evidence_class,
-                        payload={"mode": "inline", "inline": element.envelope, "content_ref": None},
+            payload = ({"mode": "withheld", "inline": None, "content_ref": None}
+                       if self.is_withheld(element.import_id) else
+                       {"mode": "inline", "inline": element.envelope, "content_ref": None})
+            body.update(evidence_class=element.evidence_class, payload=payload,
                         content_digest=element.content_digest, media_type="application/json",
                         observed_at=element.observed_at, source=[{"id": element.source}], generated_by=None,
                         client_key=element.client_key,

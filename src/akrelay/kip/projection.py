@@ -111,6 +111,9 @@ def project(nexus: Nexus, proposition_id: str, *, trust: TrustState, policy_name
         if status != "active":
             exclusions.append({"assertion_id": a.id, "reason": status})
             continue
+        if nexus.is_withheld(a.import_id):
+            exclusions.append({"assertion_id": a.id, "reason": "withheld"})
+            continue
         if cls == "blocked":
             exclusions.append({"assertion_id": a.id, "reason": "blocked_actor"})
             continue

@@ -32,6 +32,14 @@ def cursor_secret(store: Any) -> bytes:
     return hmac.new(base, b"akrelay-kip", hashlib.sha256).digest()
 
 
+def withheld_predicate(store: Any) -> Any:
+    """``event_id -> bool``: the operator's withholding, read live from the store."""
+    def withheld(event_id: str) -> bool:
+        record = store.get(event_id)
+        return record is not None and record.withheld
+    return withheld
+
+
 def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str,
                  follow: bool = True) -> tuple[KipRuntime, KipFollower]:
     """A runtime over ``store``, resumed from ``<data>/kip-nexus.pickle`` when valid."""
@@ -39,6 +47,7 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     path = snapshot_path(data_dir) if data_dir is not None else None
     nexus = load_nexus(path, config.space_id, store.checkpoint()) if path is not None else None
     runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store))
+    runtime.nexus.withheld = withheld_predicate(store)
     follower = KipFollower(store, runtime, snapshot=path)
     if follower.catch_up() > FREEZE_AFTER:
         # The nexus is long-lived and append-only: take it out of the cyclic collector's

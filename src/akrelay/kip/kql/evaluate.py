@@ -124,7 +124,8 @@ def solution_key(solution: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _order_text(key: Any) -> str:
-    return json.dumps(key, default=repr, separators=(",", ":"))
+    """A deterministic total-order key for tie-breaking (ids and canonical values only)."""
+    return repr(key)
 
 
 # ------------------------------------------------------------------------ context
@@ -1064,12 +1065,19 @@ def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offse
                    used_search=ctx.used_search, used_projection=ctx.used_projection, settings=ctx.settings)
 
 
-def _binding(rt: Any, query: A.Query, params: Mapping[str, Any]) -> dict[str, Any]:
-    """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
+@functools.lru_cache(maxsize=1024)
+def _prepared(text: str) -> tuple[A.Query, frozenset[str], tuple[str, ...], str]:
+    """A checked query with its parameter names, cursor-binding names and shape (cached by text)."""
+    query = parse_kql(text)
+    names = frozenset(parameter_names(query))
     cursor_param = query.cursor.name if isinstance(query.cursor, Param) else None
-    names = sorted(n for n in parameter_names(query) if n != cursor_param)
-    return {"query": repr(replace(query, cursor=None, text="")),
-            "parameters": {n: params[n] for n in names}, "space": rt.nexus.space_id}
+    bound = tuple(sorted(n for n in names if n != cursor_param))
+    return query, names, bound, repr(replace(query, cursor=None, text=""))
+
+
+def _binding(rt: Any, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
+    return {"query": shape, "parameters": {n: params[n] for n in bound}, "space": rt.nexus.space_id}
 
 
 def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: int, *,
@@ -1082,8 +1090,10 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     ``next_cursor`` when more rows remain.
     """
     params = dict(params or {})
-    query = parse_kql(command)
-    missing = sorted(n for n in parameter_names(query) if n not in params)
+    if not isinstance(command, str):
+        raise KqlError("InvalidSyntax", "command must be a string")
+    query, names, bound_names, shape = _prepared(command)
+    missing = sorted(n for n in names if n not in params)
     if missing:
         raise KqlError("ReferenceError", f"parameter :{missing[0]} is not bound",
                        details={"missing": missing}, hint="supply every referenced parameter (§74)")
@@ -1097,7 +1107,7 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     if query.as_of_seq is not None:
         read_seq = rt.nexus.check_seq(check_seq(bound(query.as_of_seq)))
     offset = 0
-    binding = _binding(rt, query, params)
+    binding = _binding(rt, shape, bound_names, params)
     if query.cursor is not None:
         token = check_cursor(bound(query.cursor))
         pinned, offset = C.decode(rt.cursors, token, binding, now_ms)

@@ -51,7 +51,6 @@ def parser(language: str) -> Lark:
         parser="lalr",
         lexer="contextual",
         maybe_placeholders=True,
-        propagate_positions=True,
     )
 
 

@@ -259,9 +259,11 @@ def _paging(tree: Tree) -> tuple[Value | None, Value | None]:
 
 def _check_literal_choice(value: Value | None, choices: tuple[str, ...], what: str, tree: Tree) -> None:
     if isinstance(value, Literal) and value.value not in choices:
+        tokens = [t for t in tree.scan_values(lambda t: isinstance(t, Token)) if str(t).startswith('"')]
+        where = next((t for t in tokens if t.value.strip('"') == value.value), tokens[0] if tokens else None)
         raise syntax_error(
             f"{what} must be one of {', '.join(repr(c) for c in choices)}, got {value.value!r}",
-            line=getattr(tree.meta, "line", None), column=getattr(tree.meta, "column", None),
+            line=getattr(where, "line", None), column=getattr(where, "column", None),
             hint=f"write {what} " + " | ".join(f'"{c}"' for c in choices),
         )
 

@@ -8,6 +8,7 @@ evaluator can run without discovering a static error half-way.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from lark import Token, Tree
@@ -242,8 +243,24 @@ class _Builder:
         return parts
 
 
+#: Parsed-and-checked queries by text. Parameters are bound structurally (§74),
+#: so one parse serves every binding, like a prepared statement.
+PARSE_CACHE_SIZE = 1024
+
+
 def parse_kql(text: str, *, check: bool = True) -> A.Query:
-    """Parse and (by default) semantically check one KQL query."""
+    """Parse and (by default) semantically check one KQL query (cached by text)."""
+    if check and isinstance(text, str):
+        return _parse_checked(text)
+    return _parse(text, check)
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_checked(text: str) -> A.Query:
+    return _parse(text, True)
+
+
+def _parse(text: str, check: bool) -> A.Query:
     tree = parse_tree(text, "kql")
     parts = _Builder().build(tree.children[0])
     query = A.Query(text=text, **parts)
