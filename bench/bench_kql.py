@@ -1,0 +1,171 @@
+"""KQL latency at 100k capsules (issue 7): three typical queries, p50/p99.
+
+Builds an acceptance log of N capsules (default 100,000) published by 500
+actors with 1-3 tags each from a 300-word vocabulary, titles from a 5,000-word
+vocabulary, relations to earlier capsules, and assessments on about half of
+them; imports it into a nexus exactly as the follower does; then times each
+query end to end through ``execute_kql`` (parse, semantic checks, evaluation,
+result encoding) with fresh random parameters per sample:
+
+* ``by_actor_and_tag``: capsules of one actor carrying one tag;
+* ``belief_one_capsule``: the BELIEF of one capsule's ``ak_holds``;
+* ``search_filter_belief``: a keyword Search Pattern, a FILTER on the score and
+  the BELIEF of every hit, ordered by score.
+
+Envelopes carry well-formed but unverified signatures: import never verifies
+(the relay did before acceptance), so signing would only time the setup.
+Goal: p99 <= 20 ms each. Last line: ``kql_p99_worst: <value> ms``.
+
+    python3 bench/bench_kql.py [--capsules N] [--samples N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import hashlib
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from akrelay.kip import KipConfig, Nexus, import_record  # noqa: E402
+from akrelay.kip.kql.evaluate import execute_kql  # noqa: E402
+from akrelay.kip.runtime import KipRuntime  # noqa: E402
+from akrelay.protocol.envelope import Envelope  # noqa: E402
+from akrelay.store.base import Record  # noqa: E402
+
+LICENSE = "https://creativecommons.org/licenses/by/4.0/"
+KINDS = ("observation", "inference", "hypothesis", "procedure", "negative_result")
+VERDICTS = ("supports", "challenges", "reproduced", "not_reproduced", "applied", "inconclusive")
+
+QUERIES = {
+    "by_actor_and_tag": (
+        'FIND(?c.name, ?c.attributes.created_at) WHERE { ?a {type: "Agent", key: :actor} '
+        'STRUCTURAL (?c, "ak_published_by", ?a) ?c {attributes: {tags: [:tag]}} } '
+        "ORDER BY ?c.attributes.created_at DESC LIMIT 20"
+    ),
+    "belief_one_capsule": (
+        'FIND(?c.name, ?b.status, ?b.leading) WHERE { ?c {type: "KnowledgeCapsule", key: :capsule} '
+        '?b BELIEF (?c, "ak_holds", true) }'
+    ),
+    "search_filter_belief": (
+        'FIND(?h.name, ?h.retrieval.score, ?b.status) WHERE { '
+        '?h SEARCH CONCEPT :q WITH TYPE "KnowledgeCapsule" MODE "keyword" LIMIT 20 '
+        "FILTER(?h.retrieval.score >= 0.5) "
+        '?b BELIEF (?h, "ak_holds", true) } ORDER BY ?h.retrieval.score DESC LIMIT 10'
+    ),
+}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _words(prefix: str, count: int, rng: random.Random) -> list[str]:
+    letters = "bcdfghjklmnprstvz"
+    vowels = "aeiou"
+    out = set()
+    while len(out) < count:
+        out.add(prefix + "".join(rng.choice(letters) + rng.choice(vowels) for _ in range(3)))
+    return sorted(out)
+
+
+def build(capsules: int, seed: int = 11) -> tuple[list[Record], list[tuple[str, str, list[str]]], list[str]]:
+    rng = random.Random(seed)
+    vocabulary = _words("", 5000, rng)
+    tags = _words("t", 300, rng)
+    actors = ["did:agent:" + _b64(hashlib.sha256(f"kql-actor-{i}".encode()).digest()) for i in range(500)]
+    nonces = dict.fromkeys(actors, 0)
+    records: list[Record] = []
+    published: list[tuple[str, str, list[str]]] = []
+    t = 1_790_000_000_000
+
+    def add(etype: str, actor: str, payload: dict) -> str:
+        nonlocal t
+        t += 5
+        nonces[actor] += 1
+        event = {"protocol": "agent-knowledge/1.0", "type": etype, "actor": actor, "created_at": t,
+                 "nonce": nonces[actor], "payload": payload}
+        eid = _b64(hashlib.sha3_256(f"kql:{len(records)}:{etype}".encode()).digest())
+        records.append(Record(seq=len(records) + 1, accepted_at=t + 2,
+                              envelope=Envelope(id=eid, event=event, signature="A" * 86, event_jcs=b"")))
+        return eid
+
+    while len(published) < capsules:
+        actor = rng.choice(actors)
+        title = " ".join(rng.choice(vocabulary) for _ in range(5))
+        chosen = rng.sample(tags, rng.randint(1, 3))
+        payload = {"license": LICENSE, "kind": rng.choice(KINDS), "title": title,
+                   "statement": f"{title}.", "language": "en", "basis": "bench", "tags": chosen,
+                   "context": {"scope": "bench", "conditions": [], "limitations": []}}
+        if published and rng.random() < 0.3:
+            payload["relations"] = [{"relation": rng.choice(("derived_from", "extends", "supports")),
+                                     "target": rng.choice(published)[1]}]
+        published.append((actor, add("knowledge.publish", actor, payload), chosen))
+        if rng.random() < 0.5:
+            verdict = rng.choice(VERDICTS)
+            add("knowledge.assess", rng.choice(actors),
+                {"license": LICENSE, "target": rng.choice(published)[1], "verdict": verdict,
+                 "summary": verdict, "basis": "bench",
+                 "context": {"scope": "bench", "conditions": [], "limitations": []}})
+    return records, published, vocabulary
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capsules", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=1000)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    records, published, vocabulary = build(args.capsules)
+    config = KipConfig(origin="https://relay.example.org")
+    nexus = Nexus(config.space_id)
+    for record in records:
+        import_record(nexus, record)
+    gc.collect()
+    gc.freeze()
+    rt = KipRuntime(config, nexus, cursor_secret=b"bench")
+    print(f"setup: {len(records)} events, {args.capsules} capsules, {len(nexus.elements)} elements "
+          f"in {time.perf_counter() - t0:.1f} s")
+
+    rng = random.Random(5)
+    capsule_ids = [p[1] for p in published]
+
+    def params(name: str) -> dict:
+        if name == "by_actor_and_tag":
+            actor, _, tags = rng.choice(published)
+            return {"actor": actor, "tag": rng.choice(tags)}
+        if name == "belief_one_capsule":
+            return {"capsule": rng.choice(capsule_ids)}
+        return {"q": " ".join(rng.sample(vocabulary, 2))}
+
+    execute_kql(rt, QUERIES["belief_one_capsule"], params("belief_one_capsule"), nexus.head)  # warm indexes
+    worst = 0.0
+    for name, command in QUERIES.items():
+        samples, rows = [], 0
+        for _ in range(args.samples):
+            p = params(name)
+            start = time.perf_counter()
+            result, _ = execute_kql(rt, command, p, nexus.head)
+            samples.append((time.perf_counter() - start) * 1000)
+            rows += len(result["rows"])
+        p50, p99 = statistics.median(samples), percentile(samples, 0.99)
+        worst = max(worst, p99)
+        print(f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms, mean rows {rows / args.samples:.1f}")
+        print(f"kql_{name}_p99: {p99:.2f} ms")
+    print(f"kql_p99_worst: {worst:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
