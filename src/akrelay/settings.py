@@ -101,6 +101,26 @@ class Option:
 #: Every serve option, in help order. Extend with :func:`option`.
 OPTIONS: dict[str, Option] = {}
 
+#: Modules of other areas that declare their serve options with :func:`option`;
+#: imported (when they exist) before options are listed or resolved.
+OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options")
+_loaded_option_modules = False
+
+
+def load_option_modules() -> None:
+    global _loaded_option_modules
+    if _loaded_option_modules:
+        return
+    _loaded_option_modules = True
+    import importlib
+
+    for name in OPTION_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+
 
 def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
            kind: str = "value", metavar: str | None = None) -> Option:
@@ -190,6 +210,7 @@ class Settings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--config`` and one flag per option; flags default to "not given"."""
+    load_option_modules()
     parser.add_argument("--config", metavar="TOML", default=None,
                         help=f"TOML config file (keys are option names, e.g. port = 8443); env {ENV_PREFIX}CONFIG")
     for opt in OPTIONS.values():
@@ -224,6 +245,7 @@ def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
                   env: Mapping[str, str] | None = None,
                   config: str | os.PathLike[str] | None = None) -> Settings:
     """Resolve every option: flag > environment > config file > default."""
+    load_option_modules()
     env = os.environ if env is None else env
     given = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
     config = given.get("config") or config or env.get(ENV_PREFIX + "CONFIG")
