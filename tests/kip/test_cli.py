@@ -56,3 +56,11 @@ def test_belief_and_refusals(tmp_path, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["results"][0]["error"]["code"] == "ReadonlyViolation"
     assert main(["kip", "nope", "--belief", "--data", str(tmp_path), "--origin", ORIGIN]) == 1
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "NotFoundOrNotVisible"
+
+
+def test_reindex_kip_flag_rebuilds_the_nexus(tmp_path, capsys) -> None:
+    _relay_dir(tmp_path, ["original", "assessment"])
+    assert main(["reindex", "--kip", "--data", str(tmp_path), "--origin", ORIGIN]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["space_seq"] == 2 and summary["transactions"] == 2
+    assert (tmp_path / "kip-nexus.pickle").is_file()

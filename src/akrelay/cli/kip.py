@@ -1,5 +1,7 @@
 """``akrelay kip`` (run KIP commands), ``akrelay kip-reindex`` and ``akrelay reindex --kip``.
 
+``reindex`` itself is the search area's command; this module adds ``--kip`` to it.
+
 ``akrelay kip 'DESCRIBE PRIMER' --data DIR`` reads the nexus of a local relay data
 directory (resumed from its snapshot, caught up from the store); ``--relay URL``
 sends the command to a running relay's ``POST /v1/kip`` instead.
@@ -38,9 +40,24 @@ def register(subparsers: Any) -> None:
     r.add_argument("--origin", help="the relay origin (default: from settings)")
     r.set_defaults(handler=run_reindex)
 
-    # `akrelay reindex --kip`: only when no other area owns `reindex` (the search helper
-    # owns plain `reindex` and is expected to delegate `--kip` to run_reindex).
-    if "reindex" not in getattr(subparsers, "choices", {}):
+    # `akrelay reindex --kip`: plain `reindex` (the Tantivy index) belongs to the search
+    # area (akrelay.cli.search, registered earlier); extend its parser with --kip rather
+    # than register a second command. Without it, register a `reindex` that needs --kip.
+    existing = getattr(subparsers, "choices", {}).get("reindex")
+    if existing is not None:
+        existing.add_argument("--kip", action="store_true",
+                              help="rebuild the KIP nexus (kip-nexus.pickle) instead of the search index")
+        if not any("--origin" in a.option_strings for a in existing._actions):
+            existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
+        search_handler = existing.get_default("handler")
+
+        def reindex_either(args: argparse.Namespace) -> int:
+            if args.kip:
+                return run_reindex(args)
+            return search_handler(args)
+
+        existing.set_defaults(handler=reindex_either)
+    else:
         rr = subparsers.add_parser("reindex", help="rebuild derived indexes from the acceptance log")
         rr.add_argument("--kip", action="store_true", required=True, help="rebuild the KIP nexus")
         rr.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
