@@ -39,7 +39,7 @@ from akrelay.service.relay import Relay
 from akrelay.store.sqlite import SqliteStore
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
-KINDS = ("claim", "question", "hypothesis", "method", "negative_result", "observation", "definition", "synthesis")
+KINDS = ("question", "hypothesis", "procedure", "negative_result", "observation", "definition", "synthesis", "inference")
 BASE = 1_790_000_000_000
 
 
@@ -58,14 +58,15 @@ class Corpus:
         self.rng = random.Random(seed)
         self.words = vocabulary(self.rng)
         # Zipf-like weights: a few very common words, a long tail
-        self.weights = [1.0 / (i + 1) ** 0.9 for i in range(len(self.words))]
+        weights = [1.0 / (i + 1) ** 0.9 for i in range(len(self.words))]
+        self.cum_weights = list(__import__("itertools").accumulate(weights))
         self.signers = [Signer.from_seed(bytes([i + 1]) * 32) for i in range(20)]
         self.tags = [f"tag{i}" for i in range(60)]
         self.published: list[str] = []
         self.nonce = 0
 
     def text(self, n: int) -> str:
-        words = self.rng.choices(self.words, weights=self.weights, k=n)
+        words = self.rng.choices(self.words, cum_weights=self.cum_weights, k=n)
         if self.rng.random() < 0.2:
             words[0] = words[0].capitalize()
         return " ".join(words)
@@ -102,7 +103,7 @@ class Corpus:
             payload = {
                 "license": LICENSE,
                 "target": rng.choice(self.published),
-                "verdict": rng.choice(("supports", "contradicts", "unclear")),
+                "verdict": rng.choice(("supports", "challenges", "inconclusive")),
                 "summary": self.text(12),
                 "context": {"scope": self.text(5), "conditions": [], "limitations": []},
                 "basis": self.text(40),
@@ -138,6 +139,12 @@ def build(path: Path, n: int, corpus: Corpus, existing: int = 0) -> SqliteStore:
     added = n - existing
     if added:
         print(f"  built {added} records in {elapsed:.1f} s ({added / elapsed:.0f}/s bulk import)", flush=True)
+    start = time.perf_counter()
+    while store.index_text(5000):
+        pass
+    elapsed = time.perf_counter() - start
+    if added:
+        print(f"  trigram text index caught up in {elapsed:.1f} s ({added / elapsed:.0f} records/s)", flush=True)
     return store
 
 
@@ -172,7 +179,7 @@ def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str
         "filter type=publish": lambda: [("type", "knowledge.publish"), ("limit", "100")],
         "filter actor+type": lambda: [("actor", rng.choice(actors)), ("type", "knowledge.publish"), ("limit", "100")],
         "filter tag+kind": lambda: [("tag", rng.choice(corpus.tags)), ("kind", rng.choice(KINDS)), ("limit", "100")],
-        "filter verdict+language-free": lambda: [("verdict", rng.choice(("supports", "contradicts"))), ("limit", "100")],
+        "filter verdict": lambda: [("verdict", rng.choice(("supports", "challenges"))), ("limit", "100")],
         "filter language+time": lambda: [("language", "de"), ("created_from", str(BASE + rng.randrange(n) * 1000)), ("limit", "100")],
         "filter after_seq poll": lambda: [("after_seq", str(max(0, checkpoint - rng.randrange(1, 300)))), ("limit", "100")],
     }

@@ -72,10 +72,9 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 
-#: A term this common is a poor driver: prefer the trigram index for ``q`` then.
-_BROAD_TERM = 2000
-#: Upper bound for counting a term's postings when choosing the driving index.
-_COUNT_CAP = 20000
+#: Postings counted (at most) per term when choosing the driving index; a term
+#: reaching the cap is "broad", and ``q`` then drives through the trigram index.
+_COUNT_CAP = 1000
 _MAX_SEQ = (1 << 63) - 1
 
 _COLUMNS = "r.seq, r.accepted_at, r.withheld, r.body"
@@ -104,7 +103,7 @@ class _Plan:
 
 def _record(row: tuple) -> Record:
     seq, accepted_at, withheld, body = row
-    return Record(seq, accepted_at, None, bool(withheld), body=bytes(body))
+    return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
 
 
 def _fts_phrase(term: str) -> str:
@@ -252,12 +251,14 @@ class SqliteStore:
         conn.execute("BEGIN")  # one snapshot: text-index position and rows agree
         try:
             driver: str | None = None
-            if plan.terms:
+            if len(plan.terms) == 1 and not fts_texts:
+                driver = plan.terms[0]
+            elif plan.terms:
                 counts = {t: self._term_count(conn, t, after_seq, upper) for t in plan.terms}
                 driver = min(plan.terms, key=lambda t: (counts[t], t))
                 if counts[driver] == 0:
                     return []
-                if fts_texts and counts[driver] >= _BROAD_TERM:
+                if fts_texts and counts[driver] >= _COUNT_CAP:
                     driver = None
             if driver is not None or not fts_texts:
                 return self._select(conn, plan, driver, None, after_seq, upper, limit)
