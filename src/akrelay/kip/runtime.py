@@ -17,9 +17,9 @@ from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import classify, parse_meta
 from akrelay.kip.nexus import Nexus
-from akrelay.kip.package import SchemaEnvironment, load_package
+from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
 from akrelay.kip.paging import CursorCodec
-from akrelay.kip.projection import project
+from akrelay.kip.projection import POLICIES, project
 
 #: Request members §71 defines; the schema closes the object.
 MAX_OPERATIONS = meta.LIMITS["max_operations_per_request"]
@@ -33,6 +33,10 @@ class KipRuntime:
                  cursor_secret: bytes | None = None) -> None:
         self.config = config or KipConfig()
         self.environment = SchemaEnvironment([load_package(p) for p in self.config.package_paths])
+        if AK_PACKAGE_REF not in {p.ref for p in self.environment.packages}:
+            raise ValueError(f"the operator configuration must install {AK_PACKAGE_REF}: the import mapping uses it")
+        if self.config.default_policy not in POLICIES:
+            raise ValueError(f"unknown default epistemic policy {self.config.default_policy!r}")
         self.nexus = nexus if nexus is not None else Nexus(self.config.space_id)
         if self.nexus.space_id != self.config.space_id:
             raise ValueError("the nexus belongs to another Space")
