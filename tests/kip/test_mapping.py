@@ -190,3 +190,24 @@ def test_signed_vector_fixtures_import(world: World) -> None:
     merge = envelope_from_dict(fixtures["merge"]["envelope"])
     prop = nexus.proposition(nexus.capsule(merge.id).id, "ak_supersedes", {"id": nexus.capsule(left.id).id})
     assert nexus.assertions_on(prop.id)[0].status_at(nexus.head) == "active"
+
+
+def test_relayed_retraction_of_an_assessment_after_redelivery(world: World) -> None:
+    """An assessment reaches the relay twice (directly and through a peer), then its
+    author's retraction arrives through another peer: one Assertion, retracted once."""
+    cap = world.publish("alice")
+    assessment = world.assess("bob", cap.id, "not_reproduced")
+    nexus = world.nexus()
+    redelivered = Record(seq=3, accepted_at=world.clock + 50, envelope=assessment)
+    assert import_record(nexus, redelivered).status == "no_effect"
+    retraction = world.retract("bob", assessment.id)
+    relayed = Record(seq=4, accepted_at=world.clock + 60, envelope=retraction)
+    result = import_record(nexus, relayed)
+    (bob_assertion,) = [a for a in nexus.assertions_on(nexus.holds(cap.id).id) if a.actor == world.did("bob")]
+    assert result.retracted == (bob_assertion.id,)
+    assert bob_assertion.status_at(2) == "active" and bob_assertion.status_at(4) == "retracted"
+    assert len(nexus.assertions_by_event[assessment.id]) == 1
+    # a second copy of the retraction (another peer) changes nothing
+    again = Record(seq=5, accepted_at=world.clock + 70, envelope=retraction)
+    assert import_record(nexus, again).status == "no_effect"
+    assert bob_assertion.transitions == [(4, "retracted", kip_timestamp(retraction.created_at))]
