@@ -210,13 +210,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--dir", default=None, help="keep the database here (default: a temporary directory)")
+    parser.add_argument("--keep", default=None, help="build into (and reuse) this database file instead of a temporary one")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        path = Path(tmp) / "relay.sqlite3"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.keep) if args.keep else Path(tmp) / "relay.sqlite3"
         corpus = Corpus()
         built = 0
+        if path.exists():
+            probe = SqliteStore(path)
+            built = probe.checkpoint()
+            probe.close()
+            if built > sizes[0]:
+                raise SystemExit(f"{path} already holds {built} records, more than {sizes[0]}")
+            for i in range(built):  # replay the generator so later records continue the same corpus
+                corpus.make(i)
         summary = {}
         for n in sizes:
             print(f"== {n} records", flush=True)

@@ -38,6 +38,8 @@ class TestSqliteStore(StoreContract):
 class _FullyIndexed(SqliteStore):
     """Every commit is followed by a full text-index catch-up: the trigram path."""
 
+    probe_window = 3  # so that the small corpus reaches the trigram index
+
     def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
         out = super().commit(envelope, accepted_at)
         self.index_text()
@@ -45,7 +47,9 @@ class _FullyIndexed(SqliteStore):
 
 
 class _HalfIndexed(SqliteStore):
-    """The text index trails the log by about half: trigram head, scanned tail."""
+    """The text index trails the log by about half: probe, trigram middle, scanned tail."""
+
+    probe_window = 5
 
     def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
         out = super().commit(envelope, accepted_at)

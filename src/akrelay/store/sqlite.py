@@ -113,6 +113,9 @@ def _fts_phrase(term: str) -> str:
 class SqliteStore:
     """The embedded default store (one file, WAL, safe across processes)."""
 
+    #: ``q`` pages first scan this many ``seq`` values exactly before using the trigram index.
+    probe_window = 2000
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -262,14 +265,20 @@ class SqliteStore:
                     driver = None
             if driver is not None or not fts_texts:
                 return self._select(conn, plan, driver, None, after_seq, upper, limit)
-            # Trigram candidates where the text index has caught up, an exact scan
-            # of the not-yet-indexed tail after it: complete either way.
+            # 1. Common terms fill a page from a short exact scan; probing a
+            #    bounded window first avoids walking long trigram posting lists.
+            lower = min(upper, after_seq + self.probe_window)
+            out = self._select(conn, plan, None, None, after_seq, lower, limit)
+            if len(out) >= limit or lower >= upper:
+                return out
+            # 2. Trigram candidates (verified with instr) where the text index has
+            #    caught up; 3. an exact scan of the not-yet-indexed tail after it.
             indexed = self._text_position(conn)
-            out: list[Record] = []
-            if indexed > after_seq:
-                out = self._select(conn, plan, None, fts_texts, after_seq, min(indexed, upper), limit)
-            if len(out) < limit and upper > indexed:
-                out += self._select(conn, plan, None, None, max(after_seq, indexed), upper, limit - len(out))
+            if indexed > lower:
+                out += self._select(conn, plan, None, fts_texts, lower, min(indexed, upper), limit - len(out))
+            start = max(lower, indexed)
+            if len(out) < limit and upper > start:
+                out += self._select(conn, plan, None, None, start, upper, limit - len(out))
             return out
         finally:
             conn.execute("COMMIT")
