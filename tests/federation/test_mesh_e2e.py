@@ -61,10 +61,12 @@ class Node:
         return httpx.Client(base_url=self.origin, verify=ssl.create_default_context(cafile=str(self.cert)),
                             trust_env=False, timeout=30)
 
+    workers: int = 1
+
     def start(self, timeout: float = 60.0) -> None:
         args = [sys.executable, "-m", "akrelay", "serve", "--data", str(self.data), "--host", "127.0.0.1",
                 "--port", str(self.port), "--origin", self.origin, "--peers", str(self.peers),
-                "--write-rate", "0", "--read-rate", "0"]
+                "--write-rate", "0", "--read-rate", "0", "--workers", str(self.workers)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -143,6 +145,7 @@ def mesh(tmp_path):
     for name in ("r1", "r2", "r3"):
         data = tmp_path / name
         node = Node(name, data, free_port(), tmp_path / f"{name}-peers.toml", tmp_path / f"{name}.log")
+        node.workers = 2 if name == "r1" else 1  # two workers share r1's data dir: one sync leader
         ensure_self_signed(data, node.origin)
         nodes.append(node)
     for node in nodes:  # full mesh, built with the CLI as a script would

@@ -360,3 +360,44 @@ def test_state_survives_reopening(router, tmp_path) -> None:
     again = FederationState.open_in(tmp_path)
     st = again.get(PEER)
     assert st.checkpoint == 3 and st.counts["accepted"] == 3 and st.last_success and st.lag == 0
+
+
+def test_a_hanging_peer_does_not_stall_the_others_in_the_loop(router) -> None:
+    import threading
+    import time
+
+    slow, _ = seeded(router, 1)
+    release = threading.Event()
+
+    hung = []
+
+    def hang(request: httpx.Request) -> httpx.Response:
+        hung.append(request)
+        release.wait(10)
+        return httpx.Response(503)
+
+    slow.query_route.side_effect = hang
+    fast = FakePeer(router, "https://peer-b.example")
+    first = Author("bob").publish("Fast one")
+    fast.add(first)
+    local = make_relay()
+    engine = make_engine(local, [peer(interval=0.1), peer("https://peer-b.example", interval=0.1)])
+    stop = threading.Event()
+    loop = threading.Thread(target=engine.run_forever, args=(stop,), kwargs={"tick": 0.05})
+    loop.start()
+    try:
+        deadline = time.monotonic() + 5
+        while first["hash"] not in local_ids(local) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second = Author("bob").publish("Fast two")
+        fast.add(second)
+        while second["hash"] not in local_ids(local) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert local_ids(local) == [first["hash"], second["hash"]]
+        assert len(hung) == 1 and not release.is_set()  # the slow peer is still hanging on its first page
+    finally:
+        release.set()
+        stop.set()
+        loop.join(10)
+        engine.close()
+    assert not loop.is_alive()
