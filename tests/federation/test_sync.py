@@ -401,3 +401,25 @@ def test_a_hanging_peer_does_not_stall_the_others_in_the_loop(router) -> None:
         loop.join(10)
         engine.close()
     assert not loop.is_alive()
+
+
+def test_an_unexpected_local_failure_is_recorded_and_other_peers_continue(router) -> None:
+    fake, _ = seeded(router, 2)
+    other = FakePeer(router, "https://peer-b.example")
+    other.add(Author("bob").publish("Fine"))
+    local = make_relay()
+    real_submit = local.submit
+    calls = []
+
+    def flaky(raw, *, source="http"):
+        calls.append(source)
+        if len(calls) == 1:
+            raise OSError("disk full")
+        return real_submit(raw, source=source)
+
+    local.submit = flaky
+    state = FederationState()
+    first, second = make_engine(local, [peer(), peer("https://peer-b.example")], state,
+                                ingest_workers=1).run_once()
+    assert not first.ok and "disk full" in first.error and state.get(PEER).checkpoint == 0
+    assert second.ok and second.accepted == 1 and set(calls) == {"sync"}

@@ -202,6 +202,9 @@ class SyncEngine:
                 self._enumerate(peer, transport, endpoints, st, result)
         except (PeerFetchError, PeerMisbehaved, ProtocolError) as exc:
             self._fail(peer, st, result, exc)
+        except Exception as exc:  # a bug or a local failure must not end the other peers' passes
+            log.exception("sync pass for %s failed unexpectedly", peer.origin)
+            self._fail(peer, st, result, PeerMisbehaved(f"internal error: {type(exc).__name__}: {exc}"))
         else:
             st.last_success = self._clock_ms()
             st.last_error = None
