@@ -189,3 +189,22 @@ def test_several_processes_share_one_file_without_duplicate_seqs(tmp_path: Path)
     assert store.checkpoint() == len(envs)
     assert [r.seq for r in store.iter_records(0, 10**6)] == list(range(1, len(envs) + 1))
     store.close()
+
+
+def test_backup_and_raise_high_water_mark(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "relay.sqlite3")
+    envs = corpus()[:4]
+    for env in envs[:3]:
+        store.commit(env, 1)
+    store.meta_set("k", b"v")
+    assert store.backup(tmp_path / "backup.sqlite3") == 3
+    store.commit(envs[3], 2)
+    store.close()
+    restored = SqliteStore(tmp_path / "backup.sqlite3")
+    assert restored.checkpoint() == 3 and restored.get(envs[3].id) is None
+    assert restored.meta_get("k") == b"v"
+    assert restored.raise_high_water_mark(4) == 4
+    assert restored.raise_high_water_mark(2) == 4  # never lowered
+    record, created = restored.commit(envs[3], 3)
+    assert created and record.seq == 5  # 4 was issued before the backup was restored
+    restored.close()

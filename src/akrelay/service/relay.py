@@ -281,14 +281,17 @@ def open_relay(
     *,
     clock: Callable[[], int] = ms_clock,
     synchronous: str = "NORMAL",
+    text_indexer: bool = True,
 ) -> Relay:
     """Open the embedded relay in ``data_dir`` (created if needed).
 
     The cursor secret is generated once and kept in the store's metadata, so
-    every worker process and every restart accepts the same cursors.
+    every worker process and every restart accepts the same cursors. With
+    ``text_indexer`` a background thread keeps the trigram index caught up
+    (queries are exact either way; it only makes ``q`` fast).
     """
     from akrelay.store.sqlite import SqliteStore
 
-    store = SqliteStore(Path(data_dir) / "relay.sqlite3", synchronous=synchronous)
+    store = SqliteStore(Path(data_dir) / "relay.sqlite3", synchronous=synchronous, text_indexer=text_indexer)
     secret = store.meta_setdefault(CURSOR_SECRET_KEY, os.urandom(32))
     return Relay(store, config, clock=clock, cursor_secret=secret)

@@ -497,6 +497,25 @@ class SqliteStore:
 
         return self._write(run)
 
+    # -- operations ----------------------------------------------------------------
+    def backup(self, destination: str | os.PathLike[str]) -> int:
+        """Write a consistent online snapshot to ``destination``; return its checkpoint."""
+        dest = sqlite3.connect(destination)
+        try:
+            self._reader().backup(dest)
+            return dest.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+        finally:
+            dest.close()
+
+    def raise_high_water_mark(self, seq: int) -> int:
+        """Never hand out ``seq`` or below again (after a restore); return the new mark."""
+
+        def run(c: sqlite3.Connection) -> int:
+            c.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (int(seq),))
+            return c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+
+        return self._write(run)
+
     # -- metadata ------------------------------------------------------------
     def meta_get(self, key: str) -> bytes | None:
         row = self._reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
