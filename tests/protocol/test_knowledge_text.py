@@ -57,3 +57,13 @@ def test_search_text_substring_equals_per_field_match(fields, term):
 def test_search_text_is_folded_fields(name):
     item = envelope(name)
     assert search_text(item) == "\n".join(ascii_fold(f) for f in eligible_fields(item))
+
+
+_REFERENCE_FOLD = {ord(c): ord(c) + 32 for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20))
+def test_ascii_fold_equals_the_reference_mapping(text):
+    """The ASCII fast path (``str.lower``) and the translation table agree on every string."""
+    assert ascii_fold(text) == text.translate(_REFERENCE_FOLD)

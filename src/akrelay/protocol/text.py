@@ -21,7 +21,9 @@ _FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
 
 def ascii_fold(value: str) -> str:
     """Fold ASCII ``A``–``Z`` only; every other character is left as is."""
-    return value.translate(_FOLD) if not value.islower() or not value.isascii() else value
+    if value.isascii():
+        return value.lower()  # on pure ASCII, lower() changes exactly A-Z
+    return value.translate(_FOLD)
 
 
 def text_terms(text: Any, lexical: bool = True) -> list[str]:
