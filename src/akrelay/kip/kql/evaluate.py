@@ -1004,6 +1004,84 @@ def _settings(query: A.Query, params: Mapping[str, Any], ctx_value: Any) -> B.Se
                       explanation=members.get("explanation"), for_time=for_time)
 
 
+def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
+    """Resolve every Schema symbol and check every bound value the command names, before
+    any solution exists: such errors are errors even in a branch no solution reaches (§42.5,
+    §44.2)."""
+
+    def symbol(value: Any, kind: str) -> None:
+        if isinstance(value, (Param, Literal)):
+            ctx.resolve_symbol(ctx.value(value), kind)
+
+    def term(value: Any) -> None:
+        if isinstance(value, A.ObjectPattern):
+            for name, member in value.members:
+                if name == "type":
+                    symbol(member, "ConceptType")
+        elif isinstance(value, A.TripleTuple):
+            tuple_(value)
+
+    def tuple_(tup: Any) -> None:
+        if isinstance(tup, A.TripleTuple):
+            for step in tup.path:
+                symbol(step.predicate, "Predicate")
+            term(tup.subject)
+            term(tup.object)
+
+    def expr(e: Any) -> None:
+        if isinstance(e, A.Call):
+            if e.name == "REGEX" and isinstance(e.args[1], Param):
+                value = ctx.value(e.args[1])
+                if not isinstance(value, str):
+                    raise KqlError("TypeMismatch", "REGEX takes a string pattern")
+                from akrelay.kip.kql.regex import compile_regex
+
+                compile_regex(value)
+            if e.name == "IN" and isinstance(e.args[1], Param) and not isinstance(ctx.value(e.args[1]), list):
+                raise KqlError("TypeMismatch", "IN takes a list as its second argument")
+            for arg in e.args:
+                expr(arg)
+        elif isinstance(e, A.Unary):
+            expr(e.operand)
+        elif isinstance(e, A.Binary):
+            expr(e.left)
+            expr(e.right)
+
+    for clause in clauses:
+        if isinstance(clause, A.ConceptPattern):
+            term(clause.pattern)
+        elif isinstance(clause, A.PropositionPattern):
+            tuple_(clause.tuple)
+        elif isinstance(clause, A.StructuralPattern):
+            symbol(clause.field, "StructuralField")
+            term(clause.subject)
+            term(clause.object)
+        elif isinstance(clause, A.BeliefPattern):
+            tuple_(clause.target)
+        elif isinstance(clause, A.BeliefSlotPattern):
+            symbol(clause.predicate, "Predicate")
+            term(clause.subject)
+        elif isinstance(clause, A.SearchPattern):
+            if clause.kind.lower() not in ctx.nexus.index:
+                raise KqlError("SearchIndexUnavailable", f"{clause.kind} is not indexed for search",
+                               details={"kind": clause.kind.lower(), "indexed": sorted(ctx.nexus.index)})
+            symbol(clause.with_type, "ConceptType")
+            symbol(clause.with_predicate, "Predicate")
+            if clause.threshold is not None:
+                check_threshold(ctx.value(clause.threshold))
+            check_limit(ctx.value(clause.limit), "Search Pattern LIMIT")
+            mode = ctx.value(clause.mode) if clause.mode is not None else "keyword"
+            if mode not in ("keyword", "semantic", "hybrid"):
+                raise KqlError("ConstraintViolation", f"unknown search MODE {mode!r}")
+            if mode != "keyword":
+                raise KqlError("SearchModeUnsupported", f"search mode {mode!r} is not supported; this runtime "
+                               "serves keyword", details={"mode": mode, "supported": ["keyword"]})
+        elif isinstance(clause, A.Filter):
+            expr(clause.expr)
+        elif isinstance(clause, (A.Not, A.Optional, A.Union)):
+            prevalidate(clause.clauses, ctx)
+
+
 def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
              limit: int | None) -> Outcome:
     """Run a checked query at snapshot ``seq``; rows ``offset``..``offset+limit``."""
@@ -1016,6 +1094,9 @@ def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offse
     if ctx.settings.policy is not None or query.epistemic is not None:
         B.basis(rt, seq, ctx.settings)  # validates the policy even if no solution projects
 
+    prevalidate(query.where, ctx)
+    for item in list(query.find) + [o.expr for o in query.order_by]:
+        prevalidate((A.Filter(item.arg if isinstance(item, A.Aggregate) else item),), ctx)
     solutions = eval_block(query.where, [{}], ctx)
     unique: dict[Any, dict[str, Any]] = {}
     for s in solutions:
