@@ -1,8 +1,7 @@
 """Shared loading of the agent-knowledge/1.0 vectors for the knowledge-layer tests.
 
-Fixtures are real signed envelopes. When ``verify_envelope`` is available the
-helper verifies them (so the tests also exercise step 1); otherwise it builds
-an ``Envelope`` from the fixture's canonical event bytes.
+Fixtures are real signed envelopes; :func:`envelope` verifies them with
+``verify_envelope`` (so every knowledge test also exercises step 1).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from akrelay.protocol.envelope import Envelope
+from akrelay.protocol.envelope import Envelope, verify_envelope
 
 VECTORS_PATH = Path(__file__).resolve().parents[1] / "vectors" / "agent-knowledge-1.0.vectors.json"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "agent-knowledge-1.0.schema.json"
@@ -22,12 +21,6 @@ VECTORS: dict[str, Any] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))
 FIXTURES: dict[str, Any] = VECTORS["fixtures"]
 SERVICE = "https://knowledge.example.com"
 NOW = VECTORS["now"]
-
-try:  # core-identity's step-1 verifier
-    from akrelay.protocol.envelope import verify_envelope as _verify
-except ImportError:  # pragma: no cover - only while the identity half is being built
-    _verify = None
-
 
 def cases(group: str) -> list[dict[str, Any]]:
     return VECTORS[group]
@@ -43,11 +36,8 @@ def raw_envelope(name: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def envelope(name: str) -> Envelope:
-    fixture = FIXTURES[name]
-    item = fixture["envelope"]
-    if _verify is not None:
-        return _verify(json.dumps(item, ensure_ascii=False).encode("utf-8"))
-    return Envelope(item["hash"], copy.deepcopy(item["event"]), item["signature"], fixture["canonical_event_utf8"].encode())
+    """The verified fixture envelope (raises its ProtocolError if the fixture is invalid at step 1)."""
+    return verify_envelope(json.dumps(FIXTURES[name]["envelope"], ensure_ascii=False).encode("utf-8"))
 
 
 def from_dict(item: dict[str, Any]) -> Envelope:
