@@ -83,3 +83,11 @@ def test_future_event_waits_for_the_clock():
 def test_old_events_have_no_lower_bound():
     check_created_at(envelope("old_event"), NOW)
     check_created_at(envelope("old_event"), 2**53 - 1)
+
+
+def test_defaults_are_the_recommended_values_of_section_9_7():
+    assert Limits().to_discovery() == {
+        "max_envelope_bytes": 256 * 1024, "max_title_chars": 256, "max_statement_chars": 16384,
+        "max_basis_chars": 16384, "max_evidence": 64, "max_relations": 64, "max_tags": 32, "max_steps": 64,
+        "max_profiles": 16, "max_extra_bytes": 16 * 1024,
+    }
