@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import Nexus
@@ -71,19 +72,67 @@ def indexes(nexus: Nexus) -> Indexes:
     return found
 
 
-def query_view(nexus: Nexus, element: Any, seq: int) -> dict[str, Any]:
-    """The element view KQL paths and object patterns read (§44.1).
+def _fast_fields(element: Any) -> dict[str, Any]:
+    """View members readable straight from the element, identical to the full view's."""
+    if isinstance(element, Concept):
+        return {"id": element.id, "kind": "concept", "type": element.type, "schema_ref": element.schema_ref,
+                "key": element.key, "name": element.name, "attributes": element.attributes}
+    if isinstance(element, Proposition):
+        subject = {"id": element.subject}
+        return {"id": element.id, "kind": "proposition", "subject": subject, "canonical_subject": subject,
+                "predicate_ref": element.predicate_ref, "predicate": element.predicate_ref,
+                "object": element.object, "canonical_object": element.object}
+    if isinstance(element, Assertion):
+        return {"id": element.id, "kind": "assertion", "proposition": {"id": element.proposition},
+                "asserted_by": {"id": element.asserted_by}, "stance": element.stance, "mode": "imported",
+                "asserted_at": element.asserted_at}
+    return {"id": element.id}
+
+
+class ElementView(Mapping):
+    """The element view KQL paths and object patterns read (§44.1), built lazily.
 
     It is the nexus's authorized view plus query conveniences: a Concept's local
     ``type`` name, and a Proposition's ``predicate`` and merge-resolved
     ``canonical_subject``/``canonical_object`` (no merges happen here, so they
-    equal the stored endpoints, §43.2).
+    equal the stored endpoints, §43.2). Common members are read straight from the
+    element; the full view is built only when another member is asked for.
     """
-    view = nexus.view(element, seq)
-    if isinstance(element, Concept):
-        view["type"] = element.type
-    elif isinstance(element, Proposition):
-        view["predicate"] = element.predicate_ref
-        view["canonical_subject"] = view["subject"]
-        view["canonical_object"] = view["object"]
-    return view
+
+    __slots__ = ("_nexus", "_element", "_seq", "_fast", "_full")
+
+    def __init__(self, nexus: Nexus, element: Any, seq: int) -> None:
+        self._nexus, self._element, self._seq = nexus, element, seq
+        self._fast = _fast_fields(element)
+        self._full: dict[str, Any] | None = None
+
+    def _materialize(self) -> dict[str, Any]:
+        if self._full is None:
+            full = self._nexus.view(self._element, self._seq)
+            full.update(self._fast)
+            self._full = full
+        return self._full
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._fast:
+            return self._fast[key]
+        return self._materialize()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fast or key in self._materialize()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self._fast:
+            return self._fast[key]
+        return self._materialize().get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialize())
+
+    def __len__(self) -> int:
+        return len(self._materialize())
+
+
+def query_view(nexus: Nexus, element: Any, seq: int) -> ElementView:
+    """The lazily built query view of ``element`` at ``seq`` (see :class:`ElementView`)."""
+    return ElementView(nexus, element, seq)

@@ -137,7 +137,7 @@ class Context:
     seq: int
     params: Mapping[str, Any]
     settings: B.Settings
-    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    views: dict[str, Any] = field(default_factory=dict)
     used_search: bool = False
     used_projection: bool = False
 
@@ -157,7 +157,7 @@ class Context:
             return None
         return self.nexus.get(eid, self.seq)
 
-    def view(self, element: Any) -> dict[str, Any]:
+    def view(self, element: Any) -> Mapping[str, Any]:
         found = self.views.get(element.id)
         if found is None:
             found = self.views[element.id] = query_view(self.nexus, element, self.seq)
@@ -221,7 +221,7 @@ def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[d
             element = ctx.get(stored["id"])
             if element is not None:
                 yield from match_element(element, pv, sol, ctx)
-        elif isinstance(stored, dict):
+        elif isinstance(stored, (dict, Mapping)):
             yield from _match_members(list(pv.members), stored, sol, ctx)
     elif isinstance(pv, A.ArrayPattern):
         if isinstance(stored, list):
@@ -233,7 +233,7 @@ def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[d
                 yield from match_proposition(element, pv, sol, ctx)
 
 
-def _match_members(members: list[tuple[str, Any]], stored: dict[str, Any], sol: dict[str, Any],
+def _match_members(members: list[tuple[str, Any]], stored: Mapping[str, Any], sol: dict[str, Any],
                    ctx: Context) -> Iterator[dict[str, Any]]:
     if not members:
         yield sol
