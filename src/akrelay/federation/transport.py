@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 from akrelay.federation.peers import Peer
@@ -64,8 +65,8 @@ def is_public_address(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Resolver) -> None:
-    """Refuse a host that resolves to any non-public address unless the peer allows it.
+def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Resolver) -> list[str]:
+    """The addresses of ``host``, refusing any non-public one unless the peer allows it.
 
     Any single private answer is enough to refuse: a name that mixes public and
     private addresses is the usual shape of a rebinding attempt.
@@ -76,13 +77,40 @@ def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Reso
         addresses = list(resolver(host, port))
     if not addresses:
         raise PeerFetchError("network", f"{host} has no addresses")
-    if allow_private:
-        return
-    for address in addresses:
-        if not is_public_address(address):
-            raise PeerFetchError(
-                "refused", f"{host} resolves to non-public address {address}; "
-                "set allow_private for this peer to permit it")
+    if not allow_private:
+        for address in addresses:
+            if not is_public_address(address):
+                raise PeerFetchError(
+                    "refused", f"{host} resolves to non-public address {address}; "
+                    "set allow_private for this peer to permit it")
+    return addresses
+
+
+class _CheckedBackend(httpcore.SyncBackend):
+    """Connects only to addresses that passed :func:`check_addresses`, resolved once.
+
+    Resolving in the check and again inside the HTTP library would let a DNS
+    answer change in between (rebinding); here the checked address is the one
+    dialled, while TLS still verifies the certificate against the host name.
+    """
+
+    def __init__(self, check: Callable[[str, int], list[str]]) -> None:
+        self._check = check
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> httpcore.NetworkStream:
+        try:
+            addresses = self._check(host, port)
+        except PeerFetchError as exc:
+            raise httpcore.ConnectError(str(exc)) from None
+        error: Exception | None = None
+        for address in addresses:
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                error = exc
+        assert error is not None
+        raise error
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -125,8 +153,14 @@ class PeerTransport:
         parts = urlsplit(peer.origin)
         self._host = parts.hostname or ""
         self._port = parts.port or 443
+        ssl_context = build_ssl_context(peer)
+        transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False, retries=0)
+        transport._pool = httpcore.ConnectionPool(  # our backend: dial only checked addresses
+            ssl_context=ssl_context, max_connections=4, max_keepalive_connections=2, keepalive_expiry=5.0,
+            network_backend=_CheckedBackend(self._addresses))
         self._client = httpx.Client(
-            verify=build_ssl_context(peer),
+            transport=transport,
+            verify=ssl_context,
             trust_env=False,
             follow_redirects=False,
             timeout=httpx.Timeout(connect=peer.connect_timeout, read=peer.read_timeout,
@@ -145,9 +179,15 @@ class PeerTransport:
     def close(self) -> None:
         self._client.close()
 
+    def _addresses(self, host: str, port: int) -> list[str]:
+        if host.strip("[]").lower() != self._host.strip("[]").lower() or port != self._port:
+            raise PeerFetchError("refused", f"{host}:{port} is not the configured origin {self.peer.origin}")
+        return check_addresses(host, port, allow_private=self.peer.allow_private, resolver=self._resolver)
+
     def _check_url(self, url: str) -> None:
         if url != self.peer.origin and not url.startswith(self.peer.origin + "/"):
             raise PeerFetchError("refused", f"{url} is not on the configured origin {self.peer.origin}")
+        # Checked here as well, so that a refusal is reported as such (and under test mocks).
         check_addresses(self._host, self._port, allow_private=self.peer.allow_private, resolver=self._resolver)
 
     def get_json(self, url: str, params: dict[str, str] | None = None, *, max_bytes: int | None = None) -> Any:
