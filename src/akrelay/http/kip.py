@@ -3,79 +3,112 @@
 Thin: parse the JSON body, hand it to :class:`akrelay.kip.runtime.KipRuntime`,
 return its response envelope. Envelope-level failures are HTTP 400 with a
 ``status: "failed"`` envelope carrying the §86 error; operation failures are
-HTTP 200 with each failed result carrying its own error.
+HTTP 200 with each failed result carrying its own error. Execution runs in a
+worker thread so that a long catch-up or search never stalls the event loop.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
 
+from akrelay.kip.config import space_id_for_origin
 from akrelay.kip.errors import KipError
+from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.runtime import _kql_executor
 from akrelay.kip.service import open_runtime
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
 
-#: Followers started by route providers, so embedding code and tests can stop them.
-FOLLOWERS: list[Any] = []
+#: Gateways created by route providers, so embedding code and tests can stop them.
+GATEWAYS: list["Gateway"] = []
 
 
 class Gateway:
-    """The relay's KIP runtime, opened on first use so that relays nobody asks about KIP
-    pay nothing. Each request first catches up with the log (bounded to what was
-    accepted since the last read); a background follower keeps it warm and persists."""
+    """The relay's KIP runtime and its follower.
 
-    def __init__(self, relay: Any, settings: Any) -> None:
-        self.relay, self.settings = relay, settings
+    Over a persistent store (one with a ``path``: the SQLite data directory) the
+    runtime is opened in the background at app creation, so the follower starts
+    tailing the log at boot and persists next to the store; otherwise it opens on
+    the first KIP request. Each request also catches up first, so a client reads
+    the events it had accepted. The follower is stopped before the relay closes its
+    store.
+    """
+
+    def __init__(self, relay: Any) -> None:
+        self.relay = relay
         self._runtime: Any = None
         self._follower: Any = None
+        self._lock = threading.Lock()
+        store_path = getattr(relay.store, "path", None)
+        self.data_dir = Path(store_path).parent if store_path is not None else None
+        GATEWAYS.append(self)
+        close = relay.close
 
-    @property
-    def space_id(self) -> str:
-        from akrelay.kip.config import space_id_for_origin
-        return space_id_for_origin(self.relay.config.origin)
+        def close_after_kip() -> None:
+            self.stop()
+            close()
+
+        try:
+            relay.close = close_after_kip
+        except AttributeError:  # pragma: no cover - a relay that forbids it keeps its own close
+            pass
+        if self.data_dir is not None:
+            threading.Thread(target=self._open_quietly, name="akrelay-kip-open", daemon=True).start()
+
+    def _open_quietly(self) -> None:
+        try:
+            self.runtime()
+        except Exception:  # the first request retries and reports
+            pass
 
     def runtime(self) -> Any:
-        if self._runtime is None:
-            store_path = getattr(self.relay.store, "path", None)
-            data_dir = Path(store_path).parent if store_path is not None else None
-            self._runtime, self._follower = open_runtime(self.relay.store, data_dir, origin=self.relay.config.origin)
-            FOLLOWERS.append(self._follower)
-        else:
-            self._follower.catch_up()
+        with self._lock:
+            if self._runtime is None:
+                self._runtime, self._follower = open_runtime(self.relay.store, self.data_dir,
+                                                             origin=self.relay.config.origin)
+                return self._runtime
+        self._follower.catch_up()
         return self._runtime
+
+    def handle(self, body: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:
+        runtime = self.runtime()
+        media = (content_type or "").partition(";")[0].strip().lower()
+        if media != JSON:
+            return 400, runtime._failed(None, KipError("InvalidRequestEnvelope", "Content-Type must be application/json"))
+        try:
+            doc = json.loads(body, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return 400, runtime._failed(None, KipError("InvalidRequestEnvelope", "the body is not a JSON document"))
+        return runtime.execute(doc)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._follower is not None:
+                self._follower.stop()
+                self._follower = None
+                self._runtime = None
 
 
 def stop_followers() -> None:
-    while FOLLOWERS:
-        FOLLOWERS.pop().stop()
+    while GATEWAYS:
+        GATEWAYS.pop().stop()
 
 
 def routes(relay: Any, settings: Any) -> list[Any]:
-    gateway = Gateway(relay, settings)
+    gateway = Gateway(relay)
 
     @post(KIP_PATH, status_code=200)
     async def kip(request: Request) -> Response[bytes]:
         body = await request.body()
-        runtime = gateway.runtime()
-        media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()
-        if media != JSON:
-            status, envelope = 400, runtime._failed(None, KipError(
-                "InvalidRequestEnvelope", "Content-Type must be application/json"))
-        else:
-            try:
-                doc = json.loads(body, parse_constant=_reject_constant)
-            except (ValueError, RecursionError):
-                status, envelope = 400, runtime._failed(None, KipError(
-                    "InvalidRequestEnvelope", "the body is not a JSON document"))
-            else:
-                status, envelope = runtime.execute(doc)
+        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"))
         return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
 
     return [kip]
@@ -87,9 +120,6 @@ def _reject_constant(name: str) -> Any:
 
 def discovery(relay: Any, settings: Any) -> dict[str, Any]:
     """The extension member advertising the KIP endpoint (clients ignore unknown members)."""
-    from akrelay.kip.package import AK_PACKAGE_REF
-    from akrelay.kip.config import space_id_for_origin
-
     return {"kip": {
         "protocol": "KIP/2.0",
         "endpoint": relay.config.origin + KIP_PATH,

@@ -120,16 +120,22 @@ class KipFollower:
             self._thread.start()
 
     def _run(self) -> None:
+        delay = self.interval
         while not self._stop.is_set():
             try:
                 self.catch_up()
-            except Exception:  # keep following; the log is the truth and is re-read
-                log.exception("KIP import failed; retrying")
-            self._stop.wait(self.interval)
+                delay = self.interval
+            except Exception:  # keep following (the log is the truth and is re-read), backing off
+                log.exception("KIP import failed; retrying in %.1f s", delay)
+                delay = min(delay * 2, 30.0)
+            self._stop.wait(delay)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        self.save()
+        try:
+            self.save()
+        except OSError:  # the data directory went away; the log still rebuilds it
+            log.warning("could not persist the KIP nexus to %s", self.snapshot)
