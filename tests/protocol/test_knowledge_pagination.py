@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from akrelay.protocol.cursor import CursorCodec, CursorState
 from akrelay.protocol.errors import ProtocolError
@@ -124,3 +126,24 @@ def test_tracker_rejects_a_start_with_cursor_and_a_skipped_cursor():
     with pytest.raises(ProtocolError) as info:
         tracker.accept(first, service.query(first))  # restarted instead of following next_cursor
     assert info.value.code == "invalid_response"
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    checkpoint=st.integers(0, 2**53 - 1), as_of=st.integers(0, 2**53 - 1), data=st.data(),
+    limit=st.integers(1, 1000), q=st.one_of(st.none(), st.text(min_size=1, max_size=8)),
+)
+def test_any_single_character_edit_is_rejected(checkpoint, as_of, data, limit, q):
+    last = data.draw(st.integers(0, checkpoint))
+    binding = {"limit": limit, "after_seq": 0, **({"q": q} if q is not None else {})}
+    codec = CursorCodec(b"s" * 32)
+    token = codec.encode(binding, CursorState(checkpoint, as_of, last))
+    assert codec.decode(token, binding) == CursorState(checkpoint, as_of, last)
+    i = data.draw(st.integers(0, len(token) - 1))
+    replacement = data.draw(st.sampled_from([c for c in _B64 if c != token[i]]))
+    with pytest.raises(ProtocolError) as info:
+        codec.decode(token[:i] + replacement + token[i + 1:], binding)
+    assert info.value.code == "invalid_cursor"
