@@ -28,6 +28,7 @@ from akrelay.kip.nexus import Nexus
 log = logging.getLogger("akrelay.kip")
 SNAPSHOT_FORMAT = "akrelay-kip-nexus-1"
 SNAPSHOT_FILE = "kip-nexus.pickle"
+LOCK_CHUNK = 64
 
 
 def snapshot_path(data_dir: str | os.PathLike[str]) -> Path:
@@ -77,9 +78,11 @@ def follow(store: Any, nexus: Nexus, *, batch: int = 2000, lock: Any = None, max
         if not records:
             break
         if lock is not None:
-            with lock:
-                for record in records:
-                    import_record(nexus, record)
+            # short lock holds: a read waits for at most LOCK_CHUNK imports, not a batch
+            for start in range(0, len(records), LOCK_CHUNK):
+                with lock:
+                    for record in records[start:start + LOCK_CHUNK]:
+                        import_record(nexus, record)
         else:
             for record in records:
                 import_record(nexus, record)
