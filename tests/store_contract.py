@@ -43,10 +43,10 @@ LANGUAGES = ("en", "EN", "en-US", "zh", "de")
 PROFILE_DIGESTS = ("JC3JB0-_nifwwWoPybM5fRubk5jbuqkHqFvU5bsd8xo", "txT8wzviFxiqJA9KzQKzRFJWCtZmVFiEybnYGddh1hw")
 #: Words for fields; the query vocabulary below includes fragments, case variants,
 #: short terms (below the trigram length) and non-ASCII text.
-WORDS = ("Alpha", "beta", "GAMMA", "delta", "cache*", "语言知识", "café", "ab", "zz", "Ä", "e\u0301", "key-value", "Ω")
+WORDS = ("Alpha", "beta", "GAMMA", "delta", "cache*", "语言知识", "café", "ab", "zz", "Ä", "e\u0301", "key-value", "Ω", "Supercalifragilistic")
 QUERY_TERMS = (
     "alpha", "ALPHA", "lph", "beta", "gamma", "amm", "delta", "cache*", "cache", "语言", "语", "café", "caf",
-    "ab", "a", "zz", "ä", "Ä", "e\u0301", "key-value", "value", "ω", "Ω", "absent", "*",
+    "ab", "a", "zz", "ä", "Ä", "e\u0301", "key-value", "value", "ω", "Ω", "absent", "*", "califragilistic", "supercalifragilisticx",
 )
 
 

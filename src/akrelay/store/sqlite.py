@@ -45,8 +45,8 @@ CREATE TABLE IF NOT EXISTS records (
     accepted_at INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     withheld INTEGER NOT NULL DEFAULT 0,
-    body BLOB NOT NULL,
-    text TEXT NOT NULL
+    text TEXT NOT NULL,  -- before body: verification reads it without overflow pages
+    body BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS terms (
     term TEXT NOT NULL,
@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS terms (
     PRIMARY KEY (term, seq)
 ) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS text_index USING fts5(
-    text, content='records', content_rowid='seq', tokenize='trigram case_sensitive 1'
+    text, content='records', content_rowid='seq', tokenize='trigram case_sensitive 1', detail='none'
 );
 CREATE TABLE IF NOT EXISTS sequence (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -106,15 +106,34 @@ def _record(row: tuple) -> Record:
     return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
 
 
-def _fts_phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
+#: Trigrams used per ``q`` term (spread over the term): a necessary condition is
+#: enough, because every candidate is verified with ``instr``.
+_MAX_TRIGRAMS = 8
+
+
+def _fts_query(terms: list[str]) -> str:
+    """An FTS5 query requiring trigrams of every term (``detail=none``: no positions).
+
+    Every occurrence of a term contains all of its trigrams, so this selects a
+    superset of the matching records; ``instr`` then makes the result exact.
+    """
+    grams: dict[str, None] = {}
+    for term in terms:
+        all_grams = [term[i : i + 3] for i in range(len(term) - 2)]
+        if len(all_grams) > _MAX_TRIGRAMS:
+            step = (len(all_grams) - 1) / (_MAX_TRIGRAMS - 1)
+            all_grams = [all_grams[round(i * step)] for i in range(_MAX_TRIGRAMS)]
+        for gram in all_grams:
+            grams[gram] = None
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
 
 
 class SqliteStore:
     """The embedded default store (one file, WAL, safe across processes)."""
 
-    #: ``q`` pages first scan this many ``seq`` values exactly before using the trigram index.
-    probe_window = 2000
+    #: ``q`` pages may first scan this many ``seq`` values exactly before using the
+    #: trigram index (off by default; the trigram intersection is cheap).
+    probe_window = 0
 
     def __init__(
         self,
@@ -154,6 +173,8 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        # 8 KiB pages keep a record's folded text on its leaf page (applies at creation).
+        conn.execute("PRAGMA page_size = 8192")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. an unsupported filesystem
             raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode})")
@@ -265,14 +286,15 @@ class SqliteStore:
                     driver = None
             if driver is not None or not fts_texts:
                 return self._select(conn, plan, driver, None, after_seq, upper, limit)
-            # 1. Common terms fill a page from a short exact scan; probing a
-            #    bounded window first avoids walking long trigram posting lists.
-            lower = min(upper, after_seq + self.probe_window)
-            out = self._select(conn, plan, None, None, after_seq, lower, limit)
-            if len(out) >= limit or lower >= upper:
-                return out
-            # 2. Trigram candidates (verified with instr) where the text index has
-            #    caught up; 3. an exact scan of the not-yet-indexed tail after it.
+            # Trigram candidates (verified with instr) where the text index has
+            # caught up, then an exact scan of the not-yet-indexed tail after it.
+            out: list[Record] = []
+            lower = after_seq
+            if self.probe_window:  # tests use a probe to mix all three phases
+                lower = min(upper, after_seq + self.probe_window)
+                out = self._select(conn, plan, None, None, after_seq, lower, limit)
+                if len(out) >= limit or lower >= upper:
+                    return out
             indexed = self._text_position(conn)
             if indexed > lower:
                 out += self._select(conn, plan, None, fts_texts, lower, min(indexed, upper), limit - len(out))
@@ -303,7 +325,7 @@ class SqliteStore:
         elif fts_texts:
             source = "text_index CROSS JOIN records r ON r.seq = text_index.rowid"
             where += ["text_index MATCH ?", "text_index.rowid > ?", "text_index.rowid <= ?"]
-            params += [" AND ".join(_fts_phrase(t) for t in fts_texts), lower, upper]
+            params += [_fts_query(fts_texts), lower, upper]
             order = "text_index.rowid"
         else:
             source = "records r"
