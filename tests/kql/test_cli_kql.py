@@ -68,3 +68,31 @@ def test_param_parsing_and_table_format() -> None:
     table = format_table({"columns": ["?x", "?y.name"], "rows": [[{"kind": "concept", "id": "c1.2", "name": "A"}, None]],
                           "next_cursor": "abc"})
     assert "concept:c1.2 (A)" in table and "null" in table and "next cursor: abc" in table
+
+
+def test_relay_mode_posts_a_kip_request(capsys) -> None:
+    import httpx
+    import respx
+
+    envelope = {"kip": "2.0", "status": "succeeded", "results": [{
+        "status": "succeeded", "result": {"layout": "rows", "columns": ["?c.name"], "rows": [["Remote"]],
+                                          "row_count": 1},
+        "next_cursor": "tok", "context": {"space_id": "akrelay:r.example", "snapshot_seq": 9}}]}
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post("https://r.example/v1/kip").mock(return_value=httpx.Response(200, json=envelope))
+        code = main(["kql", "FIND(?c.name) WHERE { ?c {name: :n} }", "--param", "n=Remote",
+                     "--relay", "https://r.example/"])
+    assert code == 0
+    sent = json.loads(route.calls[0].request.content)
+    assert sent["operations"] == [{"language": "KQL", "command": "FIND(?c.name) WHERE { ?c {name: :n} }",
+                                   "parameters": {"n": "Remote"}}]
+    out = capsys.readouterr().out
+    assert "Remote" in out and "next cursor: tok" in out
+
+    failed = {"kip": "2.0", "status": "failed", "results": [{
+        "status": "failed", "error": {"code": "InvalidSyntax", "message": "bad", "hint": "fix it",
+                                      "details": {"line": 1, "column": 3}}}]}
+    with respx.mock() as mock:
+        mock.post("https://r.example/v1/kip").mock(return_value=httpx.Response(200, json=failed))
+        assert main(["kql", "FI", "--relay", "https://r.example"]) == 1
+    assert "InvalidSyntax (line 1, column 3): bad" in capsys.readouterr().err
