@@ -75,7 +75,7 @@ class Gateway:
                 self._runtime, self._follower = open_runtime(self.relay.store, self.data_dir,
                                                              origin=self.relay.config.origin)
                 return self._runtime
-        self._follower.catch_up()
+        self._follower.catch_up(timeout=1.0)
         return self._runtime
 
     def handle(self, body: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:

@@ -91,30 +91,48 @@ def follow(store: Any, nexus: Nexus, *, batch: int = 2000, lock: Any = None, max
 
 
 class KipFollower:
-    """Tails the store into a runtime's nexus; persists to ``snapshot`` when given."""
+    """Tails the store into a runtime's nexus; persists to ``snapshot`` when given.
+
+    Two locks: ``runtime.lock`` is held by readers and by each short chunk of
+    imports; ``_mutate`` serializes the mutators (the follower thread, request-time
+    catch-ups) and the snapshot writer. Pickling holds only ``_mutate``, so reads go
+    on while a snapshot is written; a request-time catch-up that finds the follower
+    busy for more than a second skips and reads the (consistent, slightly older) current snapshot.
+    """
 
     def __init__(self, store: Any, runtime: Any, *, snapshot: str | os.PathLike[str] | None = None,
-                 interval: float = 0.2, save_every: float = 5.0) -> None:
+                 interval: float = 0.2, save_every: float = 30.0) -> None:
         self.store, self.runtime = store, runtime
         self.snapshot = Path(snapshot) if snapshot is not None else None
         self.interval, self.save_every = interval, save_every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._mutate = threading.Lock()
         self._saved_head = runtime.nexus.head
         self._last_save = time.monotonic()
 
-    def catch_up(self) -> int:
-        count = follow(self.store, self.runtime.nexus, lock=self.runtime.lock)
-        if count and self.snapshot is not None and time.monotonic() - self._last_save >= self.save_every:
-            self.save()
-        return count
+    def catch_up(self, *, timeout: float | None = None) -> int:
+        """Import what the log has beyond the nexus head; ``-1`` if the follower stayed
+        busy (importing or writing a snapshot) for longer than ``timeout`` seconds."""
+        if not self._mutate.acquire(timeout=-1 if timeout is None else timeout):
+            return -1
+        try:
+            count = follow(self.store, self.runtime.nexus, lock=self.runtime.lock)
+            if self.snapshot is not None and time.monotonic() - self._last_save >= self.save_every:
+                self._save_locked()
+            return count
+        finally:
+            self._mutate.release()
 
     def save(self) -> None:
+        with self._mutate:
+            self._save_locked()
+
+    def _save_locked(self) -> None:
         if self.snapshot is None or self.runtime.nexus.head == self._saved_head:
             return
-        with self.runtime.lock:
-            save_nexus(self.runtime.nexus, self.snapshot)
-            self._saved_head = self.runtime.nexus.head
+        save_nexus(self.runtime.nexus, self.snapshot)
+        self._saved_head = self.runtime.nexus.head
         self._last_save = time.monotonic()
 
     def start(self) -> None:
