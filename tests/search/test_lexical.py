@@ -195,8 +195,9 @@ def test_records_beyond_the_checkpoint_are_excluded(env):
     assert page.checkpoint == 1 and page.index_seq == 2 and page.exhaustive
 
 
-def test_candidate_budget_and_timeout_are_reported(env):
+def test_candidate_budget_and_timeout_are_reported(env, monkeypatch):
     docs = [publication(f"budget item {i}", nonce=i + 1) for i in range(40)]
+    docs.append(publication("budget rare zq", nonce=99))
     relay, service = _service(env, docs, budget=Budget(candidates=10))
     wire = _search(service, "budget", limit=100)
     assert wire["coverage"] == {"exhaustive": False, "reasons": ["candidate_limit"]}
@@ -205,8 +206,11 @@ def test_candidate_budget_and_timeout_are_reported(env):
     wire = _search(service, "budget", limit=5)
     # More than a page matched: truncation is a candidate limit, never "exhaustive".
     assert wire["coverage"]["exhaustive"] is False and "candidate_limit" in wire["coverage"]["reasons"]
-    wire = _search(service, "item 3", limit=2)  # few matches among many candidates; no time to verify them
+    # One match among many candidates ("zq" left to verification), no time to verify them all.
+    monkeypatch.setattr("akrelay.search.lexical.MAX_PREFIX_EXPANSION", 0)
+    wire = _search(service, "budget zq", limit=2)
     assert wire["coverage"] == {"exhaustive": False, "reasons": ["timeout"]}
+    assert len(wire["result"]) <= 1
 
 
 def test_false_candidates_are_verified_away(env):

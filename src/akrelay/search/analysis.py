@@ -26,7 +26,7 @@ import re
 
 from tantivy import Index, TextAnalyzer, TextAnalyzerBuilder, Tokenizer
 
-from akrelay.protocol.text import search_text
+from akrelay.protocol.text import eligible_fields
 
 #: The custom analyzer name stored in the schema. Tantivy does not persist
 #: analyzers, so :func:`register_analyzers` must run after every open.
@@ -68,9 +68,23 @@ def register_analyzers(index: Index) -> None:
     index.register_tokenizer(GRAM_ANALYZER, gram_analyzer())
 
 
+#: ASCII ``A``-``Z`` to ``a``-``z`` on UTF-8 bytes: those bytes never occur inside
+#: a multi-byte sequence, so this is exactly the core's ``ascii_fold``, in C.
+_FOLD_BYTES = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(text: str) -> str:
+    """:func:`akrelay.protocol.text.ascii_fold`, faster on long non-ASCII text."""
+    return text.encode("utf-8", "surrogatepass").translate(_FOLD_BYTES).decode("utf-8", "surrogatepass")
+
+
 def indexed_text(envelope: object) -> str:
-    """The text handed to the trigram analyzer: folded eligible fields plus padding."""
-    return search_text(envelope) + _PAD
+    """The text handed to the trigram analyzer: the core's search text plus padding.
+
+    Equal to ``search_text(envelope)`` (folded eligible fields joined by
+    newlines; the property tests hold it to that), folded once for speed.
+    """
+    return fold("\n".join(eligible_fields(envelope))) + _PAD
 
 
 def term_grams(term: str) -> list[str]:
