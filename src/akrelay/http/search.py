@@ -7,6 +7,7 @@ One service per relay (per worker process), created with the routes.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from akrelay.search import SearchService
 from akrelay.search.service import discovery_members
 
 _SERVICES: "weakref.WeakKeyDictionary[Any, SearchService]" = weakref.WeakKeyDictionary()
+_CREATE = threading.Lock()
 
 
 def data_dir_of(relay: Any) -> Path | None:
@@ -32,8 +34,11 @@ def search_service(relay: Any) -> SearchService:
     """The search service of ``relay``, created (and its index opened) on first use."""
     service = _SERVICES.get(relay)
     if service is None:
-        service = SearchService(relay, data_dir_of(relay))
-        _SERVICES[relay] = service
+        with _CREATE:  # two first requests must not build two indexes
+            service = _SERVICES.get(relay)
+            if service is None:
+                service = SearchService(relay, data_dir_of(relay))
+                _SERVICES[relay] = service
     return service
 
 
