@@ -148,7 +148,7 @@ def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -
     assert local_ids(local) == [future["hash"]] and state.pending_count(PEER) == 0
 
 
-def test_batch_answers_that_do_not_match_the_request_are_misbehaviour(router) -> None:
+def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(router) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
     base, stranger = alice.publish("Base"), alice.publish("Not requested")
@@ -165,8 +165,10 @@ def test_batch_answers_that_do_not_match_the_request_are_misbehaviour(router) ->
         state = FederationState()
         start_after(state, 2)
         [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
-        assert not r.ok and fragment in r.error, (fragment, r.error)
-        assert local_ids(local) == [] and state.get(PEER).checkpoint == 2
+        st = state.get(PEER)
+        assert r.ok and r.pending == 1 and fragment in st.last_batch_error, (fragment, st.last_batch_error)
+        assert st.counts["batch_errors"] == 1 and state.pending_count(PEER) == 1
+        assert local_ids(local) == [] and st.checkpoint == 3  # nothing accepted, nothing blocked
 
 
 def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router) -> None:
@@ -185,12 +187,20 @@ def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router) -> No
     assert r.ok and r.pending == 1 and local_ids(local) == []
 
 
-def test_batch_server_error_fails_the_pass_without_moving_the_checkpoint(router) -> None:
+def test_batch_server_error_parks_the_event_and_a_later_pass_resolves_it(router) -> None:
     fake = FakePeer(router)
     base = Author("alice").publish("Base")
-    fake.add(base, Author("bob").assess(base))
+    review = Author("bob").assess(base)
+    fake.add(base, review)
     fake.batch_hook = lambda body: httpx.Response(502)
     state = FederationState()
     start_after(state, 1)
-    [r] = make_engine(make_relay(), [Peer(origin=PEER)], state).run_once()
-    assert not r.ok and "502" in r.error and state.get(PEER).checkpoint == 1
+    local = make_relay()
+    engine = make_engine(local, [Peer(origin=PEER)], state)
+    [r] = engine.run_once()
+    st = state.get(PEER)
+    assert r.ok and r.pending == 1 and "502" in st.last_batch_error and st.checkpoint == 2
+    assert local_ids(local) == []
+    fake.batch_hook = None
+    engine.run_once(force=True)
+    assert local_ids(local) == [base["hash"], review["hash"]] and state.pending_count(PEER) == 0

@@ -156,6 +156,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  checkpoint    {s.checkpoint} (peer at {s.peer_checkpoint}, lag {s.lag})")
         print(f"  last success  {_when(s.last_success)}")
         print(f"  last error    {s.last_error or '-'}")
+        if s.last_batch_error:
+            print(f"  batch error   {s.last_batch_error}")
         if s.retry_at and s.retry_at > time.time() * 1000:
             print(f"  backing off   until {_when(s.retry_at)}")
         print(f"  pending       {pending[origin]}")

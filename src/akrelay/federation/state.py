@@ -21,7 +21,7 @@ STATE_FILE = "federation.sqlite3"
 #: Counters kept per peer; ``akrelay peers status`` prints them in this order.
 COUNTERS = (
     "passes", "failed_passes", "pages", "accepted", "duplicates", "rejected",
-    "resolved", "pending_added", "pending_accepted", "pending_dropped",
+    "resolved", "pending_added", "pending_accepted", "pending_dropped", "batch_errors",
 )
 
 
@@ -37,6 +37,8 @@ class PeerState:
     last_attempt: int | None = None
     last_success: int | None = None
     last_error: str | None = None
+    #: The last failure of a dependency fetch (``batch``); it does not fail the pass.
+    last_batch_error: str | None = None
     consecutive_failures: int = 0
     #: Unix ms before which the peer is not contacted (back-off, Retry-After).
     retry_at: int = 0

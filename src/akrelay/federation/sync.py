@@ -463,7 +463,15 @@ class SyncEngine:
             todo = [m for m in need if m not in fetched]
             if not todo or depth >= self.options.max_depth:
                 return "pending", missing, "dependency chain too deep or cyclic"
-            envelopes, absent = self._batch(peer, transport, batch_url, todo, budget)
+            try:
+                envelopes, absent = self._batch(peer, transport, batch_url, todo, budget)
+            except (PeerFetchError, PeerMisbehaved) as exc:
+                # A broken batch endpoint costs only the events that needed it: they wait in
+                # the pending set while the enumeration (and the checkpoint) moves on.
+                st.bump("batch_errors")
+                st.last_batch_error = str(exc)[:500]
+                log.warning("sync %s: batch failed: %s", peer.origin, exc)
+                return "pending", missing, f"batch failed: {exc}"
             if absent:
                 return "pending", missing, f"peer lacks dependencies {absent[:3]}"
             fetched.update(todo)
