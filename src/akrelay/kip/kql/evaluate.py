@@ -484,6 +484,10 @@ def _path_solutions(tup: A.TripleTuple, sol: dict[str, Any], ctx: Context) -> It
                 starts = list(dict.fromkeys(p.subject for local in predicates
                                             for p in _visible(idx.props_by_predicate.get(local, ()), ctx, Proposition)))
             forward = True
+            if len(starts) > LIMITS["max_path_visits"]:
+                raise KqlError("ResourceExhausted", "the raw path has more start nodes than this runtime visits",
+                               details={"limit": "max_path_visits", "value": LIMITS["max_path_visits"]},
+                               hint="bind one endpoint first")
         for start in starts:
             if not isinstance(start, str) or ctx.get(start) is None:
                 continue
