@@ -101,3 +101,24 @@ def test_sqlite_relay_persists_the_nexus_across_restarts(tmp_path) -> None:
         result = _kip(client, "DESCRIBE SNAPSHOT AS OF SEQ 2", "DESCRIBE SNAPSHOT").json()["results"]
         assert [r["result"]["space_seq"] for r in result] == [2, 3]
     relay.close()
+
+
+def test_import_is_off_the_acceptance_path(monkeypatch) -> None:
+    """Acceptance succeeds while the importer is broken; the nexus catches up afterwards."""
+    import akrelay.kip.follower as follower_module
+
+    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
+    with _client(relay) as client:
+        _submit(client, "original")
+        assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 1
+        real = follower_module.import_record
+
+        def broken(nexus, record):
+            raise RuntimeError("importer down")
+
+        monkeypatch.setattr(follower_module, "import_record", broken)
+        _submit(client, "derivative", "assessment")   # acceptance does not wait for, or fail with, import
+        assert relay.store.checkpoint() == 3
+        monkeypatch.setattr(follower_module, "import_record", real)
+        result = _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]
+        assert result["space_seq"] == 3

@@ -82,11 +82,11 @@ class Gateway:
         runtime = self.runtime()
         media = (content_type or "").partition(";")[0].strip().lower()
         if media != JSON:
-            return 400, runtime._failed(None, KipError("InvalidRequestEnvelope", "Content-Type must be application/json"))
+            return 400, runtime.failure(None, KipError("InvalidRequestEnvelope", "Content-Type must be application/json"))
         try:
             doc = json.loads(body, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
-            return 400, runtime._failed(None, KipError("InvalidRequestEnvelope", "the body is not a JSON document"))
+            return 400, runtime.failure(None, KipError("InvalidRequestEnvelope", "the body is not a JSON document"))
         return runtime.execute(doc)
 
     def stop(self) -> None:

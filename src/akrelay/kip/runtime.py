@@ -110,7 +110,7 @@ class KipRuntime:
         try:
             self._check_envelope(request)
         except KipError as exc:
-            return 400, self._failed(request_id, exc)
+            return 400, self.failure(request_id, exc)
         execution = request.get("execution") or {}
         mode = execution.get("mode", "independent")
         on_error = execution.get("on_error", "stop")
@@ -160,7 +160,8 @@ class KipRuntime:
         })
         return 200, response
 
-    def _failed(self, request_id: str | None, exc: KipError) -> dict[str, Any]:
+    def failure(self, request_id: str | None, exc: KipError) -> dict[str, Any]:
+        """The response envelope of a request refused as a whole (no operation ran)."""
         response: dict[str, Any] = {"kip": "2.0"}
         if request_id:
             response["request_id"] = request_id
