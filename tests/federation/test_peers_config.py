@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import ssl
 from pathlib import Path
 
-import httpx
 import pytest
 
 from akrelay.cli import main
