@@ -121,3 +121,10 @@ def test_no_limit_result_cap_is_disclosed(monkeypatch, rt) -> None:
 def test_limit_zero_returns_no_rows(rt) -> None:
     result = kql(rt, "FIND(?x) WHERE { ?x {} } LIMIT 0")["result"]
     assert result["rows"] == [] and "next_cursor" in result
+
+
+def test_unanchored_path_start_cap_is_resource_exhausted(monkeypatch, rt) -> None:
+    from akrelay.kip.kql import evaluate
+
+    monkeypatch.setitem(evaluate.LIMITS, "max_path_visits", 1)
+    assert code(rt, 'FIND(?x, ?y) WHERE { (?x, "ak_extends"{0,2}, ?y) }') == "ResourceExhausted"
