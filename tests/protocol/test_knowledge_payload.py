@@ -148,6 +148,7 @@ RULE_ERRORS = [
     ("license with userinfo-free but bad port", _publish, ("license",), "https://example.com:65536/"),
     ("license with space", _publish, ("license",), "https://exa mple.com/"),
     ("license with backslash", _publish, ("license",), "https://example.com\\x/"),
+    ("long uncached url with bad port", _publish, ("license",), "https://example.com:70000/" + "a" * 600),
     ("evidence bad ipv6", _publish, ("evidence",), [{"url": "https://[zz]/", "description": "d"}]),
     ("evidence noncanonical digest", _publish, ("evidence",), [{"url": "https://e.com/", "description": "d", "digest": "A" * 42 + "B"}]),
     ("relation noncanonical target", _publish, ("relations",), [{"relation": "supports", "target": "A" * 42 + "B"}]),

@@ -114,10 +114,14 @@ def https_url_problem(value: Any) -> str | None:
     """Why ``value`` is not an absolute HTTPS URL with a host and no userinfo, or ``None``."""
     if type(value) is not str:
         return "URL must be a string"
-    return _url_problem(value)
+    # Licence and profile URLs repeat across submissions, so short ones are
+    # memoized; long ones are not, to keep the cache's memory small and bounded.
+    return _cached_url_problem(value) if len(value) <= _CACHED_URL_CHARS else _url_problem(value)
 
 
-@lru_cache(maxsize=4096)
+_CACHED_URL_CHARS = 512
+
+
 def _url_problem(value: str) -> str | None:
     """Parsed with a real URL parser (``urllib.parse``) after the schema's coarse
     pattern; the port must be a valid number and the host free of the code
@@ -153,6 +157,9 @@ def _url_problem(value: str) -> str | None:
     if port is not None and not 0 <= port <= 65535:
         return "URL port is out of range"
     return None
+
+
+_cached_url_problem = lru_cache(maxsize=4096)(_url_problem)
 
 
 def _json_key(value: Any) -> Any:
