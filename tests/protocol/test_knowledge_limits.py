@@ -91,3 +91,18 @@ def test_defaults_are_the_recommended_values_of_section_9_7():
         "max_basis_chars": 16384, "max_evidence": 64, "max_relations": 64, "max_tags": 32, "max_steps": 64,
         "max_profiles": 16, "max_extra_bytes": 16 * 1024,
     }
+
+
+def _deep(levels):
+    root = cur = {}
+    for _ in range(levels):
+        cur["a"] = {}
+        cur = cur["a"]
+    return root
+
+
+def test_pathologically_nested_extra_is_refused_with_a_code():
+    item = _grown("extra", _deep(5000))
+    with pytest.raises(ProtocolError) as info:
+        check_limits(item, DEFAULT_LIMITS, envelope_bytes=10)
+    assert info.value.code == "payload_too_large" and info.value.data["limit"] == "max_extra_bytes"

@@ -249,3 +249,13 @@ def test_structure_matches_schema_on_mutations(data):
     if expected:  # the semantic layer must answer with a code too, never crash
         item = {"hash": "A" * 43, "signature": "A" * 86, "event": {**event, "payload": payload}}
         assert rules_code(item) in ("valid", "invalid_event")
+
+
+def test_repeated_profile_digest_with_pathological_nesting_gets_a_code():
+    root = cur = {}
+    for _ in range(5000):
+        cur["a"] = {}
+        cur = cur["a"]
+    binding = {"profile": {"url": "https://e.com/", "digest": "A" * 43}, "data": root}
+    item = _set(_publish(), ("profiles",), [binding, dict(binding)])
+    assert structure_code("knowledge.publish", item["event"]["payload"]) == "invalid_event"

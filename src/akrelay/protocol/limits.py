@@ -78,6 +78,12 @@ def check_limits(envelope: Any, limits: Limits = DEFAULT_LIMITS, *, envelope_byt
     if reproduction is not None and len(reproduction["steps"]) > limits.max_steps:
         raise _too_large("max_steps", limits.max_steps, len(reproduction["steps"]), "number of reproduction steps")
     if "extra" in payload:
-        n = _extra_bytes(payload["extra"])
+        try:
+            n = _extra_bytes(payload["extra"])
+        except RecursionError:
+            raise ProtocolError(
+                "payload_too_large", "extra is nested too deeply to serialize within the service limits",
+                {"limit": "max_extra_bytes", "max": limits.max_extra_bytes},
+            ) from None
         if n > limits.max_extra_bytes:
             raise _too_large("max_extra_bytes", limits.max_extra_bytes, n, "serialized extra size in bytes")

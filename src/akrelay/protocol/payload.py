@@ -301,7 +301,10 @@ def _profiles(value: Any, where: str) -> None:
     # Identical bindings share a digest, so value uniqueness needs the costly
     # comparison only when a digest repeats (itself a semantic error later).
     if repeated:
-        keys = [_json_key(b) for b in value]
+        try:
+            keys = [_json_key(b) for b in value]
+        except RecursionError:
+            _fail(f"{where} data is nested too deeply to compare")
         if len(set(keys)) != len(keys):
             _fail(f"{where} must contain unique items")
 
