@@ -109,6 +109,10 @@ def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, 
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once(force=True)
     assert review["hash"] not in local_ids(local) and state.pending_count(PEER) == 1
     assert state.pending(PEER)[0].attempts == 2
+    # Within its back-off the entry is retried locally only: the peer is not asked again.
+    asked = len(fake.batch_calls)
+    make_engine(local, [Peer(origin=PEER)], state).run_once(force=True)
+    assert len(fake.batch_calls) == asked and state.pending_count(PEER) == 1
     # The dependency arrives from elsewhere (a client submits it): the next pass accepts the event.
     local.submit(raw(base))
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once(force=True)

@@ -68,6 +68,8 @@ class PendingEntry:
     missing: tuple[str, ...]
     added_at: int
     attempts: int
+    #: Unix ms before which the peer is not asked again for this entry's dependencies.
+    retry_at: int = 0
 
 
 class FederationState:
@@ -89,7 +91,7 @@ class FederationState:
             CREATE TABLE IF NOT EXISTS pending (
                 origin TEXT NOT NULL, event_id TEXT NOT NULL, raw BLOB NOT NULL,
                 missing TEXT NOT NULL, added_at INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                ord INTEGER NOT NULL, PRIMARY KEY (origin, event_id));
+                ord INTEGER NOT NULL, retry_at INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (origin, event_id));
             CREATE INDEX IF NOT EXISTS pending_ord ON pending (origin, ord);
             """
         )
@@ -132,14 +134,15 @@ class FederationState:
 
     def pending(self, origin: str, limit: int | None = None) -> list[PendingEntry]:
         """Oldest first, so long-waiting events are retried before new ones."""
-        sql = "SELECT origin, event_id, raw, missing, added_at, attempts FROM pending WHERE origin = ? ORDER BY ord"
+        sql = ("SELECT origin, event_id, raw, missing, added_at, attempts, retry_at FROM pending "
+               "WHERE origin = ? ORDER BY ord")
         args: tuple = (origin,)
         if limit is not None:
             sql += " LIMIT ?"
             args += (limit,)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [PendingEntry(o, e, bytes(r), tuple(json.loads(m)), a, n) for o, e, r, m, a, n in rows]
+        return [PendingEntry(o, e, bytes(r), tuple(json.loads(m)), a, n, t) for o, e, r, m, a, n, t in rows]
 
     def pending_count(self, origin: str | None = None) -> int:
         with self._lock:
@@ -148,7 +151,7 @@ class FederationState:
             return self._db.execute("SELECT COUNT(*) FROM pending WHERE origin = ?", (origin,)).fetchone()[0]
 
     def add_pending(self, origin: str, event_id: str, raw: bytes, missing: list[str] | tuple[str, ...],
-                    now_ms: int) -> int:
+                    now_ms: int, retry_at: int = 0) -> int:
         """Keep ``raw`` until its dependencies arrive; returns how many old entries were evicted.
 
         The set is bounded by count and bytes per peer; the oldest entries go first,
@@ -160,14 +163,15 @@ class FederationState:
                 row = cur.execute("SELECT attempts, added_at, ord FROM pending WHERE origin = ? AND event_id = ?",
                                   (origin, event_id)).fetchone()
                 if row is not None:
-                    cur.execute("UPDATE pending SET missing = ?, attempts = ? WHERE origin = ? AND event_id = ?",
-                                (json.dumps(sorted(missing)), row[0] + 1, origin, event_id))
+                    cur.execute("UPDATE pending SET missing = ?, attempts = ?, retry_at = ? "
+                                "WHERE origin = ? AND event_id = ?",
+                                (json.dumps(sorted(missing)), row[0] + 1, retry_at, origin, event_id))
                     cur.execute("COMMIT")
                     return 0
                 nxt = cur.execute("SELECT COALESCE(MAX(ord), 0) + 1 FROM pending WHERE origin = ?",
                                   (origin,)).fetchone()[0]
-                cur.execute("INSERT INTO pending VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            (origin, event_id, raw, json.dumps(sorted(missing)), now_ms, 1, nxt))
+                cur.execute("INSERT INTO pending VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (origin, event_id, raw, json.dumps(sorted(missing)), now_ms, 1, nxt, retry_at))
                 evicted = 0
                 while True:
                     count, size = cur.execute(

@@ -519,13 +519,26 @@ class SyncEngine:
 
     def _retry_pending(self, peer: Peer, transport: PeerTransport, batch_url: str, st: PeerState,
                        result: PassResult) -> None:
-        """Retry parked events oldest first; accepted or definitively rejected ones leave the set."""
+        """Retry parked events oldest first; accepted or definitively rejected ones leave the set.
+
+        Every entry is resubmitted locally on every pass (cheap: its dependencies may
+        have arrived from anywhere), but the peer is asked for them again only when
+        the entry's back-off (interval x 2^attempts, at most ``max_backoff``) is over.
+        """
+        now = self._clock_ms()
         for entry in self.state.pending(peer.origin, limit=self.options.pending_retry_limit):
-            outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, entry.raw,
-                                                                     st, result)
+            if entry.retry_at > now:
+                outcome, error = self._local_retry(entry.raw)
+                if outcome == "pending":
+                    continue
+                missing: list[str] = []
+            else:
+                outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, entry.raw,
+                                                                         st, result)
             if outcome == "pending":
+                delay = min(self.options.max_backoff, peer.interval * 2 ** min(entry.attempts, 16))
                 self.state.add_pending(peer.origin, entry.event_id, entry.raw, missing or entry.missing,
-                                       self._clock_ms())
+                                       now, retry_at=now + int(delay * 1000))
                 continue
             self.state.remove_pending(peer.origin, entry.event_id)
             if outcome in ("accepted", "duplicate"):
@@ -535,6 +548,15 @@ class SyncEngine:
                     st.bump("accepted")
             else:
                 self._rejected(st, result, entry.event_id, error or "rejected")
+
+    def _local_retry(self, raw: bytes) -> tuple[str, str | None]:
+        try:
+            _, created = self._submit(raw)
+        except ProtocolError as exc:
+            if exc.code in RETRYABLE_CODES:
+                return "pending", None
+            return "rejected", f"{exc.code}: {exc.message}"
+        return ("accepted" if created else "duplicate"), None
 
     # -- failure ------------------------------------------------------------
 
