@@ -68,6 +68,37 @@ def preload(data: Path, target: int, existing: int) -> None:
     store.close()
 
 
+def records_in(data: Path) -> int:
+    import sqlite3
+
+    path = data / "relay.sqlite3"
+    if not path.exists():
+        return 0
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM records").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
+def wait_idle(pgid: int, timeout: float, threshold: float = 0.10) -> float:
+    """Wait until the relay's followers (search, KIP, text index) have caught up with the preloaded log.
+
+    Idle means the process group used under ``threshold`` of one core over 3 s.
+    Returns the seconds waited. Timing starts only then, so the figure is
+    ingest, not a backlog of indexing the bulk import.
+    """
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = group_cpu_seconds(pgid)
+        time.sleep(3.0)
+        if (group_cpu_seconds(pgid) - before) / 3.0 < threshold:
+            break
+    return time.monotonic() - started
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,6 +130,23 @@ def start(data: Path, workers: int) -> tuple[subprocess.Popen, int]:
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     raise SystemExit("akrelay serve did not start")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU of every live process in the relay's process group (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 (pgrp), counted after the ")" of the command name
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -147,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20000, help="timed submissions per scale")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--catch-up-timeout", type=float, default=1800.0,
+                        help="longest wait for the relay's followers to index the preloaded records")
     parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",") if s]
@@ -156,24 +206,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, "
           f"{args.events} timed events per scale", flush=True)
     rates = []
-    existing = 0
+    existing = records_in(data)
     for n, scale in enumerate(scales):
         if scale > existing:
             preload(data, scale, existing)
-        items = presign(args.events + 500, seed=n + 1)
+            existing = scale
+        items = presign(args.events + 500, seed=int(time.time()) % 200 + n)
+        before = records_in(data)
         proc, port = start(data, args.workers)
         try:
+            waited = wait_idle(proc.pid, args.catch_up_timeout)
+            print(f"  relay followers idle after {waited:.0f} s with {records_in(data):,} records", flush=True)
             asyncio.run(ingest(port, data / "tls-cert.pem", items[:500], args.clients))  # warm-up
+            server_cpu0, client_cpu0 = group_cpu_seconds(proc.pid), time.process_time()
             elapsed, counts = asyncio.run(ingest(port, data / "tls-cert.pem", items[500:], args.clients))
+            server_cpu = group_cpu_seconds(proc.pid) - server_cpu0
+            client_cpu = time.process_time() - client_cpu0
         finally:
             stop(proc)
         if counts["failed"]:
             raise SystemExit(f"{counts['failed']} submissions failed")
         rate = counts["ok"] / elapsed
         rates.append(rate)
-        existing = scale + len(items)
-        print(f"  at {scale:>9,} existing records: {counts['ok']} accepted in {elapsed:.2f} s = {rate:,.0f} accepted/s",
-              flush=True)
+        existing = records_in(data)
+        per_server = server_cpu / counts["ok"] * 1e3
+        per_client = client_cpu / counts["ok"] * 1e3
+        load = os.getloadavg()[0]
+        print(f"  at {before:>9,} existing records: {counts['ok']} accepted in {elapsed:.2f} s = {rate:,.0f} accepted/s "
+              f"(relay CPU {per_server:.3f} ms/event, load generator {per_client:.3f} ms/event, "
+              f"CPU-bound capacity of {os.cpu_count()} idle cores ~ {os.cpu_count() / (per_server + per_client) * 1e3:,.0f}/s; "
+              f"load average {load:.1f})", flush=True)
     if tmp is not None:
         tmp.cleanup()
     print(f"ingest_rate: {min(rates):.0f} events/s")
