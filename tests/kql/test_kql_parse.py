@@ -225,3 +225,13 @@ def test_kml_text_is_not_a_query() -> None:
     with pytest.raises(KqlError) as info:
         parse_kql('CREATE CONCEPT ?x {type: "A"}')
     assert info.value.code == "InvalidSyntax"
+
+
+@pytest.mark.parametrize("text", [
+    "FIND(?x) WHERE { ?x {} } \u212aIMIT 1",           # KELVIN SIGN folds to "k" only under Unicode rules
+    "FIND(?x) WHERE { ?x {} } ORDER BY ?x A\u017fC",   # LATIN SMALL LETTER LONG S folds to "s"
+])
+def test_keywords_are_ascii_case_insensitive_only(text: str) -> None:
+    with pytest.raises(KqlError) as info:
+        parse_kql(text)
+    assert info.value.code == "InvalidSyntax"

@@ -10,6 +10,7 @@ keeps the two in step). Each language grammar is composed after the shared
 from __future__ import annotations
 
 import functools
+import re
 import importlib.resources
 from typing import Any
 
@@ -51,6 +52,9 @@ def parser(language: str) -> Lark:
         parser="lalr",
         lexer="contextual",
         maybe_placeholders=True,
+        # keywords are ASCII case-insensitive: without re.ASCII, "(?i)" would also let
+        # U+017F (long s) match "s" and U+212A (Kelvin) match "k"
+        g_regex_flags=re.ASCII,
     )
 
 
