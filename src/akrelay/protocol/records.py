@@ -55,8 +55,8 @@ def validate_record(record: Any, expected_id: str | None = None, *, options: Val
         check_payload_rules(verified, options)
     except ProtocolError as exc:
         raise _bad(f"returned envelope is invalid ({exc.code}: {exc.message})") from None
-    except (TypeError, ValueError) as exc:
-        raise _bad(f"returned envelope is not JSON: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _bad(f"returned envelope is not serializable JSON: {type(exc).__name__}") from None
     if expected_id is not None and verified.id != expected_id:
         raise _bad("returned event ID differs from the requested ID")
     return verified
