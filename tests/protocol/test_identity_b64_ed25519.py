@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from akrelay.protocol.agent_id import agent_id_from_public_key, is_agent_id, public_key_from_agent_id
@@ -15,6 +15,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.signer import Signer
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=100))
 def test_b64_round_trip_matches_stdlib(data):
     text = b64encode(data)
@@ -22,6 +23,7 @@ def test_b64_round_trip_matches_stdlib(data):
     assert b64decode_canonical(text) == data
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/ .", max_size=50))
 def test_b64_accepts_exactly_the_texts_that_round_trip(text):
     # Independent oracle: the stdlib decoder with padding added, then the re-encoding test.
@@ -61,6 +63,7 @@ def test_b64_rejections_name_the_defect(text, length, reason):
     assert "digest" in err.value.message
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(min_size=32, max_size=32))
 def test_agent_id_round_trip(key):
     agent_id = agent_id_from_public_key(key)
@@ -130,7 +133,7 @@ def test_verify_strict_rejects_a_key_that_is_not_a_curve_point():
     assert not verify_strict(_encode_y(2), message, signature)
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(min_size=32, max_size=32), st.binary(min_size=32, max_size=32))
 def test_signer_signatures_verify_and_bind_the_message(seed, message):
     signer = Signer.from_seed(seed)

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import rfc8785
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from akrelay.protocol.errors import ProtocolError
@@ -47,7 +47,7 @@ JSON_NO_FLOATS = st.recursive(
 # -- JCS ----------------------------------------------------------------------
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 def test_jcs_equals_the_independent_rfc8785_package(value):
     expected = rfc8785.dumps(value)
@@ -55,7 +55,7 @@ def test_jcs_equals_the_independent_rfc8785_package(value):
     assert canonicalize(value) == expected
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 def test_jcs_is_idempotent_through_the_strict_parser(value):
     once = canonicalize(value)
@@ -63,20 +63,20 @@ def test_jcs_is_idempotent_through_the_strict_parser(value):
     assert canonicalize_reference(parse_strict(once)) == once
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 def test_fast_path_equals_the_full_implementation_whenever_it_is_taken(value):
     if fast_path_applies(value):
         assert dumps_sorted(value) == canonicalize_reference(value)
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON_NO_FLOATS.filter(fast_path_applies))
 def test_fast_path_is_taken_for_typical_values(value):
     assert dumps_sorted(value) == rfc8785.dumps(value)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 def test_parser_flag_is_only_set_when_the_fast_path_is_exact(value):
     text = json.dumps(value, ensure_ascii=False)
@@ -122,7 +122,7 @@ def test_ecmascript_number_serialization(number, text):
     assert number_to_string(number) == text
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_number_serialization_matches_rfc8785_on_every_double(number):
     assert number_to_string(number) == rfc8785.dumps(number).decode()
@@ -144,7 +144,7 @@ def test_jcs_string_escaping_is_minimal():
 # -- strict parsing -------------------------------------------------------------
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON)
 def test_every_json_value_round_trips_through_the_strict_parser(value):
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
@@ -161,7 +161,7 @@ def _has_object(value):
     return False
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(KEYS, JSON, min_size=1, max_size=4), st.data())
 def test_duplicate_member_names_are_rejected_at_any_depth(obj, data):
     key = data.draw(st.sampled_from(sorted(obj)))
@@ -177,6 +177,7 @@ def test_duplicate_member_names_are_rejected_at_any_depth(obj, data):
     assert "duplicate member name" in err.value.message
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers().filter(lambda n: abs(n) > MAX_SAFE_INTEGER), st.integers(min_value=0, max_value=2))
 def test_integers_outside_the_safe_range_are_rejected(number, depth):
     text = "[" * depth + json.dumps({"n": number}) + "]" * depth
@@ -234,7 +235,7 @@ def test_non_json_input_types_are_rejected_with_the_code():
         assert err.value.code == "invalid_request"
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=60) | st.text(max_size=60).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_arbitrary_bytes_only_ever_raise_protocol_errors(data):
     try:
@@ -245,7 +246,7 @@ def test_arbitrary_bytes_only_ever_raise_protocol_errors(data):
     assert value == json.loads(data.decode("utf-8"))
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(JSON, st.integers(min_value=0, max_value=10_000), st.sampled_from(["\\ud800", "\\udfff", "\\uDBFF", "\\ud83d"]))
 def test_unpaired_surrogate_escapes_are_rejected_wherever_they_appear(value, where, escape):
     text = json.dumps(value)
