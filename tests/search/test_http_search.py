@@ -167,3 +167,11 @@ def test_index_lag_is_visible_over_http():
         sdk_validate(page, {"text": "alpha", "mode": "lexical"})
         assert page["coverage"] == {"exhaustive": False, "reasons": ["index_lag"]}
         assert page["index_seq"] == 1 < page["checkpoint"] == 2
+
+
+def test_serve_settings_reach_the_search_service():
+    with relay_app(extensions=True, search_candidates=7, search_timeout_ms=250, search_writer_threads=2) as h:
+        _load(h, ["text_publication"])
+        service = search_service(h.relay)
+        assert (service.budget.candidates, service.budget.seconds) == (7, 0.25)
+        assert _post(h, {"text": "alpha", "mode": "lexical"}).json()["coverage"]["exhaustive"] is True

@@ -1,0 +1,12 @@
+"""``akrelay serve`` options of the ranked-search service (one ``option`` call each)."""
+
+from __future__ import annotations
+
+from akrelay.settings import _positive_int, option
+
+option("search_candidates", _positive_int, 1000,
+       "most search candidates verified per request; beyond it coverage reports candidate_limit", metavar="N")
+option("search_timeout_ms", _positive_int, 500,
+       "time per search request for verifying candidates; beyond it coverage reports timeout", metavar="MS")
+option("search_writer_threads", _positive_int, 1,
+       "Tantivy indexing threads in the worker elected as the search indexer", metavar="N")
