@@ -331,3 +331,19 @@ def test_withheld_events_are_hidden_from_reads(world: World) -> None:
     nexus.withheld = None
     assert rt.project_capsule(other.id)["status"] == "contested"
     assert rt.element(nexus.capsule(cap.id).id)["name"] == "Secret cache title"
+
+
+def test_kql_results_through_the_runtime(populated) -> None:
+    world, rt = populated
+    request = {"kip": "2.0", "operations": [{"command": 'FIND(?c.name, ?b.status) WHERE { ?c {type: '
+                                                         '"KnowledgeCapsule"} ?b BELIEF (?c, "ak_holds", true) }'}]}
+    status, response = rt.execute(request)
+    (res,) = response["results"]
+    assert res["status"] == "succeeded" and res["context"]["snapshot_seq"] == 3
+    assert sorted(res["result"]["rows"]) == [["Cache language in the key", "accepted"],
+                                             ["Caches hide language bugs", "uncertain"]]
+    # documented deviation (docs/kip.md): a BELIEF query's context carries projection_basis,
+    # which the closed ResultContext of the copied schema does not define; all else validates
+    basis = res["context"].pop("projection_basis")
+    assert basis["policy"] == {"id": "akrelay:corroborated", "version": 1}
+    RESPONSE.validate(response)
