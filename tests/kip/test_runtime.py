@@ -347,3 +347,18 @@ def test_kql_results_through_the_runtime(populated) -> None:
     basis = res["context"].pop("projection_basis")
     assert basis["policy"] == {"id": "akrelay:corroborated", "version": 1}
     RESPONSE.validate(response)
+
+
+def test_malformed_request_id_is_not_echoed_and_space_selectors(populated) -> None:
+    _, rt = populated
+    status, response = rt.execute({"kip": "2.0", "request_id": "x" * 300, "operations": [{"command": "DESCRIBE SPACE"}]})
+    RESPONSE.validate(response)
+    assert status == 400 and "request_id" not in response
+    assert error_code(rt, "DESCRIBE SPACE :s", params={"s": "akrelay:elsewhere"}) == "NotFoundOrNotVisible"
+    assert result_of(rt, "DESCRIBE SPACE :s", params={"s": "akrelay:relay.example.org"})["result"]["space_seq"] == 3
+    status, response = rt.execute({"kip": "2.0", "space": {"uri": "https://elsewhere.example"},
+                                   "operations": [{"command": "DESCRIBE SPACE"}]})
+    assert response["error"]["code"] == "NotFoundOrNotVisible"
+    protocol = result_of(rt, "DESCRIBE PROTOCOL")["result"]
+    assert protocol["languages"]["KML"].startswith("recognised and refused")
+    assert protocol["languages"]["KQL"] == "served"

@@ -105,8 +105,9 @@ class KipRuntime:
 
     def execute(self, request: Any) -> tuple[int, dict[str, Any]]:
         """A request envelope -> ``(http status, response envelope)``."""
-        request_id = request.get("request_id") if isinstance(request, dict) and isinstance(
-            request.get("request_id"), str) and request.get("request_id") else None
+        request_id = request.get("request_id") if isinstance(request, dict) else None
+        if not isinstance(request_id, str) or not 1 <= len(request_id) <= 256:
+            request_id = None  # only a well-formed id is echoed
         try:
             self._check_envelope(request)
         except KipError as exc:
