@@ -128,3 +128,19 @@ def test_unanchored_path_start_cap_is_resource_exhausted(monkeypatch, rt) -> Non
 
     monkeypatch.setitem(evaluate.LIMITS, "max_path_visits", 1)
     assert code(rt, 'FIND(?x, ?y) WHERE { (?x, "ak_extends"{0,2}, ?y) }') == "ResourceExhausted"
+
+
+def test_withheld_capsule_content_is_not_matchable() -> None:
+    """Operator withholding is read-time visibility: KQL sees the redacted view only."""
+    log = Log()
+    secret = log.publish("alice", "Withheld title", tags=["hidden-tag"])
+    log.publish("alice", "Public title", tags=["hidden-tag"])
+    rt = log.runtime()
+    query = 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule", attributes: {tags: ["hidden-tag"]}} } ORDER BY ?c.name'
+    assert rows(rt, query) == [["Public title"], ["Withheld title"]]
+    rt.nexus.withheld = lambda event_id: event_id == secret
+    assert rows(rt, query) == [["Public title"]]
+    assert rows(rt, 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule", name: "Withheld title"} }') == []
+    assert rows(rt, 'FIND(?c.name, ?c.attributes) WHERE { ?c {type: "KnowledgeCapsule", key: :k} }', k=secret) \
+        == [[secret, {}]]
+    assert rows(rt, 'FIND(?h) WHERE { ?h SEARCH CONCEPT "withheld" LIMIT 5 }') == []

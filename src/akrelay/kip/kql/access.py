@@ -72,9 +72,15 @@ def indexes(nexus: Nexus) -> Indexes:
     return found
 
 
-def _fast_fields(element: Any) -> dict[str, Any]:
-    """View members readable straight from the element, identical to the full view's."""
+def _fast_fields(nexus: Nexus, element: Any) -> dict[str, Any]:
+    """View members readable straight from the element, identical to the full view's.
+
+    A capsule withheld by the operator is redacted by the nexus's view (no attributes,
+    its key as name), so its members always come from that view.
+    """
     if isinstance(element, Concept):
+        if element.type == "KnowledgeCapsule" and nexus.is_withheld(element.key):
+            return {"id": element.id}
         return {"id": element.id, "kind": "concept", "type": element.type, "schema_ref": element.schema_ref,
                 "key": element.key, "name": element.name, "attributes": element.attributes}
     if isinstance(element, Proposition):
@@ -103,7 +109,7 @@ class ElementView(Mapping):
 
     def __init__(self, nexus: Nexus, element: Any, seq: int) -> None:
         self._nexus, self._element, self._seq = nexus, element, seq
-        self._fast = _fast_fields(element)
+        self._fast = _fast_fields(nexus, element)
         self._full: dict[str, Any] | None = None
 
     def _materialize(self) -> dict[str, Any]:
