@@ -130,6 +130,12 @@ def stored_ids(data: Path) -> list[str]:
         store.close()
 
 
+def peer_status(node: Node) -> list[dict[str, Any]]:
+    status = subprocess.run([sys.executable, "-m", "akrelay", "peers", "--json", "status", "--data", str(node.data)],
+                            capture_output=True, text=True, check=True)
+    return json.loads(status.stdout)
+
+
 def wait_for(predicate, timeout: float = 90.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -137,6 +143,25 @@ def wait_for(predicate, timeout: float = 90.0, what: str = "condition") -> None:
             return
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+#: Seeded into r1 before it starts: ``hidden`` is withheld there, ``citing`` depends on it.
+DAVE = Author("dave")
+HIDDEN = DAVE.publish("Withheld at first")
+CITING = Author("erin").assess(HIDDEN, "supports")
+
+
+def seed_withheld_dependency(node: Node) -> None:
+    from akrelay.service.config import ServiceConfig
+    from akrelay.service.relay import open_relay
+
+    relay = open_relay(node.data, ServiceConfig(origin=node.origin))
+    try:
+        relay.submit(json.dumps(HIDDEN).encode())
+        relay.submit(json.dumps(CITING).encode())
+        relay.withhold(HIDDEN["hash"])
+    finally:
+        relay.close()
 
 
 @pytest.fixture
@@ -148,6 +173,7 @@ def mesh(tmp_path):
         node.workers = 2 if name == "r1" else 1  # two workers share r1's data dir: one sync leader
         ensure_self_signed(data, node.origin)
         nodes.append(node)
+    seed_withheld_dependency(nodes[0])
     for node in nodes:  # full mesh, built with the CLI as a script would
         for other in nodes:
             if other is not node:
@@ -195,7 +221,20 @@ def test_three_relays_converge_and_a_killed_relay_resumes(mesh) -> None:
     r1.submit(bob_retracts)
     everything = {e["hash"] for e in (base, v2, v3, b1, c1, bob_on_base, carol_on_b1, answer,
                                        alice_retracts_v2, bob_retracts)}
+    # r1 serves CITING but withholds its target: r2 and r3 keep CITING pending, never accepting it early.
+    wait_for(lambda: set(r2.ids()) == everything and set(r3.ids()) == everything, what="convergence at r2, r3")
+    for node in (r2, r3):
+        rows = {row["origin"]: row for row in peer_status(node)}
+        assert rows[r1.origin]["pending"] == 1 and rows[r1.origin]["counts"]["pending_added"] == 1
+    # Made public again, HIDDEN keeps its old seq, below every checkpoint: only `batch` can fetch it.
+    subprocess.run([sys.executable, "-m", "akrelay", "unwithhold", "--data", str(r1.data), HIDDEN["hash"]],
+                   check=True, capture_output=True)
+    everything |= {HIDDEN["hash"], CITING["hash"]}
     wait_for(lambda: all(set(n.ids()) == everything for n in mesh), what="convergence")
+    for node in (r2, r3):
+        ids = node.ids()
+        assert ids.index(HIDDEN["hash"]) < ids.index(CITING["hash"])  # dependency first
+        assert {row["origin"]: row for row in peer_status(node)}[r1.origin]["pending"] == 0
     views = []
     for node in mesh:
         ids = node.ids()
@@ -228,9 +267,7 @@ def test_three_relays_converge_and_a_killed_relay_resumes(mesh) -> None:
         seqs = [r["seq"] for r in records]
         assert len(ids) == len(set(ids)) == len(everything), node.name  # nothing lost, nothing duplicated
         assert seqs == sorted(set(seqs))
-    status = subprocess.run([sys.executable, "-m", "akrelay", "peers", "--json", "status", "--data", str(r3.data)],
-                            capture_output=True, text=True, check=True)
-    rows = {row["origin"]: row for row in json.loads(status.stdout)}
+    rows = {row["origin"]: row for row in peer_status(r3)}
     assert set(rows) == {r1.origin, r2.origin}
     assert rows[r1.origin]["last_success"] and rows[r1.origin]["pending"] == 0
     with r1.client() as c:
