@@ -193,6 +193,8 @@ def _scalar_matches(value: Any, stored: Any, ctx: Context) -> bool:
         if _is_ref(value):
             return value["id"] == stored["id"]
         return False
+    if type(value) is str and type(stored) is str:
+        return value == stored or unicodedata.normalize("NFC", value) == unicodedata.normalize("NFC", stored)
     return _canon(value) == _canon(stored)
 
 
