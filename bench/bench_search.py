@@ -19,7 +19,12 @@ varies and the event ID is recomputed, but one real signature per actor is
 reused: the store and the index trust what the service verified, so signing
 cost is not what this measures.
 
-Usage: python bench/bench_search.py [--sizes 100000,1000000] [--queries 400] [--rate 1000]
+Wall-clock figures depend on how busy the machine is; each line also gives the
+CPU time spent (all threads for indexing, the searching thread for queries)
+and the load average, so runs on a shared machine can be read fairly.
+
+Usage: python bench/bench_search.py [--sizes 100000,1000000] [--store sqlite,memory]
+                                    [--queries 400] [--rate 1000]
 Last line: ``search_p99_100k: <ms> ms`` (goals: p50 <= 5 ms, p99 <= 20 ms at 100k;
 lag <= 1 s; indexing >= 5,000 capsules/s).
 """
@@ -30,6 +35,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import os
 import random
 import statistics
 import sys
@@ -48,6 +54,7 @@ from akrelay.search.index import SearchIndex, index_dir
 from akrelay.search.indexer import Follower
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
+from akrelay.store.memory import MemoryStore
 from akrelay.store.sqlite import SqliteStore
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -108,30 +115,46 @@ def fill(store: SqliteStore, corpus: Corpus, start: int, count: int, chunk: int 
         store.commit_many((corpus.envelope(i), BASE) for i in range(base, min(base + chunk, start + count)))
 
 
+def fill_memory(store: MemoryStore, corpus: Corpus, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        store.commit(corpus.envelope(i), BASE)
+
+
+def load() -> str:
+    return "%.1f" % os.getloadavg()[0]
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def bench_size(size: int, queries: int, rate: float, out: dict) -> None:
+def bench_size(size: int, queries: int, rate: float, out: dict, store_kind: str = "sqlite") -> None:
     corpus = Corpus()
     with tempfile.TemporaryDirectory(prefix="akrelay-bench-search-") as tmp:
         data = Path(tmp)
-        store = SqliteStore(data / "relay.sqlite3", synchronous="OFF")
+        if store_kind == "sqlite":
+            store = SqliteStore(data / "relay.sqlite3", synchronous="OFF")
+            fill_store = fill
+        else:
+            store = MemoryStore()
+            fill_store = fill_memory
         t = time.perf_counter()
-        fill(store, corpus, 0, size)
-        print(f"[{size}] built store in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        fill_store(store, corpus, 0, size)
+        print(f"[{size}] built {store_kind} store in {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
         # Indexing throughput: a fresh index follows the whole log.
         index = SearchIndex.open_writer(index_dir(data), threads=2, heap_bytes=256_000_000)
         follower = Follower(index, store, batch=5000)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         indexed = follower.catch_up()
-        elapsed = time.perf_counter() - t
+        elapsed, cpu = time.perf_counter() - t, time.process_time() - c
         index.close()
         del follower, index
         out[f"index_rate_{size}"] = indexed / elapsed
-        print(f"index_throughput_{size}: {indexed / elapsed:.0f} capsules/s ({indexed} in {elapsed:.1f} s)")
+        out[f"index_cpu_us_{size}"] = cpu / indexed * 1e6
+        print(f"index_throughput_{size}: {indexed / elapsed:.0f} capsules/s wall ({indexed} in {elapsed:.1f} s), "
+              f"{cpu / indexed * 1e6:.0f} us CPU per capsule (all threads) [{store_kind} store, load {load()}]")
 
         relay = Relay(store, ServiceConfig(origin="https://bench.example"), cursor_secret=b"b" * 32)
         service = SearchService(relay, data, writer_threads=2)
@@ -142,25 +165,28 @@ def bench_size(size: int, queries: int, rate: float, out: dict) -> None:
         requests = [parse_search_request(b, ("lexical",)) for b in bodies]
         for request in requests[:20]:  # warm caches
             service.run(request)
-        latencies, exhaustive, hits = [], 0, 0
+        latencies, cpus, exhaustive, hits = [], [], 0, 0
         for request in requests:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             page = service.run(request)
+            cpus.append((time.thread_time() - c) * 1000)
             latencies.append((time.perf_counter() - t) * 1000)
             exhaustive += page.exhaustive
             hits += len(page.hits)
         p50, p99 = statistics.median(latencies), pct(latencies, 0.99)
         out[f"p50_{size}"], out[f"p99_{size}"] = p50, p99
-        print(f"search_latency_{size}: p50 {p50:.2f} ms, p90 {pct(latencies, 0.9):.2f} ms, p99 {p99:.2f} ms, "
-              f"max {max(latencies):.2f} ms ({queries} queries, {hits / queries:.1f} hits/query, "
-              f"{100 * exhaustive / queries:.0f} % exhaustive)")
+        out[f"cpu_p50_{size}"], out[f"cpu_p99_{size}"] = statistics.median(cpus), pct(cpus, 0.99)
+        print(f"search_latency_{size}: wall p50 {p50:.2f} ms, p90 {pct(latencies, 0.9):.2f} ms, p99 {p99:.2f} ms, "
+              f"max {max(latencies):.2f} ms; CPU (this thread) p50 {statistics.median(cpus):.2f} ms, "
+              f"p99 {pct(cpus, 0.99):.2f} ms ({queries} queries, {hits / queries:.1f} hits/query, "
+              f"{100 * exhaustive / queries:.0f} % exhaustive) [{store_kind} store, load {load()}]")
 
         # Lag under sustained ingest: one commit_many of 10 capsules every 10/rate s.
         if rate > 0:
             lags = measure_lag(store, service, corpus, size, rate, seconds=10.0)
             out[f"lag_p50_{size}"], out[f"lag_p99_{size}"] = pct(lags, 0.5), pct(lags, 0.99)
             print(f"search_lag_{size}: p50 {pct(lags, 0.5):.0f} ms, p99 {pct(lags, 0.99):.0f} ms, "
-                  f"max {max(lags):.0f} ms at {rate:.0f} capsules/s for 10 s")
+                  f"max {max(lags):.0f} ms at {rate:.0f} capsules/s for 10 s [load {load()}]")
         service.close()
         store.close()
 
@@ -191,7 +217,10 @@ def measure_lag(store: SqliteStore, service: SearchService, corpus: Corpus, star
     i = start + 1_000_000
     n = 0
     while time.perf_counter() - t0 < seconds:
-        results = store.commit_many((corpus.envelope(i + k), BASE) for k in range(batch))
+        if isinstance(store, SqliteStore):
+            results = store.commit_many((corpus.envelope(i + k), BASE) for k in range(batch))
+        else:
+            results = [store.commit(corpus.envelope(i + k), BASE) for k in range(batch)]
         now = time.perf_counter()
         for record, _ in results:
             committed[record.seq] = now
@@ -216,11 +245,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--rate", type=float, default=1000.0, help="capsules/s during the lag measurement")
+    parser.add_argument("--store", default="sqlite", help="sqlite or memory, per size: e.g. sqlite,memory")
     args = parser.parse_args()
     out: dict = {}
     sizes = [int(s) for s in args.sizes.split(",")]
-    for size in sizes:
-        bench_size(size, args.queries, args.rate if size == min(sizes) else 0, out)
+    kinds = args.store.split(",")
+    for n, size in enumerate(sizes):
+        bench_size(size, args.queries, args.rate if size == min(sizes) else 0, out, kinds[min(n, len(kinds) - 1)])
     print(json.dumps({k: round(v, 2) for k, v in out.items()}), file=sys.stderr)
     key = "p99_100000" if "p99_100000" in out else f"p99_{sizes[0]}"
     print(f"search_p99_100k: {out[key]:.2f} ms")
