@@ -157,7 +157,11 @@ def main() -> int:
             relay.close()
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
     delays.sort()
     p50 = statistics.median(delays)
