@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE TABLE IF NOT EXISTS terms (
     term TEXT NOT NULL,
     seq INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,  -- copied so time bounds filter without a record lookup
     PRIMARY KEY (term, seq)
 ) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS text_index USING fts5(
@@ -332,18 +333,21 @@ class SqliteStore:
             where += ["r.seq > ?", "r.seq <= ?"]
             params += [lower, upper]
             order = "r.seq"
-        if not plan.include_withheld:
-            where.append("r.withheld = 0")
+        # With a driving term, time bounds and the other terms are checked on the
+        # compact term index first; the record row is read only for survivors.
+        row = "t" if driver is not None else "r"
         if plan.created_from is not None:
-            where.append("r.created_at >= ?")
+            where.append(f"{row}.created_at >= ?")
             params.append(plan.created_from)
         if plan.created_before is not None:
-            where.append("r.created_at < ?")
+            where.append(f"{row}.created_at < ?")
             params.append(plan.created_before)
         for term in plan.terms:
             if term != driver:
-                where.append("EXISTS (SELECT 1 FROM terms x WHERE x.term = ? AND x.seq = r.seq)")
+                where.append(f"EXISTS (SELECT 1 FROM terms x WHERE x.term = ? AND x.seq = {row}.seq)")
                 params.append(term)
+        if not plan.include_withheld:
+            where.append("r.withheld = 0")
         for text in plan.sql_texts:
             where.append("instr(r.text, ?) > 0")
             params.append(text)
@@ -467,7 +471,10 @@ class SqliteStore:
                     "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
                     (hwm, env.id, item.accepted_at, env.created_at, env.canonical_bytes(), item.text),
                 )
-                conn.executemany("INSERT INTO terms (term, seq) VALUES (?, ?)", [(t, hwm) for t in item.terms])
+                conn.executemany(
+                    "INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)",
+                    [(t, hwm, env.created_at) for t in item.terms],
+                )
                 record = Record(hwm, item.accepted_at, env, False)
                 fresh[env.id] = record
                 results.append((record, True))
