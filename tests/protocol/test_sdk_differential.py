@@ -86,6 +86,7 @@ def expected_sdk_answer(raw: bytes, code: str, message: str) -> tuple[str, str |
     return code, None
 
 
+@pytest.mark.slow
 def test_our_validator_agrees_with_the_sdk():
     cases = generate()
     assert len(cases) >= 2000
