@@ -105,10 +105,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data: Path, workers: int) -> tuple[subprocess.Popen, int]:
+def start(data: Path, workers: int, core_only: bool = False) -> tuple[subprocess.Popen, int]:
     port = free_port()
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--port", str(port),
-            "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"]
+            "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"] + (["--core-only"] if core_only else [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     log = open(data.parent / f"serve-{port}.log", "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20000, help="timed submissions per scale")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--core-only", action="store_true",
+                        help="serve without the search/KIP/federation extensions (isolates the core ingest path)")
     parser.add_argument("--catch-up-timeout", type=float, default=1800.0,
                         help="longest wait for the relay's followers to index the preloaded records")
     parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data or tmp.name) / "data"  # type: ignore[union-attr]
     data.mkdir(parents=True, exist_ok=True)
     print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, "
+          f"{'core endpoints only' if args.core_only else 'all installed extensions (search, KIP, ...)'}, "
           f"{args.events} timed events per scale", flush=True)
     rates = []
     existing = records_in(data)
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             existing = scale
         items = presign(args.events + 500, seed=int(time.time()) % 200 + n)
         before = records_in(data)
-        proc, port = start(data, args.workers)
+        proc, port = start(data, args.workers, args.core_only)
         try:
             waited = wait_idle(proc.pid, args.catch_up_timeout)
             print(f"  relay followers idle after {waited:.0f} s with {records_in(data):,} records", flush=True)

@@ -147,6 +147,8 @@ option("read_rate", _rate, 200.0, "reads per second per client IP (0 disables)",
 option("read_burst", _positive_int, 400, "token-bucket burst for reads per client IP", metavar="N")
 option("licence_allow", _str, [], "accept only these licence URLs; each argument is a URL or a file with one URL per line",
        kind="list", metavar="FILE|URL")
+option("core_only", _bool, False,
+       "serve only the Knowledge core endpoints (no search, KIP or federation extensions)", kind="flag")
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.

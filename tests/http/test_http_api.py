@@ -471,3 +471,10 @@ def test_fuzzed_requests_get_spec_errors_never_500(shared_app, body, path, query
         if got.status_code != 200:
             status, code = error_of(got)
             assert code in ("invalid_request", "invalid_cursor")
+
+
+def test_core_only_serves_no_extension_routes_or_members() -> None:
+    with relay_app(extensions=True, core_only=True) as h:
+        doc = h.client.get("/.well-known/agent-knowledge").json()
+        assert error_of(h.client.post("/v1/knowledge/search", content=b"{}", headers=h.headers))[0] in (404, 405)
+    assert set(doc) <= {"protocol", "service", "endpoints", "limits"}

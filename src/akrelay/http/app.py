@@ -130,7 +130,8 @@ def _load_modules() -> list[Any]:
 def discovery_document(relay: Any, settings: Settings) -> dict[str, Any]:
     """The relay's §9.2 document plus extension members from other areas."""
     doc = dict(relay.discovery())
-    extensions = [getattr(m, "discovery", None) for m in _load_modules()] + list(DISCOVERY_PROVIDERS)
+    modules = [] if settings.core_only else _load_modules()
+    extensions = [getattr(m, "discovery", None) for m in modules] + list(DISCOVERY_PROVIDERS)
     for provider in extensions:
         if provider is None:
             continue
@@ -205,7 +206,7 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> Lite
         settings = settings if settings is not None else defaults()
 
     handlers = core_routes(relay, settings)
-    for module in _load_modules():
+    for module in ([] if settings.core_only else _load_modules()):
         routes = getattr(module, "routes", None)
         if routes is not None:
             handlers.extend(routes(relay, settings))
