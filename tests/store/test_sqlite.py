@@ -39,6 +39,7 @@ class _FullyIndexed(SqliteStore):
     """Every commit is followed by a full text-index catch-up: the trigram path."""
 
     probe_window = 3  # so that the small corpus reaches the trigram index
+    density_window = 4  # and driver choice sees sparse (even empty) leading windows
 
     def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
         out = super().commit(envelope, accepted_at)
@@ -50,6 +51,7 @@ class _HalfIndexed(SqliteStore):
     """The text index trails the log by about half: probe, trigram middle, scanned tail."""
 
     probe_window = 5
+    density_window = 9
 
     def commit(self, envelope, accepted_at):  # noqa: ANN001, ANN201
         out = super().commit(envelope, accepted_at)

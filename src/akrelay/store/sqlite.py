@@ -135,6 +135,8 @@ class SqliteStore:
     #: ``q`` pages may first scan this many ``seq`` values exactly before using the
     #: trigram index (off by default; the trigram intersection is cheap).
     probe_window = 0
+    #: Term density is estimated (capped count) in this many ``seq`` values after ``after_seq``.
+    density_window = 20000
 
     def __init__(
         self,
@@ -279,10 +281,11 @@ class SqliteStore:
             if len(plan.terms) == 1 and not fts_texts:
                 driver = plan.terms[0]
             elif plan.terms:
-                counts = {t: self._term_count(conn, t, after_seq, upper) for t in plan.terms}
+                # A page starts at after_seq, so what matters is each term's density
+                # just after it: count (capped) postings in a leading window.
+                window = min(upper, after_seq + self.density_window)
+                counts = {t: self._term_count(conn, t, after_seq, window) for t in plan.terms}
                 driver = min(plan.terms, key=lambda t: (counts[t], t))
-                if counts[driver] == 0:
-                    return []
                 if fts_texts and counts[driver] >= _COUNT_CAP:
                     driver = None
             if driver is not None or not fts_texts:
