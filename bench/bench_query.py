@@ -15,8 +15,10 @@ JCS event), but the signature is reused: the store trusts what the service
 verified, and signing cost is not what this measures.
 
 Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300]
-Last line: ``query_p99_100k: <ms> ms`` (the worst p99 over the filtered shapes
-and the 2-term ``q`` at 100k; the goal for filters is 10 ms, for ``q`` 100 ms).
+Every shape reports wall-clock p50/p99 and the p99 of the querying thread's CPU
+time, which other processes on a shared machine cannot inflate. The last two
+lines are ``q2_p99_100k: <ms> ms`` (worst 2-term ``q`` shape, goal 100 ms) and
+``query_p99_100k: <ms> ms`` (worst filtered-page shape, goal 10 ms).
 """
 
 from __future__ import annotations
@@ -249,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"query_filtered_p99_{n}: {r['filtered_p99']:.2f} ms (cpu {r['filtered_cpu_p99']:.2f}); "
               f"query_q2_p99_{n}: {r['q_p99']:.2f} ms (cpu {r['q_cpu_p99']:.2f})")
     key = 100_000 if 100_000 in summary else max(summary)
-    worst = max(summary[key]["filtered_p99"], summary[key]["q_p99"])
-    print(f"query_p99_{key // 1000}k: {worst:.2f} ms")
+    print(f"q2_p99_{key // 1000}k: {summary[key]['q_p99']:.2f} ms")
+    print(f"query_p99_{key // 1000}k: {summary[key]['filtered_p99']:.2f} ms")
     return 0
 
 
