@@ -22,14 +22,17 @@ def test_withhold_and_unwithhold_work_on_the_data_directory(tmp_path, capsys) ->
     relay = open_relay(data, ServiceConfig())
     relay.submit(fixture_bytes("old_event"))
     event_id = hash_of("old_event")
-    code, out, _ = run(capsys, "withhold", event_id, "--data", str(data))
+    code, out, _ = run(capsys, "withhold", "--data", str(data), "--", event_id)
     assert code == 0 and json.loads(out) == {"event_id": event_id, "seq": 1, "state": "withheld"}
     assert relay.store.get(event_id).withheld  # the live relay sees it
-    assert run(capsys, "unwithhold", event_id, "--data", str(data))[0] == 0
+    assert run(capsys, "unwithhold", "--data", str(data), "--", event_id)[0] == 0
     assert not relay.store.get(event_id).withheld
-    code, _, err = run(capsys, "withhold", "not-an-id", "--data", str(data))
+    code, _, err = run(capsys, "withhold", "--data", str(data), "--", "not-an-id")
     assert code == 1 and "invalid_request" in err
-    code, _, err = run(capsys, "withhold", event_id, "--data", str(tmp_path / "empty"))
+    # Event IDs may start with '-': after `--` they are still IDs, not options.
+    code, _, err = run(capsys, "withhold", "--data", str(data), "--", "-" + "A" * 42)
+    assert code == 1 and "not_found" in err
+    code, _, err = run(capsys, "withhold", "--data", str(tmp_path / "empty"), "--", event_id)
     assert code == 2 and "no relay data" in err
     relay.close()
 

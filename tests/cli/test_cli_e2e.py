@@ -62,7 +62,7 @@ def test_cli_round_trip(served, tmp_path, capsys) -> None:
     assessment = json.loads((tmp_path / "a.json").read_text())
     assert run(capsys, "submit", str(tmp_path / "a.json"), *remote)[0] == 0
 
-    code, out, _ = run(capsys, "get", publication["hash"], *remote)
+    code, out, _ = run(capsys, "get", *remote, "--", publication["hash"])
     assert code == 0 and json.loads(out[0]) == record
 
     code, out, _ = run(capsys, "query", "limit=1", *remote)
@@ -76,7 +76,7 @@ def test_cli_round_trip(served, tmp_path, capsys) -> None:
     code, out, _ = run(capsys, "query", f"after_seq={final['checkpoint']}", *remote)
     assert code == 0 and json.loads(out[-1])["count"] == 0
 
-    code, out, _ = run(capsys, "batch", assessment["hash"], second["hash"], *remote)
+    code, out, _ = run(capsys, "batch", *remote, "--", assessment["hash"], second["hash"])
     page = json.loads(out[0])
     assert code == 0 and page["missing"] == [second["hash"]]
     assert [r["envelope"]["hash"] for r in page["result"]] == [assessment["hash"]]
@@ -84,20 +84,20 @@ def test_cli_round_trip(served, tmp_path, capsys) -> None:
     # Errors are spec codes with a non-zero exit.
     code, _, err = run(capsys, "query", "kind=nope", *remote)
     assert code == 1 and "invalid_request" in err
-    code, _, err = run(capsys, "get", second["hash"], *remote)
+    code, _, err = run(capsys, "get", *remote, "--", second["hash"])
     assert code == 1 and "not_found" in err
 
     # Withholding through the admin CLI on the live data directory.
-    code, out, _ = run(capsys, "withhold", publication["hash"], "--data", str(served.data))
+    code, out, _ = run(capsys, "withhold", "--data", str(served.data), "--", publication["hash"])
     assert code == 0 and json.loads(out[0])["state"] == "withheld"
-    code, _, err = run(capsys, "get", publication["hash"], *remote)
+    code, _, err = run(capsys, "get", *remote, "--", publication["hash"])
     assert code == 1 and "not_found" in err
     code, out, _ = run(capsys, "submit", str(tmp_path / "p.json"), *remote)
     assert code == 0 and json.loads(out[0]) == record  # retained record, visibility unchanged
-    assert run(capsys, "get", publication["hash"], *remote)[0] == 1
-    assert run(capsys, "unwithhold", publication["hash"], "--data", str(served.data))[0] == 0
-    assert run(capsys, "get", publication["hash"], *remote)[0] == 0
-    code, _, err = run(capsys, "withhold", second["hash"], "--data", str(served.data))
+    assert run(capsys, "get", *remote, "--", publication["hash"])[0] == 1
+    assert run(capsys, "unwithhold", "--data", str(served.data), "--", publication["hash"])[0] == 0
+    assert run(capsys, "get", *remote, "--", publication["hash"])[0] == 0
+    code, _, err = run(capsys, "withhold", "--data", str(served.data), "--", second["hash"])
     assert code == 1 and "not_found" in err
 
 

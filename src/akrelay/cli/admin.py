@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("unwithhold", False, "make a withheld event publicly readable again (it keeps its seq)"),
     ):
         parser = subparsers.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        parser.add_argument("event_id", metavar="EVENT_ID", help="the event ID (envelope hash)")
+        parser.add_argument("event_id", metavar="EVENT_ID", help="the event ID (envelope hash; after `--` if it starts with '-')")
         parser.add_argument("--data", default=None, metavar="DIR",
                             help="data directory of the relay [env AKRELAY_DATA; default ./akrelay-data]")
         parser.set_defaults(handler=_run, withheld=hidden)

@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_guard(cmd_submit))
 
     p = subparsers.add_parser("get", help="read one acceptance record by event ID")
-    p.add_argument("event_id", metavar="EVENT_ID")
+    p.add_argument("event_id", metavar="EVENT_ID", help="event ID (put it after `--` if it starts with '-')")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_get))
 
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_guard(cmd_query))
 
     p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing")
-    p.add_argument("event_ids", nargs="+", metavar="EVENT_ID")
+    p.add_argument("event_ids", nargs="+", metavar="EVENT_ID", help="event IDs (after `--` if one starts with '-')")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_batch))
 
