@@ -6,7 +6,7 @@ import copy
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.service.relay import Relay

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from akrelay.store.sqlite import SqliteStore
-from store_contract import BASE_TIME, StoreContract, corpus
+from store_contract import StoreContract, corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from akrelay.protocol.envelope import Envelope, verify_envelope
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.limits import check_limits
 from akrelay.protocol.payload import check_payload_rules
-from akrelay.protocol.query import QueryRequest, parse_query, request_terms
+from akrelay.protocol.query import parse_query, request_terms
 from akrelay.protocol.reads import parse_batch_request, parse_read_json
 from akrelay.protocol.timestamps import check_created_at
 from akrelay.service.config import ServiceConfig

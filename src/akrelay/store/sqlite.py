@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -164,7 +163,6 @@ class SqliteStore:
         writer = self._connect()
         self._retry_busy(lambda: writer.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;"), writer)
         self._writer = writer
-        self._last_commit = 0.0
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
         self._indexer: threading.Thread | None = None
@@ -405,13 +403,22 @@ class SqliteStore:
         return self._write(run)
 
     def _run_text_indexer(self) -> None:
-        """Catch up in large steps when idle, in small bounded steps under load."""
+        """Catch up in batches while the log is quiet, in small steps while it grows.
+
+        "Quiet" is judged on the shared checkpoint, so a worker does not hold the
+        write lock for long while another worker of the same relay is ingesting.
+        """
+        last = -1
         while not self._stop.wait(self._indexer_interval):
             try:
-                busy = time.monotonic() - self._last_commit < 0.2
-                budget = 20 if busy else 500
-                while not self._stop.is_set() and self.index_text(budget) == budget and not busy:
-                    busy = time.monotonic() - self._last_commit < 0.2
+                checkpoint = self.checkpoint()
+                busy, last = checkpoint != last, checkpoint
+                if busy:
+                    self.index_text(8)
+                    continue
+                while not self._stop.is_set() and self.index_text(100) == 100:
+                    if self.checkpoint() != last:
+                        break
             except sqlite3.Error:  # pragma: no cover - retried on the next tick
                 continue
             except RuntimeError:  # closed underneath us
@@ -450,7 +457,6 @@ class SqliteStore:
             for item in group:
                 item.error = exc
             return
-        self._last_commit = time.monotonic()
         for item, result in zip(group, results):
             item.result = result
 
