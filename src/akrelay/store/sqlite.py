@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS records (
     accepted_at INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     withheld INTEGER NOT NULL DEFAULT 0,
-    text TEXT NOT NULL,  -- before body: verification reads it without overflow pages
+    text TEXT NOT NULL,  -- before body: verification reads it first, mostly on the leaf page
     body BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS terms (
@@ -174,8 +174,6 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        # 8 KiB pages keep a record's folded text on its leaf page (applies at creation).
-        conn.execute("PRAGMA page_size = 8192")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. an unsupported filesystem
             raise RuntimeError(f"SQLite refused WAL mode for {self.path} (got {mode})")
