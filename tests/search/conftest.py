@@ -12,7 +12,7 @@ from akrelay.service.config import ServiceConfig  # noqa: E402
 from akrelay.service.relay import Relay, open_relay  # noqa: E402
 from akrelay.store.memory import MemoryStore  # noqa: E402
 
-ORIGIN = "https://knowledge.example.com"
+from search_corpus import ORIGIN  # noqa: E402
 NOW = 1_790_553_600_000
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from corpus import publication
+from search_corpus import publication
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

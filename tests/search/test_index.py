@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from corpus import T0, publication
+from search_corpus import T0, publication
 from tantivy import Document, Index
 
 from akrelay.cli import main

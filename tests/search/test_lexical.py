@@ -6,8 +6,7 @@ import json
 
 import pytest
 from agent_protocols.knowledge import validate_knowledge_search_response
-from conftest import ORIGIN
-from corpus import T0, assessment, publication, retraction
+from search_corpus import ORIGIN, T0, assessment, publication, retraction
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reads import parse_search_request

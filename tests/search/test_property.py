@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from corpus import T0, assessment, publication, retraction
+from search_corpus import T0, assessment, publication, retraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

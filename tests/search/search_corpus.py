@@ -11,6 +11,7 @@ from akrelay.protocol.signer import Signer, assess_event, publish_event, retract
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 SIGNERS = [Signer.from_seed(bytes([i + 1]) * 32) for i in range(3)]
 T0 = 1_790_553_600_000
+ORIGIN = "https://knowledge.example.com"
 
 
 def _context(scope: str, conditions: Sequence[str], limitations: Sequence[str]) -> dict[str, Any]:
