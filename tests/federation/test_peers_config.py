@@ -11,7 +11,7 @@ import pytest
 from akrelay.cli import main
 from akrelay.federation.peers import (Peer, PeerConfigError, PeerFile, distinct_origins, dump_peers, load_peers,
                                       parse_peers, save_peers)
-from akrelay.federation.runner import LeaderLock
+from akrelay.federation.runner import federation_lock
 from akrelay.federation.state import FederationState
 from akrelay.federation.transport import build_ssl_context
 
@@ -160,7 +160,7 @@ def test_hinted_peers_never_get_private_access(router) -> None:
 
 
 def test_leader_lock_admits_one_holder_per_data_directory(tmp_path) -> None:
-    first, second = LeaderLock(tmp_path), LeaderLock(tmp_path)
+    first, second = federation_lock(tmp_path), federation_lock(tmp_path)
     assert first.acquire() and not second.acquire()
     first.release()
     assert second.acquire()
@@ -170,7 +170,7 @@ def test_leader_lock_admits_one_holder_per_data_directory(tmp_path) -> None:
 def test_sync_once_refuses_while_another_process_leads(tmp_path, capsys) -> None:
     peers = tmp_path / "peers.toml"
     save_peers(peers, PeerFile([Peer(origin="https://peer-a.example")]))
-    lock = LeaderLock(tmp_path / "data")
+    lock = federation_lock(tmp_path / "data")
     assert lock.acquire()
     try:
         code = main(["sync", "--once", "--data", str(tmp_path / "data"), "--peers", str(peers)])

@@ -159,3 +159,31 @@ def test_element_views_as_of(world: World) -> None:
     with pytest.raises(Exception) as exc:
         rt.element(assertion.id, as_of=0)
     assert exc.value.code == "NotFoundOrNotVisible"
+
+
+def test_only_the_snapshot_leader_writes_the_shared_snapshot(tmp_path) -> None:
+    """Two workers on one data directory: the one without the lock never writes."""
+    from akrelay.kip.follower import KipFollower
+    from akrelay.kip.service import SNAPSHOT_LOCK
+    from akrelay.leader import LeaderLock
+
+    class _Runtime:
+        def __init__(self) -> None:
+            import threading
+
+            from akrelay.kip.nexus import Nexus
+            self.nexus = Nexus("space")
+            self.lock = threading.Lock()
+
+    snap = tmp_path / "kip-nexus.pickle"
+    leader_lock = LeaderLock(tmp_path / SNAPSHOT_LOCK)
+    assert leader_lock.acquire()
+    other = KipFollower(None, _Runtime(), snapshot=snap, writer_lock=LeaderLock(tmp_path / SNAPSHOT_LOCK))
+    other.runtime.nexus.head = 5  # as if it had imported five transactions
+    other.save()
+    assert not snap.exists()
+    leader = KipFollower(None, _Runtime(), snapshot=snap, writer_lock=leader_lock)
+    leader.runtime.nexus.head = 5
+    leader.save()
+    assert snap.exists()
+    leader_lock.release()

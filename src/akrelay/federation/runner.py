@@ -9,7 +9,6 @@ holder dies, so a killed leader is replaced by the next process that asks.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from akrelay.federation.peers import PeerFile, load_peers
+from akrelay.leader import LeaderLock
 from akrelay.federation.state import FederationState
 from akrelay.federation.sync import PassResult, SyncEngine, SyncOptions
 
@@ -25,37 +25,9 @@ log = logging.getLogger("akrelay.federation")
 LOCK_FILE = "federation.lock"
 
 
-class LeaderLock:
-    """An exclusive, non-blocking ``flock`` on the data directory's lock file."""
-
-    def __init__(self, data_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(data_dir) / LOCK_FILE
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        if self._fd is not None:
-            return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
+def federation_lock(data_dir: str | os.PathLike[str]) -> LeaderLock:
+    """The sync loop's leadership lock for ``data_dir``."""
+    return LeaderLock(Path(data_dir) / LOCK_FILE)
 
 
 def sync_options(settings: Any) -> SyncOptions:
@@ -82,7 +54,7 @@ def sync_once(settings: Any, *, force: bool = True) -> list[PassResult]:
     from akrelay.server import open_relay_for
 
     peer_file = load_peers(settings.peers)
-    lock = LeaderLock(settings.data_dir)
+    lock = federation_lock(settings.data_dir)
     if not lock.acquire():
         raise RuntimeError(f"another process is already syncing {settings.data_dir} (see {lock.path})")
     relay = open_relay_for(settings)
@@ -106,7 +78,7 @@ class BackgroundSync(threading.Thread):
         self.settings = settings
         self.retry = retry
         self.stop_event = threading.Event()
-        self.lock = LeaderLock(settings.data_dir)
+        self.lock = federation_lock(settings.data_dir)
 
     def run(self) -> None:
         from akrelay.server import open_relay_for

@@ -101,10 +101,13 @@ class KipFollower:
     """
 
     def __init__(self, store: Any, runtime: Any, *, snapshot: str | os.PathLike[str] | None = None,
-                 interval: float = 0.2, save_every: float = 30.0) -> None:
+                 interval: float = 0.2, save_every: float = 30.0, writer_lock: Any = None) -> None:
         self.store, self.runtime = store, runtime
         self.snapshot = Path(snapshot) if snapshot is not None else None
         self.interval, self.save_every = interval, save_every
+        # Several workers follow one data directory; only the holder of
+        # ``writer_lock`` (a LeaderLock) writes the shared snapshot file.
+        self.writer_lock = writer_lock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._mutate = threading.Lock()
@@ -131,9 +134,15 @@ class KipFollower:
     def _save_locked(self) -> None:
         if self.snapshot is None or self.runtime.nexus.head == self._saved_head:
             return
+        if self.writer_lock is not None and not self.writer_lock.acquire():
+            return
+        started = time.monotonic()
         save_nexus(self.runtime.nexus, self.snapshot)
         self._saved_head = self.runtime.nexus.head
         self._last_save = time.monotonic()
+        # A large nexus takes seconds to pickle: keep snapshots to a small share
+        # of the follower's time instead of a fixed cadence.
+        self.save_every = max(self.save_every, 20 * (self._last_save - started))
 
     def start(self) -> None:
         if self._thread is None:

@@ -16,9 +16,11 @@ from typing import Any
 from akrelay.kip.config import KipConfig
 from akrelay.kip.follower import KipFollower, load_nexus, rebuild, save_nexus, snapshot_path
 from akrelay.kip.runtime import KipRuntime
+from akrelay.leader import LeaderLock
 
 CURSOR_SECRET_KEY = "relay.cursor_secret"
 FREEZE_AFTER = 10_000
+SNAPSHOT_LOCK = "kip-snapshot.lock"
 
 
 def cursor_secret(store: Any) -> bytes:
@@ -48,7 +50,8 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     nexus = load_nexus(path, config.space_id, store.checkpoint()) if path is not None else None
     runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store))
     runtime.nexus.withheld = withheld_predicate(store)
-    follower = KipFollower(store, runtime, snapshot=path)
+    writer_lock = LeaderLock(Path(data_dir) / SNAPSHOT_LOCK) if data_dir is not None else None
+    follower = KipFollower(store, runtime, snapshot=path, writer_lock=writer_lock)
     if follower.catch_up() > FREEZE_AFTER:
         # The nexus is long-lived and append-only: take it out of the cyclic collector's
         # working set so that full collections do not pause reads (projection p99).
