@@ -23,7 +23,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qsl
 
 import msgspec
-from litestar import Litestar, Request, get, post
+from litestar import Litestar, Request, asgi, get, post
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -67,9 +67,15 @@ def _json(body: bytes) -> ASGIResponse:
 
 def _require_json(request: Request) -> None:
     """POST bodies are JSON (Knowledge §9.1); anything else is ``invalid_request``."""
-    content_type = request.headers.get("content-type")
+    check_content_type(request.headers.get("content-type"))
+
+
+def check_content_type(content_type: str | None) -> None:
+    """The content-type rule of :func:`_require_json` on the header value itself."""
     if content_type is None:
         raise ProtocolError("invalid_request", "Content-Type must be application/json.")
+    if content_type == JSON:  # the common case, no parsing
+        return
     media, _, params = content_type.partition(";")
     if media.strip().lower() != "application/json":
         raise ProtocolError("invalid_request", f"Content-Type must be application/json, not {media.strip()!r}.")
@@ -99,20 +105,15 @@ def client_ip(scope: Scope) -> str:
 def core_routes(relay: Any, settings: Settings) -> list[Any]:
     """The Knowledge §9.1 endpoints."""
     discovery_body = discovery_document_json(relay, settings)
+    submitter = SubmitEndpoint(relay, settings.max_envelope_bytes)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
         return _json(discovery_body)
 
-    @post("/v1/knowledge/events", opt={"rate": "write"}, status_code=200)
-    async def submit(request: Request) -> ASGIResponse:
-        _require_json(request)
-        body = await request.body()
-        # In a thread: verification overlaps with other requests, and concurrent
-        # submissions meet at the store's commit point, which groups them into one
-        # transaction (and a SQLite busy wait never stalls the event loop).
-        record, _created = await asyncio.get_running_loop().run_in_executor(_pool(), relay.submit, body)
-        return _json(record.to_json())
+    @asgi("/v1/knowledge/events", opt={"rate": "write"}, copy_scope=False)
+    async def submit(scope: Scope, receive: Receive, send: Send) -> None:
+        await submitter(scope, receive, send)
 
     @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=False)
     def lookup(request: Request) -> ASGIResponse:
@@ -128,6 +129,127 @@ def core_routes(relay: Any, settings: Settings) -> list[Any]:
         return _json(relay.batch(await request.body()).to_json())
 
     return [discovery, submit, lookup, query, batch]
+
+
+_ALLOW = "OPTIONS, POST"
+_TOO_LARGE = ("payload_too_large", "The request body exceeds the published max_envelope_bytes limit.")
+
+
+class SubmitEndpoint:
+    """``POST /v1/knowledge/events`` as a lean ASGI route inside the Litestar app.
+
+    It is the ingest hot path, so it skips the generic request/response
+    machinery but keeps the same semantics: the app's rate-limit middleware runs
+    first (``opt={"rate": "write"}``), then the method, the content type, the
+    body size cap (413 ``payload_too_large``, as Litestar's limit answers) and
+    every ``ProtocolError`` mapped exactly as :mod:`akrelay.http.errors` does;
+    any other exception propagates to Litestar's handlers (a logged 500).
+
+    §8.1 steps 1–6 run on the event loop (CPU-bound, a thread would not run
+    them in parallel anyway); admitted envelopes queue for step 7, and one
+    thread hop commits everything that queued meanwhile in one transaction
+    (group commit without a hop per request). The answer is sent only after
+    that transaction committed, so every 200 is durable.
+    """
+
+    def __init__(self, relay: Any, max_body: int) -> None:
+        self.relay = relay
+        self.max_body = max_body
+        self._queue: list[tuple[Any, int, asyncio.Future]] = []
+        self._draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        if method != "POST":
+            if method == "OPTIONS":
+                await send({"type": "http.response.start", "status": 204, "headers": [(b"allow", _ALLOW.encode())]})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            body = error_body("invalid_request", "Method not allowed on this resource.")
+            await _answer(send, 405, body, [(b"allow", _ALLOW.encode())])
+            return
+        content_type = None
+        length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                if content_type is None:
+                    content_type = value.decode("latin-1")
+            elif name == b"content-length":
+                length = value
+        try:
+            check_content_type(content_type)
+        except ProtocolError as exc:
+            await _answer(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
+            return
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            await _answer(send, 413, error_body(*_TOO_LARGE))
+            return
+        message = await receive()
+        raw = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [raw]
+            size = len(raw)
+            while message.get("more_body", False):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:
+                    await _answer(send, 413, error_body(*_TOO_LARGE))
+                    return
+                chunks.append(chunk)
+            raw = b"".join(chunks)
+        elif message["type"] == "http.disconnect":
+            return
+        if len(raw) > self.max_body:
+            await _answer(send, 413, error_body(*_TOO_LARGE))
+            return
+        try:
+            existing, envelope, accepted_at = self.relay.check(raw)
+            if existing is None:
+                existing, _created = await self._commit(envelope, accepted_at)
+        except ProtocolError as exc:
+            await _answer(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
+            return
+        await _answer(send, 200, existing.to_json())
+
+    def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.append((envelope, accepted_at, future))
+        if not self._draining:
+            self._draining = True
+            loop.create_task(self._drain(loop))
+        return future
+
+    async def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while self._queue:
+                group, self._queue = self._queue, []
+                items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
+                try:
+                    results = await loop.run_in_executor(_pool(), self.relay.commit_admitted, items)
+                except BaseException as exc:  # every waiter learns of the failure
+                    for _, _, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, _, future), result in zip(group, results):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._draining = False
+
+
+async def _answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if extra:
+        headers += extra
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _load_modules() -> list[Any]:

@@ -122,6 +122,19 @@ class Relay:
         retained record unchanged (withheld or not). Any refusal raises and
         changes nothing. ``source`` ("http" or "sync") is for callers' logs.
         """
+        existing, envelope, now = self.check(raw)
+        if existing is not None:
+            return existing, False
+        return self.store.commit(envelope, now)  # step 7
+
+    def check(self, raw: bytes) -> tuple[Record | None, Envelope, int]:
+        """§8.1 steps 1–6: ``(existing record or None, envelope, accepted_at)``.
+
+        Split from :meth:`submit` so that a caller can gather admitted envelopes
+        and commit them together (:meth:`commit_admitted`, step 7) without a
+        thread hop per submission. An exact resubmission returns its retained
+        record and needs no commit. Raises on any refusal; changes nothing.
+        """
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raise ProtocolError("invalid_event", "an envelope must be submitted as UTF-8 JSON bytes")
         size = len(raw)
@@ -131,16 +144,25 @@ class Relay:
                 f"envelope is {size} bytes, over this relay's limit of {self.config.max_envelope_bytes} bytes",
                 {"limit": "max_envelope_bytes", "max": self.config.max_envelope_bytes, "actual": size},
             )
-        envelope = verify_envelope(bytes(raw), options=self.config.options)  # step 1
+        envelope = verify_envelope(raw if type(raw) is bytes else bytes(raw), options=self.config.options)  # step 1
         existing = self.store.get(envelope.id)  # step 2
         if existing is not None:
-            return existing, False
+            return existing, envelope, 0
         check_payload_rules(envelope, self.config.options)  # step 3
         now = self.clock()
         check_created_at(envelope, now, self.config.skew_ms)  # step 4
         check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
         self._admit(envelope, size)  # step 6
-        return self.store.commit(envelope, now)  # step 7
+        return None, envelope, now
+
+    def commit_admitted(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        """Step 7 for envelopes that passed :meth:`check`, in one transaction, in order.
+
+        Each acceptance gets the next ``seq`` at the store's serialized commit
+        point; an ID committed meanwhile (another worker) returns its record and
+        ``False``, exactly as :meth:`submit` would.
+        """
+        return self.store.commit_many(items)
 
     def _resolve(self, event_id: str) -> Envelope | None:
         record = self.store.get(event_id)
