@@ -9,15 +9,13 @@ The OS drops the lock when its holder dies, so no stale lock survives.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Callable
 
+from akrelay.leader import LeaderLock
 from akrelay.search.index import SearchIndex
 from akrelay.store.base import Store
 
@@ -26,42 +24,8 @@ log = logging.getLogger("akrelay.search")
 LOCK_NAME = "indexer.lock"
 
 
-class IndexerLock:
-    """A non-blocking exclusive OS file lock; ``acquire`` says whether we are the indexer."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        if self._fd is not None:
-            return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def __del__(self) -> None:
-        self.release()
-
-    def release(self) -> None:
-        if self._fd is not None:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
+#: The indexer is the leader of this lock (see :mod:`akrelay.leader`).
+IndexerLock = LeaderLock
 
 
 class Follower:
