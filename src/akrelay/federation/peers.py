@@ -39,7 +39,7 @@ def canonical_https_origin(url: str) -> str:
         raise PeerConfigError("a peer origin must be a non-empty string")
     try:
         parts = urlsplit(url)
-        port = parts.port
+        parts.port  # raises ValueError for a malformed or out-of-range port
     except ValueError as exc:
         raise PeerConfigError(f"{url!r} is not a valid URL: {exc}") from None
     if parts.scheme.lower() != "https":

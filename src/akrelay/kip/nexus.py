@@ -16,7 +16,7 @@ import bisect
 import re
 from array import array
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from akrelay.kip.elements import (
     IMPORT_CHANNEL, IMPORT_ORIGIN_PRINCIPAL, KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition,
