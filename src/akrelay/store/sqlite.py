@@ -464,28 +464,34 @@ class SqliteStore:
             hwm = conn.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
             fresh: dict[str, Record] = {}
             results: list[tuple[Record, bool]] = []
+            term_rows: list[tuple[str, int, int]] = []
             for item in group:
                 env = item.envelope
                 if env.id in fresh:
                     results.append((fresh[env.id], False))
                     continue
-                row = conn.execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (env.id,)).fetchone()
-                if row is not None:
+                body = env.canonical_bytes()
+                created_at = env.created_at
+                try:
+                    # The UNIQUE id constraint is the existence check: one statement
+                    # for a new record; only a duplicate pays for the lookup.
+                    conn.execute(
+                        "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                        (hwm + 1, env.id, item.accepted_at, created_at, body, item.text),
+                    )
+                except sqlite3.IntegrityError:
+                    row = conn.execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (env.id,)).fetchone()
+                    if row is None:
+                        raise
                     results.append((_record(row), False))
                     continue
                 hwm += 1
-                conn.execute(
-                    "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
-                    (hwm, env.id, item.accepted_at, env.created_at, env.canonical_bytes(), item.text),
-                )
-                conn.executemany(
-                    "INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)",
-                    [(t, hwm, env.created_at) for t in item.terms],
-                )
-                record = Record(hwm, item.accepted_at, env, False)
+                term_rows += [(t, hwm, created_at) for t in item.terms]
+                record = Record(hwm, item.accepted_at, env, False, body=body)
                 fresh[env.id] = record
                 results.append((record, True))
             if fresh:
+                conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
             conn.execute("COMMIT")
         except BaseException:
