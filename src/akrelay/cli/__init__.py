@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from akrelay import __version__
@@ -53,7 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 0
-    result = handler(args)
+    try:
+        result = handler(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``akrelay query ... | head``): not an error of ours.
+        # Point stdout at /dev/null so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(result or 0)
 
 
