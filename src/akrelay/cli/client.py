@@ -61,8 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("query", help="enumerate a query completely (every page) and print a final checkpoint",
                               description="Run a §9.3 query, following every page. Prints one acceptance record "
                                           "per line, then a final line {\"checkpoint\", \"as_of\", \"service\", "
-                                          "\"count\", \"pages\"}; persist checkpoint as the next --after-seq.")
-    p.add_argument("params", nargs="*", metavar="NAME=VALUE", help="query parameters, e.g. kind=claim tag=cache")
+                                          "\"count\", \"pages\"}; pass that checkpoint as after_seq=N next time to follow new records.")
+    p.add_argument("params", nargs="*", metavar="NAME=VALUE", help="query parameters, e.g. kind=observation tag=caching q=\"cache language\"")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_query))
 
