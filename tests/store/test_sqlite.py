@@ -210,3 +210,18 @@ def test_backup_and_raise_high_water_mark(tmp_path: Path) -> None:
     record, created = restored.commit(envs[3], 3)
     assert created and record.seq == 5  # 4 was issued before the backup was restored
     restored.close()
+
+
+def test_probe_high_water_mark_reads_only_akrelay_stores(tmp_path) -> None:
+    from akrelay.store.sqlite import SqliteStore
+
+    assert SqliteStore.probe_high_water_mark(tmp_path / "absent.sqlite3") is None
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_bytes(b"not a database at all" * 100)
+    assert SqliteStore.probe_high_water_mark(junk) is None
+    store = SqliteStore(tmp_path / "relay.sqlite3")
+    try:
+        assert store.raise_high_water_mark(41) == 41
+    finally:
+        store.close()
+    assert SqliteStore.probe_high_water_mark(tmp_path / "relay.sqlite3") == 41

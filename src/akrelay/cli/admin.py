@@ -83,49 +83,40 @@ def _data_dir(args: argparse.Namespace):
 
 
 def _hwm(path) -> int | None:
-    import sqlite3
+    from akrelay.store.sqlite import SqliteStore
 
-    if not path.exists():
-        return None
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        row = conn.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()
-        return int(row[0]) if row else None
-    except sqlite3.DatabaseError:
-        return None
-    finally:
-        conn.close()
+    return SqliteStore.probe_high_water_mark(path)
 
 
 def _backup(args: argparse.Namespace) -> int:
     """SQLite's online backup copies pages under a read transaction: a consistent snapshot."""
-    import sqlite3
     from pathlib import Path
 
+    from akrelay.store.sqlite import SqliteStore
+
     source = _data_dir(args) / STORE_FILE
-    if not source.exists():
+    if _hwm(source) is None:
         print(f"akrelay backup: no store at {source}", file=sys.stderr)
         return 2
     out = Path(args.output)
     if out.exists():
         print(f"akrelay backup: {out} exists", file=sys.stderr)
         return 2
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-    dst = sqlite3.connect(out)
+    store = SqliteStore(source)
     try:
-        src.backup(dst)
+        checkpoint = store.backup(out)
     finally:
-        dst.close()
-        src.close()
-    print(json.dumps({"backup": str(out), "checkpoint": _hwm(out)}))
+        store.close()
+    print(json.dumps({"backup": str(out), "checkpoint": checkpoint}))
     return 0
 
 
 def _restore(args: argparse.Namespace) -> int:
     import os
     import shutil
-    import sqlite3
     from pathlib import Path
+
+    from akrelay.store.sqlite import SqliteStore
 
     backup = Path(args.backup)
     backup_hwm = _hwm(backup)
@@ -135,23 +126,27 @@ def _restore(args: argparse.Namespace) -> int:
     data = _data_dir(args)
     data.mkdir(parents=True, exist_ok=True)
     target = data / STORE_FILE
-    replaced_hwm = _hwm(target) or 0
-    hwm = max(backup_hwm, replaced_hwm, args.min_seq)
+    hwm = max(backup_hwm, _hwm(target) or 0, args.min_seq)
     staging = data / (STORE_FILE + ".restore")
     shutil.copyfile(backup, staging)
-    conn = sqlite3.connect(staging, isolation_level=None)
+    store = SqliteStore(staging)
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (hwm,))
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA journal_mode = WAL")
+        hwm = store.raise_high_water_mark(hwm)
     finally:
-        conn.close()
-    for suffix in ("-wal", "-shm"):
+        store.close()
+    for suffix in ("-wal", "-shm"):  # the replaced store's journal must not meet the restored file
         try:
             os.remove(str(target) + suffix)
         except FileNotFoundError:
             pass
+    try:  # closing the staging store checkpoints its WAL; if one remains, it travels with the file
+        os.replace(str(staging) + "-wal", str(target) + "-wal")
+    except FileNotFoundError:
+        pass
+    try:
+        os.remove(str(staging) + "-shm")
+    except FileNotFoundError:
+        pass
     os.replace(staging, target)
     print(json.dumps({"restored": str(target), "records_checkpoint": backup_hwm, "high_water_mark": hwm}))
     return 0

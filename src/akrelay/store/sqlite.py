@@ -549,6 +549,25 @@ class SqliteStore:
         finally:
             dest.close()
 
+    @staticmethod
+    def probe_high_water_mark(path: str | os.PathLike[str]) -> int | None:
+        """The high-water mark of the store file at ``path``, read-only; ``None`` if
+        there is no file or it is not an akrelay store (restore checks backups with it)."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return None
+        try:
+            row = conn.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()
+            return int(row[0]) if row else None
+        except sqlite3.DatabaseError:
+            return None
+        finally:
+            conn.close()
+
     def raise_high_water_mark(self, seq: int) -> int:
         """Never hand out ``seq`` or below again (after a restore); return the new mark."""
 
