@@ -132,6 +132,15 @@ def test_discovery_agrees_on_mutations(doc, data):
             doc[key] = value
     ok = ours(validate_discovery, doc, SERVICE)[0]
     theirs = sdk(agent_knowledge.validate_knowledge_discovery, doc, SERVICE)[0]
+    endpoints = doc.get("endpoints")
+    unknown = isinstance(endpoints, dict) and any(k not in ("events", "query", "batch", "search") for k in endpoints)
+    if unknown and (ok, theirs) == ("valid", "invalid_discovery"):
+        # Accounted difference (docs/conformance.md, "SDK differences"): the SDK also
+        # checks endpoint members the protocol does not define; the schema allows any
+        # value there (additionalProperties: true) and clients must ignore unknown members.
+        stripped = dict(doc, endpoints={k: v for k, v in endpoints.items() if k in ("events", "query", "batch", "search")})
+        assert sdk(agent_knowledge.validate_knowledge_discovery, stripped, SERVICE)[0] == "valid", json.dumps(doc)
+        return
     assert ok == theirs, json.dumps(doc)
 
 
