@@ -208,3 +208,29 @@ def test_batch_server_error_parks_the_event_and_a_later_pass_resolves_it(router)
     fake.batch_hook = None
     engine.run_once(force=True)
     assert local_ids(local) == [base["hash"], review["hash"]] and state.pending_count(PEER) == 0
+
+
+def test_a_page_commits_in_groups_and_in_page_dependencies_need_no_batch(router) -> None:
+    """The first pass commits admitted envelopes together; a dependency earlier in the
+    same page is committed before its dependent is checked again, never fetched."""
+    fake = FakePeer(router)
+    alice, bob = Author("alice"), Author("bob")
+    base = alice.publish("Base")
+    v2 = alice.supersede(base, "Second version")
+    review = bob.assess(v2)
+    others = [bob.publish(f"Independent {i}") for i in range(5)]
+    fake.add(base, *others[:2], v2, review, *others[2:])
+    local = make_relay()
+    groups: list[int] = []
+    real_commit = local.commit_admitted
+
+    def spy(items):
+        groups.append(len(items))
+        return real_commit(items)
+
+    local.commit_admitted = spy
+    [result] = make_engine(local, [Peer(origin=PEER)], FederationState(), group_size=4).run_once()
+    assert result.ok and result.accepted == 8 and result.pending == 0 and result.rejected == 0
+    assert fake.batch_calls == []
+    assert local_ids(local) == [e["hash"] for e in (base, *others[:2], v2, review, *others[2:])]
+    assert sum(groups) == 8 and max(groups) <= 4 and len(groups) < 8

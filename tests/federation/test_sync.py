@@ -420,6 +420,6 @@ def test_an_unexpected_local_failure_is_recorded_and_other_peers_continue(router
     local.submit = flaky
     state = FederationState()
     first, second = make_engine(local, [peer(), peer("https://peer-b.example")], state,
-                                ingest_workers=1).run_once()
+                                group_size=1).run_once()
     assert not first.ok and "disk full" in first.error and state.get(PEER).checkpoint == 0
     assert second.ok and second.accepted == 1 and set(calls) == {"sync"}

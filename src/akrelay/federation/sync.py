@@ -78,8 +78,10 @@ class SyncOptions:
     pending_retry_limit: int = 1000
     #: Longest exponential back-off after failures (a Retry-After may ask for longer).
     max_backoff: float = 300.0
-    #: Threads submitting one page's envelopes concurrently (the store groups their commits).
-    ingest_workers: int = 4
+    #: Envelopes committed together in the first pass over a page (``Relay.check`` each,
+    #: then one ``Relay.commit_admitted`` per group: one transaction instead of one
+    #: per event). ``1`` submits one at a time through ``Relay.submit``.
+    group_size: int = 256
     #: Follow ``peers`` hints from discovery documents (never by default, §9.2).
     follow_hints: bool = False
     hint_hops: int = 1
@@ -131,8 +133,6 @@ class SyncEngine:
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
         self._clock_ms = clock_ms
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
         own = None
         if self.options.own_origin:
             try:
@@ -299,15 +299,13 @@ class SyncEngine:
 
     def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, records: list[dict[str, Any]],
                      st: PeerState, result: PassResult) -> None:
-        """Submit a page's envelopes concurrently, then give the ones that lacked a dependency
-        the full treatment in page order (a dependency in the same page is committed by then)."""
-        workers = self.options.ingest_workers
-        if workers <= 1 or len(records) < 2:
+        """Submit a page's envelopes in committed groups, then give the ones that lacked a
+        dependency the full treatment in page order (a dependency in the same page is committed by then)."""
+        if self.options.group_size <= 1 or len(records) < 2:
             for record in records:
                 self._ingest(peer, transport, batch_url, record["envelope"], st, result)
             return
-        pool = self._submit_pool(workers)
-        outcomes = list(pool.map(self._first_try, [r["envelope"] for r in records]))
+        outcomes = self._first_pass([r["envelope"] for r in records])
         for record, (outcome, event_id, error) in zip(records, outcomes):
             if outcome == "accepted":
                 result.accepted += 1
@@ -320,32 +318,56 @@ class SyncEngine:
             else:
                 self._ingest(peer, transport, batch_url, record["envelope"], st, result)
 
-    def _submit_pool(self, workers: int) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="sync-ingest")
-            return self._pool
+    def _first_pass(self, envelopes: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+        """§8.1 steps 1–6 for each envelope in page order, step 7 once per group.
 
-    def _first_try(self, envelope: dict[str, Any]) -> tuple[str, str, str | None]:
-        """One submission without dependency work: ``accepted``, ``duplicate``, ``rejected`` or ``retry``."""
-        event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
-        try:
-            raw = encode_json(envelope)
-        except (ProtocolError, TypeError, ValueError) as exc:
-            return "rejected", event_id, f"invalid_event: {exc}"
-        try:
-            _, created = self._submit(raw)
-        except ProtocolError as exc:
-            if exc.code in RETRYABLE_CODES:
-                return "retry", event_id, None
-            return "rejected", event_id, f"{exc.code}: {exc.message}"
-        return ("accepted" if created else "duplicate"), event_id, None
+        Outcomes are ``accepted``, ``duplicate``, ``rejected`` or ``retry`` (dependency
+        work needed). A ``missing_dependency`` while admitted envelopes wait uncommitted
+        first commits them (the dependency may be among them) and checks once more, so
+        page order and in-page dependencies behave exactly as one-at-a-time submission.
+        """
+        outcomes: list[tuple[str, str, str | None]] = [("retry", "?", None)] * len(envelopes)
+        admitted: list[tuple[int, str, Any, int]] = []
+
+        def flush() -> None:
+            if admitted:
+                results = self.relay.commit_admitted([(env, now) for _, _, env, now in admitted])
+                for (i, event_id, _, _), (_, created) in zip(admitted, results):
+                    outcomes[i] = ("accepted" if created else "duplicate"), event_id, None
+                admitted.clear()
+
+        for i, envelope in enumerate(envelopes):
+            event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+            try:
+                raw = encode_json(envelope)
+            except (ProtocolError, TypeError, ValueError) as exc:
+                outcomes[i] = "rejected", event_id, f"invalid_event: {exc}"
+                continue
+            try:
+                try:
+                    existing, env, now = self.relay.check(raw)
+                except ProtocolError as exc:
+                    if exc.code != "missing_dependency" or not admitted:
+                        raise
+                    flush()
+                    existing, env, now = self.relay.check(raw)
+            except ProtocolError as exc:
+                if exc.code in RETRYABLE_CODES:
+                    outcomes[i] = "retry", event_id, None
+                else:
+                    outcomes[i] = "rejected", event_id, f"{exc.code}: {exc.message}"
+                continue
+            if existing is not None:
+                outcomes[i] = "duplicate", event_id, None
+                continue
+            admitted.append((i, event_id, env, now))
+            if len(admitted) >= self.options.group_size:
+                flush()
+        flush()
+        return outcomes
 
     def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+        """Nothing to release: passes hold no threads between them."""
 
     def _check_page(self, peer: Peer, page: Any, first: dict[str, Any] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
