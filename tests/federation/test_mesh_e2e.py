@@ -227,7 +227,7 @@ def test_three_relays_converge_and_a_killed_relay_resumes(mesh) -> None:
         rows = {row["origin"]: row for row in peer_status(node)}
         assert rows[r1.origin]["pending"] == 1 and rows[r1.origin]["counts"]["pending_added"] == 1
     # Made public again, HIDDEN keeps its old seq, below every checkpoint: only `batch` can fetch it.
-    subprocess.run([sys.executable, "-m", "akrelay", "unwithhold", "--data", str(r1.data), HIDDEN["hash"]],
+    subprocess.run([sys.executable, "-m", "akrelay", "unwithhold", "--data", str(r1.data), "--", HIDDEN["hash"]],
                    check=True, capture_output=True)
     everything |= {HIDDEN["hash"], CITING["hash"]}
     wait_for(lambda: all(set(n.ids()) == everything for n in mesh), what="convergence")
