@@ -179,3 +179,19 @@ def test_serve_runs_on_embedded_defaults_from_an_empty_directory(tmp_path) -> No
         output = proc.communicate(timeout=30)[0].decode(errors="replace")
     assert f"created self-signed TLS certificate {cert}" in output
     assert proc.returncode is not None
+
+
+@pytest.mark.slow
+def test_kql_and_kip_reach_a_served_relay_through_its_cacert(served, tmp_path, capsys) -> None:
+    query = 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule"} }'
+    code, out, err = run(capsys, "kql", query, "--relay", served.origin, "--cacert", str(served.cacert), "--json")
+    assert code == 0, err
+    assert "result" in json.loads("\n".join(out))
+    code, out, err = run(capsys, "kip", "DESCRIBE PRIMER", "--relay", served.origin, "--cacert", str(served.cacert))
+    assert code == 0 and json.loads("\n".join(out))["status"] == "succeeded", err
+    # Trusting another certificate refuses the relay cleanly, not with a traceback.
+    from akrelay.tls import ensure_self_signed
+
+    other = ensure_self_signed(tmp_path, served.origin).cert
+    code, out, err = run(capsys, "kql", query, "--relay", served.origin, "--cacert", str(other))
+    assert code == 1 and "cannot reach" in err and out == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -27,7 +28,7 @@ def register(subparsers: Any) -> None:
     where.add_argument("--data", metavar="DIR", help=f"local data directory (default {DEFAULT_DATA})")
     where.add_argument("--relay", metavar="URL", help="a running relay's origin")
     p.add_argument("--origin", help="the relay origin the Space is derived from (with --data)")
-    p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS")
+    add_relay_tls_args(p)
     p.add_argument("--belief", action="store_true",
                    help="treat COMMAND as a capsule ID and print its ak_holds projection")
     p.add_argument("--policy", help="with --belief: the epistemic policy")
@@ -111,15 +112,49 @@ def _params(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def add_relay_tls_args(p: argparse.ArgumentParser) -> None:
+    """``--cacert`` (trust the relay's self-signed certificate) and ``--insecure``, as the
+    other client commands; shared by ``akrelay kip`` and ``akrelay kql``."""
+    p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
+                   help="with --relay: PEM certificate to trust, e.g. the relay's tls-cert.pem [env AKRELAY_CACERT]")
+    p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS (testing only)")
+
+
+def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: float = 60.0) -> tuple[int, Any]:
+    """POST a KIP request envelope to ``--relay``; ``(HTTP status, decoded body or None)``."""
+    import ssl
+
+    import httpx
+
+    try:
+        if args.insecure:
+            verify: Any = False
+        elif args.cacert:
+            verify = ssl.create_default_context(cafile=args.cacert)
+        else:
+            verify = True
+        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=verify, timeout=timeout,
+                              follow_redirects=False)
+    except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
+        print(f"akrelay {args.command}: cannot reach {args.relay}: {exc}", file=sys.stderr)
+        return 0, None
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, None
+
+
 def run_kip(args: argparse.Namespace) -> int:
     request = {"kip": "2.0", "operations": [{"command": args.command_text, "parameters": _params(args.param)}]}
     if args.relay:
-        import httpx
-
-        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=not args.insecure,
-                              timeout=30)
-        print(json.dumps(response.json(), indent=2, ensure_ascii=False))
-        return 0 if response.status_code == 200 and response.json().get("status") == "succeeded" else 1
+        status, body = post_kip(args, request, timeout=30)
+        if not isinstance(body, dict):
+            if status:
+                print(f"akrelay kip: {args.relay} answered HTTP {status} without a KIP response envelope",
+                      file=sys.stderr)
+            return 1
+        print(json.dumps(body, indent=2, ensure_ascii=False))
+        return 0 if status == 200 and body.get("status") == "succeeded" else 1
     from akrelay.kip.errors import KipError
     from akrelay.kip.service import open_runtime
 

@@ -15,6 +15,8 @@ import json
 import sys
 from typing import Any
 
+from akrelay.cli.kip import add_relay_tls_args, post_kip
+
 DEFAULT_DATA = "./akrelay-data"
 
 
@@ -28,7 +30,7 @@ def register(subparsers: Any) -> None:
     where.add_argument("--data", metavar="DIR", help=f"local relay data directory (default {DEFAULT_DATA})")
     where.add_argument("--relay", metavar="URL", help="a running relay's origin, e.g. https://relay.example")
     p.add_argument("--origin", help="with --data: the relay origin the Space id is derived from")
-    p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS")
+    add_relay_tls_args(p)
     p.add_argument("--json", action="store_true", help="print the result and context as JSON")
     p.set_defaults(handler=run_kql)
 
@@ -124,10 +126,12 @@ def run_kql(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
     request = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
     if args.relay:
-        import httpx
-
-        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=not args.insecure, timeout=60)
-        envelope = response.json()
+        status, envelope = post_kip(args, request)
+        if not isinstance(envelope, dict):
+            if status:
+                print(f"akrelay kql: {args.relay} answered HTTP {status} without a KIP response envelope",
+                      file=sys.stderr)
+            return 1
     else:
         from akrelay.kip.service import open_runtime
 
