@@ -335,19 +335,28 @@ def _visible(ids: Any, ctx: Context, cls: Any) -> Iterator[Any]:
             yield element
 
 
-def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+def _fixed_candidate(cls: Any, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
+                     ctx: Context) -> tuple[bool, Any]:
+    """The one element ``var`` is already bound to, or the pattern's grounded id names:
+    ``(True, element or None if it is not a ``cls``)``; ``(False, None)`` when the
+    candidates must be enumerated."""
     if var in sol:
         element = _element_of(sol[var])
-        if isinstance(element, Concept):
-            yield element
-        return
-    members = dict(pattern.members)
+        return True, element if isinstance(element, cls) else None
     ok, eid = _grounded_id(pattern, sol, ctx)
     if ok:
         element = ctx.get(eid)
-        if isinstance(element, Concept):
+        return True, element if isinstance(element, cls) else None
+    return False, None
+
+
+def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+    fixed, element = _fixed_candidate(Concept, var, pattern, sol, ctx)
+    if fixed:
+        if element is not None:
             yield element
         return
+    members = dict(pattern.members)
     type_pv, key_pv = members.get("type"), members.get("key")
     if isinstance(type_pv, (Param, Literal)):
         local = ctx.resolve_symbol(ctx.value(type_pv), "ConceptType")
@@ -363,18 +372,12 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
 
 def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
                      ctx: Context) -> Iterator[Any]:
-    if var in sol:
-        element = _element_of(sol[var])
-        if isinstance(element, cls):
+    fixed, element = _fixed_candidate(cls, var, pattern, sol, ctx)
+    if fixed:
+        if element is not None:
             yield element
         return
     members = dict(pattern.members)
-    ok, eid = _grounded_id(pattern, sol, ctx)
-    if ok:
-        element = ctx.get(eid)
-        if isinstance(element, cls):
-            yield element
-        return
     if cls is Assertion:
         ok, pid = _grounded_id(members["proposition"], sol, ctx) if "proposition" in members else (False, None)
         if ok:
