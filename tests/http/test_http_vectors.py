@@ -8,13 +8,14 @@ real HTTP response and must be caught by :class:`akrelay.client.RelayClient`.
 
 from __future__ import annotations
 
-import copy
+from vector_mutations import apply_changes  # noqa: F401  (re-exported for the tests here)
+
 import json
 from typing import Any
 
 import httpx
 import pytest
-from relay_harness import FIXTURES, NOW, ORIGIN, VECTORS, error_of, fixture_dict, hash_of, relay_app
+from relay_harness import FIXTURES, ORIGIN, VECTORS, error_of, fixture_dict, hash_of, relay_app
 
 from akrelay.client import RelayClient, ResponseError
 
@@ -23,25 +24,6 @@ NAMES = {f["envelope"]["hash"]: name for name, f in FIXTURES.items()}
 
 def ids(name_list: list[str]) -> list[str]:
     return [hash_of(n) for n in name_list]
-
-
-def apply_changes(value: Any, changes: list[dict[str, Any]]) -> Any:
-    value = copy.deepcopy(value)
-    for change in changes:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in change["path"].split("/")[1:]]
-        parent = value
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        last = parts[-1]
-        key: Any = int(last) if isinstance(parent, list) else last
-        if change["op"] == "set":
-            if isinstance(parent, list) and key == len(parent):
-                parent.append(change["value"])
-            else:
-                parent[key] = change["value"]
-        else:
-            del parent[key]
-    return value
 
 
 def client_over(h, mutate=None) -> RelayClient:

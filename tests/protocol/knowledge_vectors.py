@@ -6,6 +6,8 @@ Fixtures are real signed envelopes; :func:`envelope` verifies them with
 
 from __future__ import annotations
 
+from vector_mutations import apply_changes  # noqa: F401  (re-exported for the tests here)
+
 import copy
 import json
 from functools import lru_cache
@@ -49,19 +51,3 @@ def hash_of(name: str) -> str:
     return FIXTURES[name]["envelope"]["hash"]
 
 
-def apply_changes(value: Any, changes: list[dict[str, Any]]) -> Any:
-    """Apply the vectors' ``set``/``remove`` mutations to a deep copy."""
-    value = copy.deepcopy(value)
-    for change in changes:
-        keys = change["path"].lstrip("/").split("/")
-        parent = value
-        for key in keys[:-1]:
-            parent = parent[int(key)] if isinstance(parent, list) else parent[key]
-        last: Any = int(keys[-1]) if isinstance(parent, list) else keys[-1]
-        if change["op"] == "remove":
-            del parent[last]
-        elif change["op"] == "set":
-            parent[last] = copy.deepcopy(change["value"])
-        else:  # pragma: no cover - the vectors use only these two
-            raise AssertionError(f"unknown mutation {change['op']}")
-    return value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from vector_mutations import apply_changes  # noqa: F401  (re-exported for the tests here)
+
 import copy
 import json
 from functools import lru_cache
@@ -48,22 +50,6 @@ def envelope(name: str) -> Envelope:
     from akrelay.protocol.envelope import verify_envelope
 
     return verify_envelope(raw(name))
-
-
-def apply_changes(value: Any, changes: list[dict[str, Any]]) -> Any:
-    """The vectors' ``set``/``remove`` mutations, on a deep copy."""
-    value = copy.deepcopy(value)
-    for change in changes:
-        keys = change["path"].lstrip("/").split("/")
-        parent = value
-        for key in keys[:-1]:
-            parent = parent[int(key)] if isinstance(parent, list) else parent[key]
-        last: Any = int(keys[-1]) if isinstance(parent, list) else keys[-1]
-        if change["op"] == "remove":
-            del parent[last]
-        else:
-            parent[last] = copy.deepcopy(change["value"])
-    return value
 
 
 def state(relay: Relay) -> tuple[int, list[tuple[str, int, int, bool]]]:
