@@ -96,3 +96,15 @@ def test_relay_mode_posts_a_kip_request(capsys) -> None:
         mock.post("https://r.example/v1/kip").mock(return_value=httpx.Response(200, json=failed))
         assert main(["kql", "FI", "--relay", "https://r.example"]) == 1
     assert "InvalidSyntax (line 1, column 3): bad" in capsys.readouterr().err
+
+
+def test_relay_mode_reports_a_non_kip_answer(capsys) -> None:
+    import httpx
+    import respx
+
+    with respx.mock() as mock:
+        mock.post("https://r.example/v1/kip").mock(return_value=httpx.Response(502, text="<html>bad gateway</html>"))
+        assert main(["kql", "FIND(?c) WHERE { ?c {type: \"Agent\"} }", "--relay", "https://r.example"]) == 1
+        assert main(["kip", "DESCRIBE PRIMER", "--relay", "https://r.example"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("answered HTTP 502 without a KIP response envelope") == 2
