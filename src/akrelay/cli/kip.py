@@ -24,11 +24,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("command_text", metavar="COMMAND", help="e.g. 'DESCRIBE PRIMER' or 'SEARCH CONCEPT \"cache\"'")
     p.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                    help="bind a parameter (value is JSON; bare text is taken as a string)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--data", metavar="DIR", help=f"local data directory (default {DEFAULT_DATA})")
-    where.add_argument("--relay", metavar="URL", help="a running relay's origin")
-    p.add_argument("--origin", help="the relay origin the Space is derived from (with --data)")
-    add_relay_tls_args(p)
+    add_target_args(p)
     p.add_argument("--belief", action="store_true",
                    help="treat COMMAND as a capsule ID and print its ak_holds projection")
     p.add_argument("--policy", help="with --belief: the epistemic policy")
@@ -112,9 +108,13 @@ def _params(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def add_relay_tls_args(p: argparse.ArgumentParser) -> None:
-    """``--cacert`` (trust the relay's self-signed certificate) and ``--insecure``, as the
-    other client commands; shared by ``akrelay kip`` and ``akrelay kql``."""
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    """Where ``akrelay kip`` and ``akrelay kql`` read: a local data directory or a running
+    relay, with ``--cacert`` (trust its self-signed certificate) as the other client commands."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--data", metavar="DIR", help=f"local relay data directory (default {DEFAULT_DATA})")
+    where.add_argument("--relay", metavar="URL", help="a running relay's origin, e.g. https://relay.example")
+    p.add_argument("--origin", help="with --data: the relay origin the Space id is derived from")
     p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
                    help="with --relay: PEM certificate to trust, e.g. the relay's tls-cert.pem [env AKRELAY_CACERT]")
     p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS (testing only)")

@@ -15,9 +15,8 @@ import json
 import sys
 from typing import Any
 
-from akrelay.cli.kip import add_relay_tls_args, post_kip
+from akrelay.cli.kip import DEFAULT_DATA, add_target_args, post_kip
 
-DEFAULT_DATA = "./akrelay-data"
 
 
 def register(subparsers: Any) -> None:
@@ -26,11 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("query", metavar="QUERY", help="e.g. 'FIND(?c.name) WHERE { ?c {type: \"KnowledgeCapsule\"} }'")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="bind :NAME structurally (VALUE is JSON; bare text is taken as a string)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--data", metavar="DIR", help=f"local relay data directory (default {DEFAULT_DATA})")
-    where.add_argument("--relay", metavar="URL", help="a running relay's origin, e.g. https://relay.example")
-    p.add_argument("--origin", help="with --data: the relay origin the Space id is derived from")
-    add_relay_tls_args(p)
+    add_target_args(p)
     p.add_argument("--json", action="store_true", help="print the result and context as JSON")
     p.set_defaults(handler=run_kql)
 
