@@ -225,3 +225,103 @@ def test_probe_high_water_mark_reads_only_akrelay_stores(tmp_path) -> None:
     finally:
         store.close()
     assert SqliteStore.probe_high_water_mark(tmp_path / "relay.sqlite3") == 41
+
+
+class _BackgroundCheckpoint(SqliteStore):
+    """WAL checkpoints come only from the background thread, often, with an early restart."""
+
+    WAL_RESTART_FRAMES = 64
+
+    def __init__(self, path, **kwargs):  # noqa: ANN001, ANN003
+        super().__init__(path, background_checkpoint=True, checkpoint_interval=0.005, **kwargs)
+
+
+class TestSqliteBackgroundCheckpoint(StoreContract):
+    durable = True
+
+    @pytest.fixture
+    def make_store(self, tmp_path: Path):
+        path = tmp_path / "relay.sqlite3"
+        return lambda: _BackgroundCheckpoint(path)
+
+    @pytest.fixture
+    def new_store(self, tmp_path: Path):
+        counter = itertools.count()
+        return lambda: _BackgroundCheckpoint(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+def test_writers_of_one_file_queue_on_the_write_flock(tmp_path: Path) -> None:
+    """A second writer (another process in production) waits on the flock, not in SQLite's busy sleep."""
+    import threading
+
+    path = tmp_path / "relay.sqlite3"
+    first, second = SqliteStore(path), SqliteStore(path)  # two open file descriptions, as two processes have
+    env = corpus()[0]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with first._write_lock:  # noqa: SLF001 - the test holds the commit point on purpose
+            first._locked(lambda: (holding.set(), release.wait(10)))  # noqa: SLF001
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(5)
+    done: list = []
+    writer = threading.Thread(target=lambda: done.append(second.commit(env, 9)))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not done, "the second writer must wait for the flock"
+    release.set()
+    holder.join(5)
+    writer.join(5)
+    assert done and done[0][0].seq == 1 and done[0][1] is True
+    assert first.get(env.id).seq == 1
+    first.close()
+    second.close()
+
+
+def test_background_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "relay.sqlite3"
+    store = SqliteStore(path, background_checkpoint=True, checkpoint_interval=0.01)
+    assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # noqa: SLF001
+    envs = corpus()
+    store.commit_many([(e, 1) for e in envs])
+    copy = tmp_path / "db-only.sqlite3"
+    deadline = time.monotonic() + 10
+    count = 0
+    while time.monotonic() < deadline:  # the database file alone (no -wal) holds the records once checkpointed
+        time.sleep(0.05)
+        shutil.copyfile(path, copy)
+        conn = sqlite3.connect(copy)
+        try:
+            count = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+        except sqlite3.Error:
+            count = 0
+        finally:
+            conn.close()
+        if count == len(envs):
+            break
+    assert count == len(envs)
+    store.close()
+
+
+def test_background_checkpoint_bounds_the_wal_under_steady_writes(tmp_path: Path) -> None:
+    envs = [e for seed in range(20, 60) for e in corpus(seed=seed)]
+
+    def wal_bytes(store: SqliteStore) -> int:
+        for start in range(0, len(envs), 4):  # steady small groups, as concurrent HTTP submissions give
+            store.commit_many([(e, 1) for e in envs[start : start + 4]])
+        assert store.checkpoint() == len({e.id for e in envs})
+        size = Path(f"{store.path}-wal").stat().st_size
+        store.close()
+        return size
+
+    unchecked = SqliteStore(tmp_path / "unchecked.sqlite3")
+    unchecked._writer.execute("PRAGMA wal_autocheckpoint = 0")  # noqa: SLF001 - the baseline: no checkpoints at all
+    baseline = wal_bytes(unchecked)
+    bounded = wal_bytes(_BackgroundCheckpoint(tmp_path / "relay.sqlite3"))
+    # The WAL file keeps its largest extent; with no checkpoint it holds every frame ever written.
+    assert bounded < baseline / 3, (bounded, baseline)

@@ -314,6 +314,11 @@ def open_relay(
     """
     from akrelay.store.sqlite import SqliteStore
 
-    store = SqliteStore(Path(data_dir) / "relay.sqlite3", synchronous=synchronous, text_indexer=text_indexer)
+    store = SqliteStore(
+        Path(data_dir) / "relay.sqlite3",
+        synchronous=synchronous,
+        text_indexer=text_indexer,
+        background_checkpoint=text_indexer,
+    )
     secret = store.meta_setdefault(CURSOR_SECRET_KEY, os.urandom(32))
     return Relay(store, config, clock=clock, cursor_secret=secret)
