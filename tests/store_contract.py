@@ -226,6 +226,17 @@ class StoreContract:
         assert [r.accepted_at for r, _ in out] == [2, 1, 4, 2, 6]
         assert store.checkpoint() == 4
 
+    def test_try_commit_many_matches_commit_many_when_it_commits(self, store: Any) -> None:
+        envs = corpus()[:4]
+        store.commit(envs[1], 1)
+        out = store.try_commit_many([(envs[0], 2), (envs[1], 3), (envs[2], 4), (envs[0], 5), (envs[3], 6)])
+        # No other writer exists here, so every backend commits at once.
+        assert out is not None
+        assert [(r.seq, created) for r, created in out] == [(2, True), (1, False), (3, True), (2, False), (4, True)]
+        assert [r.accepted_at for r, _ in out] == [2, 1, 4, 2, 6]
+        assert store.checkpoint() == 4
+        assert [r.envelope.id for r in store.iter_records(0, 10)] == [envs[1].id, envs[0].id, envs[2].id, envs[3].id]
+
     def test_get_many_returns_only_retained(self, store: Any) -> None:
         envs = corpus()[:3]
         for env in envs[:2]:

@@ -67,8 +67,16 @@ def _app(tmp_path, store: SqliteStore | None = None):  # noqa: ANN001, ANN202
 def test_concurrent_submissions_are_grouped_with_unique_increasing_seqs(tmp_path) -> None:
     app, relay = _app(tmp_path)
     groups: list[int] = []
-    commit = relay.commit_admitted
+    commit, try_commit = relay.commit_admitted, relay.try_commit_admitted
     relay.commit_admitted = lambda items: groups.append(len(items)) or commit(items)  # type: ignore[method-assign]
+
+    def counted_try(items):  # noqa: ANN001, ANN202
+        results = try_commit(items)
+        if results is not None:
+            groups.append(len(items))
+        return results
+
+    relay.try_commit_admitted = counted_try  # type: ignore[method-assign]
     items = _envelopes(40)
     # Every envelope twice, all in flight at once: each ID is created exactly once.
     answers = asyncio.run(_gather(app, items + items))
@@ -94,6 +102,9 @@ class _FailingStore(SqliteStore):
     def commit_many(self, items):  # noqa: ANN001, ANN201
         raise RuntimeError("disk on fire")
 
+    def try_commit_many(self, items):  # noqa: ANN001, ANN201
+        raise RuntimeError("disk on fire")
+
 
 def test_a_failed_group_commit_is_a_500_for_every_waiter_and_nothing_is_acknowledged(tmp_path, caplog) -> None:
     app, relay = _app(tmp_path, _FailingStore(tmp_path / "relay.sqlite3"))
@@ -105,8 +116,62 @@ def test_a_failed_group_commit_is_a_500_for_every_waiter_and_nothing_is_acknowle
     assert relay.checkpoint() == 0
     # The endpoint recovers: a later group commits normally once the store works again.
     relay.store.commit_many = lambda items: SqliteStore.commit_many(relay.store, items)  # type: ignore[method-assign]
+    relay.store.try_commit_many = lambda items: SqliteStore.try_commit_many(relay.store, items)  # type: ignore[method-assign]
     status, _, body = asyncio.run(_call(app, _envelopes(1)[0]))
     assert status == 200 and json.loads(body)["seq"] == 1
+    relay.close()
+
+
+def test_a_busy_commit_point_hands_the_group_to_a_thread_that_waits(tmp_path) -> None:
+    """Another writer (another worker in production) holds the write flock: nothing is lost or doubled."""
+    import threading
+
+    app, relay = _app(tmp_path)
+    other = SqliteStore(tmp_path / "relay.sqlite3")  # its own open file description, like another process
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with other._write_lock:  # noqa: SLF001
+            other._locked(lambda: (holding.set(), release.wait(10)))  # noqa: SLF001
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(5)
+    assert relay.try_commit_admitted([]) is None  # the inline path refuses to wait
+    threading.Timer(0.3, release.set).start()
+    answers = asyncio.run(_gather(app, _envelopes(12)))
+    holder.join(5)
+    assert [status for status, _, _ in answers] == [200] * 12
+    assert sorted(json.loads(body)["seq"] for _, _, body in answers) == list(range(1, 13))
+    assert relay.checkpoint() == 12
+    other.close()
+    relay.close()
+
+
+def test_an_unexpected_error_before_the_answer_is_a_logged_500(tmp_path, caplog) -> None:
+    app, relay = _app(tmp_path)
+
+    def broken(raw):  # noqa: ANN001, ANN202
+        raise KeyError("bug")
+
+    relay.check = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="akrelay.http"):
+        status, headers, body = asyncio.run(_call(app, _envelopes(1)[0]))
+    assert status == 500 and json.loads(body) == {"error": {"code": "internal_error", "message": "Internal server error."}}
+    assert headers["content-type"] == "application/json"
+    assert any("unhandled error" in r.message for r in caplog.records)
+    relay.close()
+
+
+def test_the_fast_path_applies_the_write_rate_limit(tmp_path) -> None:
+    store = SqliteStore(tmp_path / "relay.sqlite3")
+    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
+    app = create_app(relay, defaults().replace(write_rate=1, write_burst=2, read_rate=0, core_only=True))
+    answers = [asyncio.run(_call(app, body)) for body in _envelopes(3)]
+    assert [status for status, _, _ in answers] == [200, 200, 429]
+    status, headers, body = answers[2]
+    assert json.loads(body)["error"]["code"] == "rate_limited" and int(headers["retry-after"]) >= 1
+    assert relay.checkpoint() == 2
     relay.close()
 
 

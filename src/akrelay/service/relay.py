@@ -164,6 +164,10 @@ class Relay:
         """
         return self.store.commit_many(items)
 
+    def try_commit_admitted(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
+        """:meth:`commit_admitted` if no other writer holds the commit point, else ``None`` (nothing done)."""
+        return self.store.try_commit_many(items)
+
     def _resolve(self, event_id: str) -> Envelope | None:
         record = self.store.get(event_id)
         return record.envelope if record is not None else None

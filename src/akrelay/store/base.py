@@ -132,6 +132,13 @@ class Store(Protocol):
     def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
         """:meth:`commit` for several ``(envelope, accepted_at)`` pairs, in order, as one unit where possible."""
 
+    def try_commit_many(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
+        """:meth:`commit_many` only if it would not wait for another writer; ``None`` (nothing done) otherwise.
+
+        An event loop commits on its own thread when the commit point is free and
+        hands the group to a worker thread only when it would block.
+        """
+
     def checkpoint(self) -> int:
         """The committed sequence high-water mark (never decreases, survives removal)."""
 

@@ -116,6 +116,10 @@ class MemoryStore:
         """Commit several envelopes in order (the memory store has no transactions to save)."""
         return [self.commit(env, accepted_at) for env, accepted_at in items]
 
+    def try_commit_many(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
+        """Memory commits never wait on I/O or another process: always done at once."""
+        return self.commit_many(items)
+
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
         with self._lock:
             row = self._by_id.get(event_id)

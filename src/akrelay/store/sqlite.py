@@ -505,6 +505,32 @@ class SqliteStore:
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def try_commit_many(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
+        """:meth:`commit_many` if the commit point is free right now, else ``None`` without waiting.
+
+        An event loop can then commit on its own thread when nobody else is
+        writing (no thread hop) and hand the group to a thread only when it
+        would have to wait.
+        """
+        if not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            try:
+                group = [_Pending(env, accepted_at) for env, accepted_at in items]
+                conn = self._writer
+                results = self._retry_busy(lambda: self._write_group(conn, group), conn)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._write_lock.release()
+        return results
+
     def _commit_group(self, group: list[_Pending]) -> None:
         conn = self._writer
         try:
