@@ -102,10 +102,10 @@ def client_ip(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def core_routes(relay: Any, settings: Settings) -> list[Any]:
+def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint | None" = None) -> list[Any]:
     """The Knowledge §9.1 endpoints."""
     discovery_body = discovery_document_json(relay, settings)
-    submitter = SubmitEndpoint(relay, settings.max_envelope_bytes)
+    submitter = submitter if submitter is not None else SubmitEndpoint(relay, settings.max_envelope_bytes)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -229,7 +229,11 @@ class SubmitEndpoint:
                 group, self._queue = self._queue, []
                 items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
                 try:
-                    results = await loop.run_in_executor(_pool(), self.relay.commit_admitted, items)
+                    # On the loop thread when no one else is writing (no thread hop);
+                    # in a worker thread when the commit point is busy.
+                    results = self.relay.try_commit_admitted(items)
+                    if results is None:
+                        results = await loop.run_in_executor(_pool(), self.relay.commit_admitted, items)
                 except BaseException as exc:  # every waiter learns of the failure
                     for _, _, future in group:
                         if not future.done():
@@ -290,12 +294,17 @@ def discovery_document_json(relay: Any, settings: Settings) -> bytes:
     return msgspec.json.encode(discovery_document(relay, settings))
 
 
-def rate_limit_middleware(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
-    """Admission by token bucket per client IP; runs after routing so it knows the handler."""
-    buckets = {
+def rate_buckets(settings: Settings) -> dict[str, TokenBucket]:
+    """One worker's token buckets, shared by the middleware and the ingest fast path."""
+    return {
         "write": TokenBucket(settings.write_rate, settings.write_burst),
         "read": TokenBucket(settings.read_rate, settings.read_burst),
     }
+
+
+def rate_limit_middleware(settings: Settings, buckets: dict[str, TokenBucket] | None = None) -> Callable[[ASGIApp], ASGIApp]:
+    """Admission by token bucket per client IP; runs after routing so it knows the handler."""
+    buckets = buckets if buckets is not None else rate_buckets(settings)
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -313,6 +322,60 @@ def rate_limit_middleware(settings: Settings) -> Callable[[ASGIApp], ASGIApp]:
     return factory
 
 
+class IngestFastPath:
+    """``POST`` to the events path without Litestar's layers, with the same semantics.
+
+    Litestar's router, middleware chain and exception wrapper cost about as much
+    per request as the rest of the HTTP handling; on the ingest hot path the
+    route is known from the path alone. This does exactly what the routed
+    handler does: the write token bucket, then :class:`SubmitEndpoint`, and an
+    unexpected exception is logged and answered as the app's 500.
+    """
+
+    __slots__ = ("submitter", "bucket")
+
+    def __init__(self, submitter: "SubmitEndpoint", bucket: TokenBucket) -> None:
+        self.submitter = submitter
+        self.bucket = bucket
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wait = self.bucket.take(client_ip(scope))
+        if wait > 0:
+            await _refuse(send, retry_after_seconds(wait), "write")
+            return
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.submitter(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error on POST %s", scope.get("path"))
+            if not started:
+                await _answer(send, 500, error_body("internal_error", "Internal server error."))
+
+
+class RelayApp(Litestar):
+    """The Litestar app, with ``POST /v1/knowledge/events`` short-circuited to :class:`IngestFastPath`.
+
+    Every other request (and every other method on that path) goes through
+    Litestar unchanged, so routing, the 405/OPTIONS answers and the error
+    mapping stay in one place.
+    """
+
+    ingest_path: str = ""
+    ingest: "IngestFastPath | None" = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == self.ingest_path and self.ingest is not None:
+            await self.ingest(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
 async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     body = error_body("rate_limited", f"Too many {kind} requests from this client; retry after {retry_after} s.")
     await send({"type": "http.response.start", "status": 429, "headers": [
@@ -322,7 +385,7 @@ async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def create_app(settings_or_relay: Any, settings: Settings | None = None) -> Litestar:
+def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "RelayApp":
     """Build the app from ``Settings`` (opens the relay in ``settings.data``) or from a ``Relay``.
 
     With a relay, ``settings`` supplies the HTTP-level options (limits, rates);
@@ -341,7 +404,8 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> Lite
         relay = settings_or_relay
         settings = settings if settings is not None else defaults()
 
-    handlers = core_routes(relay, settings)
+    submitter = SubmitEndpoint(relay, settings.max_envelope_bytes)
+    handlers = core_routes(relay, settings, submitter)
     for module in ([] if settings.core_only else _load_modules()):
         routes = getattr(module, "routes", None)
         if routes is not None:
@@ -350,10 +414,11 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> Lite
         handlers.extend(provider(relay, settings))
 
     on_shutdown = [relay.close] if owns_relay else []
-    app = Litestar(
+    buckets = rate_buckets(settings)
+    app = RelayApp(
         route_handlers=handlers,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        middleware=[rate_limit_middleware(settings)],
+        middleware=[rate_limit_middleware(settings, buckets)],
         request_max_body_size=settings.max_envelope_bytes,
         openapi_config=None,
         compression_config=None,
@@ -363,6 +428,8 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> Lite
     )
     app.state.relay = relay
     app.state.settings = settings
+    app.ingest_path = relay.config.events_path
+    app.ingest = IngestFastPath(submitter, buckets["write"])
     return app
 
 
