@@ -325,3 +325,25 @@ def test_background_checkpoint_bounds_the_wal_under_steady_writes(tmp_path: Path
     bounded = wal_bytes(_BackgroundCheckpoint(tmp_path / "relay.sqlite3"))
     # The WAL file keeps its largest extent; with no checkpoint it holds every frame ever written.
     assert bounded < baseline / 3, (bounded, baseline)
+
+
+def test_try_commit_many_never_waits_for_a_writer_outside_the_flock(tmp_path: Path) -> None:
+    """A foreign writer (the sqlite3 shell, say) holds SQLite's write lock: give up at once, change nothing."""
+    import sqlite3
+
+    path = tmp_path / "relay.sqlite3"
+    store = SqliteStore(path, busy_timeout_ms=5000)
+    env = corpus()[0]
+    foreign = sqlite3.connect(path, isolation_level=None)
+    foreign.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    assert store.try_commit_many([(env, 3)]) is None
+    assert time.monotonic() - started < 1.0  # not the 5 s busy timeout
+    foreign.execute("ROLLBACK")
+    foreign.close()
+    assert store.get(env.id) is None and store.checkpoint() == 0
+    # The busy timeout is back for ordinary commits, and the store still works.
+    assert store._writer.execute("PRAGMA busy_timeout").fetchone()[0] == 5000  # noqa: SLF001
+    out = store.try_commit_many([(env, 3)])
+    assert out is not None and out[0][0].seq == 1 and out[0][1] is True
+    store.close()

@@ -521,15 +521,22 @@ class SqliteStore:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return None
+            group = [_Pending(env, accepted_at) for env, accepted_at in items]
+            conn = self._writer
+            # A writer outside the flock (an older tool, the sqlite3 shell) must not
+            # make the caller's event loop sleep in the busy handler: fail at once.
+            conn.execute("PRAGMA busy_timeout = 0")
             try:
-                group = [_Pending(env, accepted_at) for env, accepted_at in items]
-                conn = self._writer
-                results = self._retry_busy(lambda: self._write_group(conn, group), conn)
+                return self._write_group(conn, group)
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return None
+                raise
             finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         finally:
             self._write_lock.release()
-        return results
 
     def _commit_group(self, group: list[_Pending]) -> None:
         conn = self._writer
