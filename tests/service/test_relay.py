@@ -141,6 +141,52 @@ def test_resubmission_returns_the_original_record_even_when_withheld(make_relay:
     assert _code(relay.get, hash_of("original")).code == "not_found"  # visibility not restored
 
 
+def _check_then_commit(relay: Relay, body: bytes, expect_new: bool) -> tuple[Any, bool]:
+    """What the HTTP ingest path does: check, then commit what was admitted."""
+    existing, env, now = relay.check(body, expect_new=expect_new)
+    if existing is not None:
+        return existing, False
+    return relay.commit_admitted([(env, now)])[0]
+
+
+@pytest.mark.parametrize("expect_new", [False, True])
+def test_step_two_gives_the_retained_record_whether_asked_first_or_last(make_relay: Any, expect_new: bool) -> None:
+    """``expect_new`` moves the step-2 lookup after steps 3–6; the answers must not change."""
+    clock = Clock()
+    relay = make_relay(clock)
+    first, _ = relay.submit(raw("original"))
+    merge_parts = [relay.submit(raw(name))[0] for name in ("branch_left", "branch_right")]
+    merged, _ = relay.submit(raw("merge"))
+    snapshot = state(relay)
+    # 1. Plain resubmission: same record, nothing changes.
+    again, created = _check_then_commit(relay, raw("original"), expect_new)
+    assert created is False and (again.seq, again.accepted_at) == (first.seq, first.accepted_at)
+    # 2. Withheld: still the retained record.
+    relay.withhold(hash_of("original"))
+    snapshot = state(relay)
+    again, created = _check_then_commit(relay, raw("original"), expect_new)
+    assert created is False and again.withheld and again.seq == first.seq
+    assert state(relay) == snapshot
+    relay.unwithhold(hash_of("original"))
+    # 3. Step 4 would now refuse it (the service clock went back past the skew window).
+    clock.now = FIXTURES["original"]["envelope"]["event"]["created_at"] - 10**6
+    again, created = _check_then_commit(relay, raw("original"), expect_new)
+    assert created is False and again.seq == first.seq
+    clock.now = NOW
+    # 4. Step 5 would now refuse it (a target was pruned by retention).
+    assert relay.store.remove(merge_parts[0].envelope.id)
+    snapshot = state(relay)
+    again, created = _check_then_commit(relay, raw("merge"), expect_new)
+    assert created is False and (again.seq, again.accepted_at) == (merged.seq, merged.accepted_at)
+    assert state(relay) == snapshot
+    # 5. A new envelope that fails a step is still refused, and changes nothing.
+    assert _code(relay.check, raw("cross_author_supersedes")).code == "invalid_target"
+    with pytest.raises(ProtocolError) as info:
+        relay.check(raw("cross_author_supersedes"), expect_new=expect_new)
+    assert info.value.code == "invalid_target"
+    assert state(relay) == snapshot
+
+
 def test_withheld_event_in_lookup_query_and_batch(relay: Relay) -> None:
     _load(relay)
     hidden = hash_of("text_regional")

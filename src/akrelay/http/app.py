@@ -206,7 +206,7 @@ class SubmitEndpoint:
             await _answer(send, 413, error_body(*_TOO_LARGE))
             return
         try:
-            existing, envelope, accepted_at = self.relay.check(raw)
+            existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
             if existing is None:
                 existing, _created = await self._commit(envelope, accepted_at)
         except ProtocolError as exc:
