@@ -190,6 +190,24 @@ async def ingest(port: int, cert: Path, items: list[bytes], clients: int) -> tup
     return time.perf_counter() - started, counts
 
 
+def sdk_ceiling(items: list[bytes], cores: int) -> float | None:
+    """Envelopes/s that the reference SDK's validator alone allows on ``cores`` cores (CPU time).
+
+    The SDK has no server, so this is the comparison the brief asks for: a relay
+    built on it could not accept faster than it validates, before any HTTP or
+    storage work. ``None`` when the SDK (a test-only dependency) is not installed.
+    """
+    try:
+        from agent_protocols.knowledge import parse_knowledge_envelope
+    except ImportError:
+        return None
+    sample = items[:300]
+    started = time.process_time()
+    for raw in sample:
+        parse_knowledge_envelope(raw)
+    return cores * len(sample) / (time.process_time() - started)
+
+
 def run(coro):  # noqa: ANN001, ANN201
     """Run the load generator on uvloop when installed (a relay dependency): it costs the relay less CPU."""
     try:
@@ -251,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
               f"load average {load:.1f})", flush=True)
     if tmp is not None:
         tmp.cleanup()
+    ceiling = sdk_ceiling(presign(300, seed=199), os.cpu_count() or 1)
+    if ceiling is None:
+        print("sdk_ratio: unavailable (pip install agent-protocols==0.12.6)")
+    else:
+        print(f"sdk_validation_ceiling: {ceiling:,.0f} envelopes/s on {os.cpu_count()} cores (the SDK's validator alone)")
+        print(f"sdk_ratio: {min(rates) / ceiling:.2f} x (our whole durable HTTPS ingest / the SDK's validation alone)")
     print(f"ingest_rate: {min(rates):.0f} events/s")
     return 0
 
