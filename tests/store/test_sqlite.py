@@ -21,18 +21,25 @@ from store_contract import StoreContract, corpus
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class TestSqliteStore(StoreContract):
+class _SqliteContract(StoreContract):
+    """The contract over one ``SqliteStore`` class (each variant sets ``store_class``)."""
+
     durable = True
+    store_class: type = SqliteStore
 
     @pytest.fixture
     def make_store(self, tmp_path: Path):
         path = tmp_path / "relay.sqlite3"
-        return lambda: SqliteStore(path)
+        return lambda: self.store_class(path)
 
     @pytest.fixture
     def new_store(self, tmp_path: Path):
         counter = itertools.count()
-        return lambda: SqliteStore(tmp_path / f"fresh-{next(counter)}.sqlite3")
+        return lambda: self.store_class(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+
+class TestSqliteStore(_SqliteContract):
+    store_class = SqliteStore
 
 
 class _FullyIndexed(SqliteStore):
@@ -60,32 +67,12 @@ class _HalfIndexed(SqliteStore):
         return out
 
 
-class TestSqliteFullyIndexed(StoreContract):
-    durable = True
-
-    @pytest.fixture
-    def make_store(self, tmp_path: Path):
-        path = tmp_path / "relay.sqlite3"
-        return lambda: _FullyIndexed(path)
-
-    @pytest.fixture
-    def new_store(self, tmp_path: Path):
-        counter = itertools.count()
-        return lambda: _FullyIndexed(tmp_path / f"fresh-{next(counter)}.sqlite3")
+class TestSqliteFullyIndexed(_SqliteContract):
+    store_class = _FullyIndexed
 
 
-class TestSqliteHalfIndexed(StoreContract):
-    durable = True
-
-    @pytest.fixture
-    def make_store(self, tmp_path: Path):
-        path = tmp_path / "relay.sqlite3"
-        return lambda: _HalfIndexed(path)
-
-    @pytest.fixture
-    def new_store(self, tmp_path: Path):
-        counter = itertools.count()
-        return lambda: _HalfIndexed(tmp_path / f"fresh-{next(counter)}.sqlite3")
+class TestSqliteHalfIndexed(_SqliteContract):
+    store_class = _HalfIndexed
 
 
 def test_background_text_indexer_catches_up(tmp_path: Path) -> None:
@@ -236,18 +223,8 @@ class _BackgroundCheckpoint(SqliteStore):
         super().__init__(path, background_checkpoint=True, checkpoint_interval=0.005, **kwargs)
 
 
-class TestSqliteBackgroundCheckpoint(StoreContract):
-    durable = True
-
-    @pytest.fixture
-    def make_store(self, tmp_path: Path):
-        path = tmp_path / "relay.sqlite3"
-        return lambda: _BackgroundCheckpoint(path)
-
-    @pytest.fixture
-    def new_store(self, tmp_path: Path):
-        counter = itertools.count()
-        return lambda: _BackgroundCheckpoint(tmp_path / f"fresh-{next(counter)}.sqlite3")
+class TestSqliteBackgroundCheckpoint(_SqliteContract):
+    store_class = _BackgroundCheckpoint
 
 
 def test_writers_of_one_file_queue_on_the_write_flock(tmp_path: Path) -> None:
