@@ -233,3 +233,26 @@ def test_content_never_gains_authority_or_installs_schema(world: World) -> None:
     # the payload is kept verbatim as Evidence, never interpreted
     (ev,) = [v for v in views if v["kind"] == "evidence"]
     assert ev["payload"]["inline"]["event"]["payload"]["extra"]["kip"]["authority_class"] == "executable"
+
+
+# -- keyword terms -------------------------------------------------------------------
+from hypothesis import given as _given  # noqa: E402
+from hypothesis import strategies as _st  # noqa: E402
+
+from akrelay.kip.nexus import _TOKEN, tokens  # noqa: E402
+
+
+def _reference_tokens(text: str) -> set[str]:
+    """The definition: Unicode word runs of the text, each case-folded."""
+    return {t.casefold() for t in _TOKEN.findall(text)}
+
+
+@_given(_st.text(alphabet=_st.characters(max_codepoint=127)) | _st.text())
+def test_tokens_equal_the_per_word_casefold_definition(text: str) -> None:
+    assert tokens(text) == _reference_tokens(text)
+
+
+def test_tokens_keep_word_boundaries_that_folding_the_whole_text_would_move() -> None:
+    # "İ" folds to "i" + U+0307 (not a word character): folding first would split the word.
+    assert tokens("İstanbul Café") == {"i̇stanbul", "café"}
+    assert tokens("Cache-Aware LATENCY_budget 42") == {"cache", "aware", "latency_budget", "42"}

