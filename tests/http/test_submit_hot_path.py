@@ -122,6 +122,28 @@ def test_a_failed_group_commit_is_a_500_for_every_waiter_and_nothing_is_acknowle
     relay.close()
 
 
+def test_a_resubmission_is_answered_from_the_store_when_the_deferred_write_fails(tmp_path, caplog) -> None:
+    """Step 2 is deferred to the commit on this path; a failing write must not hide a retained record."""
+    app, relay = _app(tmp_path)
+    first, second = _envelopes(2)
+    status, _, body = asyncio.run(_call(app, first))
+    assert status == 200
+    original = json.loads(body)
+
+    def broken(items):  # noqa: ANN001, ANN202
+        raise RuntimeError("disk full")
+
+    relay.store.commit_many = broken  # type: ignore[method-assign]
+    relay.store.try_commit_many = broken  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="akrelay.http"):
+        status, _, body = asyncio.run(_call(app, first))
+        assert status == 200 and json.loads(body) == original
+        status, _, body = asyncio.run(_call(app, second))  # a new envelope: the failure is a 500
+    assert status == 500 and json.loads(body)["error"]["code"] == "internal_error"
+    assert relay.checkpoint() == 1
+    relay.close()
+
+
 def test_a_busy_commit_point_hands_the_group_to_a_thread_that_waits(tmp_path) -> None:
     """Another writer (another worker in production) holds the write flock: nothing is lost or doubled."""
     import threading

@@ -324,3 +324,44 @@ def test_try_commit_many_never_waits_for_a_writer_outside_the_flock(tmp_path: Pa
     out = store.try_commit_many([(env, 3)])
     assert out is not None and out[0][0].seq == 1 and out[0][1] is True
     store.close()
+
+
+def test_try_commit_many_releases_the_write_flock_when_the_write_fails(tmp_path: Path) -> None:
+    path = tmp_path / "relay.sqlite3"
+    store, other = SqliteStore(path), SqliteStore(path)
+
+    def broken(conn, group):  # noqa: ANN001, ANN202
+        raise RuntimeError("disk on fire")
+
+    store._write_group = broken  # type: ignore[method-assign]  # noqa: SLF001
+    with pytest.raises(RuntimeError):
+        store.try_commit_many([(corpus()[0], 1)])
+    # Another writer (another worker in production) is not locked out.
+    out = other.try_commit_many([(corpus()[1], 1)])
+    assert out is not None and out[0][0].seq == 1
+    assert store._writer.execute("PRAGMA busy_timeout").fetchone()[0] == 30000  # noqa: SLF001
+    store.close()
+    other.close()
+
+
+def test_a_reader_pinning_the_wal_does_not_stall_writers_behind_the_restart(tmp_path: Path) -> None:
+    """RESTART waits for readers of old frames while holding the write flock: it must give up quickly."""
+    import sqlite3
+
+    path = tmp_path / "relay.sqlite3"
+    store = _BackgroundCheckpoint(path)
+    envs = [e for seed in range(20, 30) for e in corpus(seed=seed)]
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM records").fetchone()  # pins a snapshot: the WAL cannot restart
+    worst = 0.0
+    for start in range(0, len(envs), 4):
+        began = time.monotonic()
+        store.commit_many([(e, 1) for e in envs[start : start + 4]])
+        worst = max(worst, time.monotonic() - began)
+        time.sleep(0.005)  # let the checkpointer tick between groups
+    reader.execute("COMMIT")
+    reader.close()
+    assert store.checkpoint() == len({e.id for e in envs})
+    assert worst < 1.0, worst  # not the 30 s busy timeout, not seconds per group
+    store.close()

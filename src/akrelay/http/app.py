@@ -56,6 +56,9 @@ def _pool() -> ThreadPoolExecutor:
     return _submit_pool
 
 
+#: The §9.1 submission path (the routed handler and the fast path share it).
+EVENTS_PATH = "/v1/knowledge/events"
+
 #: Event-loop passes a commit group waits for before it is written (see ``SubmitEndpoint._drain``).
 GATHER_PASSES = 3
 
@@ -114,7 +117,7 @@ def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint | Non
     def discovery() -> ASGIResponse:
         return _json(discovery_body)
 
-    @asgi("/v1/knowledge/events", opt={"rate": "write"}, copy_scope=False)
+    @asgi(EVENTS_PATH, opt={"rate": "write"}, copy_scope=False)
     async def submit(scope: Scope, receive: Receive, send: Send) -> None:
         await submitter(scope, receive, send)
 
@@ -211,7 +214,14 @@ class SubmitEndpoint:
         try:
             existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
             if existing is None:
-                existing, _created = await self._commit(envelope, accepted_at)
+                try:
+                    existing, _created = await self._commit(envelope, accepted_at)
+                except Exception:
+                    # Step 2 was deferred to the commit: if the envelope is already
+                    # retained, a failed write must not turn its resubmission into a 500.
+                    existing = self.relay.retained(envelope.id)
+                    if existing is None:
+                        raise
         except ProtocolError as exc:
             await _answer(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
@@ -436,7 +446,7 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
     )
     app.state.relay = relay
     app.state.settings = settings
-    app.ingest_path = relay.config.events_path
+    app.ingest_path = EVENTS_PATH  # the route above; the fast path must never serve another
     app.ingest = IngestFastPath(submitter, buckets["write"])
     return app
 

@@ -183,6 +183,14 @@ class Relay:
         """:meth:`commit_admitted` if no other writer holds the commit point, else ``None`` (nothing done)."""
         return self.store.try_commit_many(items)
 
+    def retained(self, event_id: str) -> Record | None:
+        """The retained record for ``event_id`` (withheld included), or ``None``.
+
+        For the ingest path: when a commit fails after ``check(expect_new=True)``,
+        an exact resubmission is still answered with its record, as step 2 would.
+        """
+        return self.store.get(event_id)
+
     def _resolve(self, event_id: str) -> Envelope | None:
         record = self.store.get(event_id)
         return record.envelope if record is not None else None

@@ -38,6 +38,7 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -448,6 +449,8 @@ class SqliteStore:
     #: WAL frames (pages) past which the checkpointer stops writers briefly to
     #: reset the WAL: passive checkpoints alone cannot bound it under steady writes.
     WAL_RESTART_FRAMES = 32768
+    #: Seconds before another RESTART once one found readers in the way.
+    RESTART_BACKOFF = 5.0
 
     def _run_checkpointer(self) -> None:
         """Copy WAL frames into the database while writers go on (``PASSIVE``).
@@ -457,16 +460,24 @@ class SqliteStore:
         a full copy), one ``RESTART`` checkpoint under the write flock lets the
         next writer start the WAL from the beginning.
         """
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000)
+        # RESTART waits for readers of old WAL frames (an online backup, a long
+        # query) while every writer waits on the flock: give up after 50 ms and
+        # try again on a later tick instead.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.05)
+        next_restart = 0.0
         try:
             while not self._stop.wait(self._checkpoint_interval):
                 try:
                     busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if frames > self.WAL_RESTART_FRAMES:
+                    # Only when everything is copied (no reader pins older frames), and
+                    # not again soon after a RESTART that found readers in the way.
+                    if frames > self.WAL_RESTART_FRAMES and copied == frames and time.monotonic() >= next_restart:
                         with self._write_lock:
                             if self._closed:
                                 return
-                            self._locked(lambda: conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone())
+                            restarted = self._locked(lambda: conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone())
+                        if restarted[0]:
+                            next_restart = time.monotonic() + self.RESTART_BACKOFF
                 except sqlite3.Error:  # pragma: no cover - retried on the next tick
                     continue
         finally:
@@ -512,6 +523,7 @@ class SqliteStore:
         writing (no thread hop) and hand the group to a thread only when it
         would have to wait.
         """
+        group = [_Pending(env, accepted_at) for env, accepted_at in items]  # before any lock
         if not self._write_lock.acquire(blocking=False):
             return None
         try:
@@ -521,20 +533,21 @@ class SqliteStore:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return None
-            group = [_Pending(env, accepted_at) for env, accepted_at in items]
-            conn = self._writer
-            # A writer outside the flock (an older tool, the sqlite3 shell) must not
-            # make the caller's event loop sleep in the busy handler: fail at once.
-            conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return self._write_group(conn, group)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
-                    return None
-                raise
+                conn = self._writer
+                # A writer outside the flock (an older tool, the sqlite3 shell) must not
+                # make the caller's event loop sleep in the busy handler: fail at once.
+                conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    return self._write_group(conn, group)
+                except sqlite3.OperationalError as exc:
+                    if "locked" in str(exc) or "busy" in str(exc):
+                        return None
+                    raise
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)  # whatever failed above
         finally:
             self._write_lock.release()
 
