@@ -108,3 +108,16 @@ def test_relay_mode_reports_a_non_kip_answer(capsys) -> None:
         assert main(["kip", "DESCRIBE PRIMER", "--relay", "https://r.example"]) == 1
     err = capsys.readouterr().err
     assert err.count("answered HTTP 502 without a KIP response envelope") == 2
+
+
+def test_kql_and_kip_refuse_a_directory_without_a_relay_store(tmp_path) -> None:
+    import pytest
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for argv, prefix in ((["kql", "FIND(?c) WHERE { ?c {type: \"Agent\"} }"], "akrelay kql:"),
+                         (["kip", "DESCRIBE PRIMER"], "akrelay:")):
+        with pytest.raises(SystemExit) as info:
+            main(argv + ["--data", str(empty), "--origin", ORIGIN])
+        assert str(info.value).startswith(f"{prefix} no relay store in ")
+    assert list(empty.iterdir()) == []  # nothing was created

@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
         rr.set_defaults(handler=run_reindex)
 
 
-def _origin(args: argparse.Namespace) -> str:
+def origin_of(args: argparse.Namespace) -> str:
+    """``--origin`` when given, else the relay's default origin (KIP identifiers embed it)."""
     if getattr(args, "origin", None):
         return args.origin
     try:
@@ -72,23 +73,24 @@ def _origin(args: argparse.Namespace) -> str:
         return "https://localhost:8443"
 
 
-def _open_store(data: str) -> Any:
+def open_store(data: str, command: str = "akrelay") -> Any:
+    """The data directory's SQLite store, or a clear exit if there is none."""
     from pathlib import Path
 
     from akrelay.store.sqlite import SqliteStore
 
     path = Path(data) / "relay.sqlite3"
     if not path.is_file():
-        raise SystemExit(f"akrelay: no relay store in {data!r} (expected {path})")
+        raise SystemExit(f"{command}: no relay store in {data!r} (expected {path})")
     return SqliteStore(path)
 
 
 def run_reindex(args: argparse.Namespace) -> int:
     from akrelay.kip.service import reindex
 
-    store = _open_store(args.data)
+    store = open_store(args.data)
     try:
-        summary = reindex(store, args.data, origin=_origin(args))
+        summary = reindex(store, args.data, origin=origin_of(args))
     finally:
         store.close()
     print(json.dumps(summary, indent=2))
@@ -159,9 +161,9 @@ def run_kip(args: argparse.Namespace) -> int:
     from akrelay.kip.service import open_runtime
 
     data = args.data or DEFAULT_DATA
-    store = _open_store(data)
+    store = open_store(data)
     try:
-        runtime, follower = open_runtime(store, data, origin=_origin(args), follow=False)
+        runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False)
         if args.belief:
             try:
                 out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)

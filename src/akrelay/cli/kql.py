@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from akrelay.cli.kip import DEFAULT_DATA, add_target_args, post_kip
+from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_store, origin_of, post_kip
 
 
 
@@ -28,25 +28,6 @@ def register(subparsers: Any) -> None:
     add_target_args(p)
     p.add_argument("--json", action="store_true", help="print the result and context as JSON")
     p.set_defaults(handler=run_kql)
-
-
-def _origin(explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    from akrelay.settings import defaults
-
-    return defaults().origin
-
-
-def _open_store(data: str) -> Any:
-    from pathlib import Path
-
-    from akrelay.store.sqlite import SqliteStore
-
-    path = Path(data) / "relay.sqlite3"
-    if not path.is_file():
-        raise SystemExit(f"akrelay kql: no relay store in {data!r} (expected {path})")
-    return SqliteStore(path)
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:
@@ -131,9 +112,9 @@ def run_kql(args: argparse.Namespace) -> int:
         from akrelay.kip.service import open_runtime
 
         data = args.data or DEFAULT_DATA
-        store = _open_store(data)
+        store = open_store(data, "akrelay kql")
         try:
-            runtime, follower = open_runtime(store, data, origin=_origin(args.origin), follow=False)
+            runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False)
             _, envelope = runtime.execute(request)
             follower.save()
         finally:
