@@ -68,3 +68,14 @@ def test_agent_id_from_seed_and_public_key(capsys):
     capsys.readouterr()
     assert main(["identity", "agent-id", "--seed-hex", KNOWLEDGE["seeds"]["publisher"]]) == 0
     assert capsys.readouterr().out.strip().startswith("did:agent:iEuIV")
+
+
+def test_jcs_and_hash_refuse_non_i_json_and_unreadable_files(tmp_path, capsys):
+    duplicate = _write(tmp_path, "dup.json", b'{"a": 1, "a": 2}')
+    for command in ("jcs", "hash"):
+        assert main(["identity", command, duplicate]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert json.loads(captured.err)["error"]["code"] == "invalid_event"
+        assert main(["identity", command, str(tmp_path / "absent.json")]) == 1
+        assert json.loads(capsys.readouterr().err)["error"]["code"] == "invalid_request"

@@ -69,24 +69,23 @@ def _load(name: str) -> Any:
     return parse_strict(data)
 
 
-def cmd_jcs(args: argparse.Namespace) -> int:
+def _canonical_output(produce: Any) -> int:
+    """Run ``produce()`` (which prints), mapping the core's refusals to exit code 1."""
     try:
-        sys.stdout.buffer.write(canonicalize(_load(args.file)) + b"\n")
+        produce()
     except ProtocolError as exc:
         return _fail(exc.code, exc.message)
     except JCSError as exc:  # pragma: no cover - strict parsing leaves nothing JCS refuses
         return _fail("invalid_event", str(exc))
     return 0
+
+
+def cmd_jcs(args: argparse.Namespace) -> int:
+    return _canonical_output(lambda: sys.stdout.buffer.write(canonicalize(_load(args.file)) + b"\n"))
 
 
 def cmd_hash(args: argparse.Namespace) -> int:
-    try:
-        print(event_hash(_load(args.file)))
-    except ProtocolError as exc:
-        return _fail(exc.code, exc.message)
-    except JCSError as exc:  # pragma: no cover - strict parsing leaves nothing JCS refuses
-        return _fail("invalid_event", str(exc))
-    return 0
+    return _canonical_output(lambda: print(event_hash(_load(args.file))))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
