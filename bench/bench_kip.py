@@ -21,9 +21,7 @@ wall second. Last line: ``kip_import_throughput: <value> events/s`` (CPU).
 from __future__ import annotations
 
 import argparse
-import base64
 import gc
-import hashlib
 import random
 import statistics
 import sys
@@ -34,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from akrelay.kip import KipConfig, Nexus, import_record  # noqa: E402
 from akrelay.kip.runtime import KipRuntime  # noqa: E402
-from akrelay.protocol.envelope import Envelope  # noqa: E402
 from akrelay.store.base import Record  # noqa: E402
+from synthetic_log import SyntheticLog, agent_ids  # noqa: E402
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 KINDS = ("observation", "inference", "hypothesis", "procedure", "question", "negative_result")
@@ -44,28 +42,12 @@ WORDS = ("cache", "language", "key", "latency", "proof", "lemma", "dataset", "mo
          "index", "shard", "graph", "token", "vector", "sample", "bias", "drift", "seed", "kernel")
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def build_log(capsules: int, seed: int = 7) -> list[Record]:
     rng = random.Random(seed)
-    actors = ["did:agent:" + _b64(hashlib.sha256(f"agent{i}".encode()).digest()) for i in range(200)]
-    nonces = dict.fromkeys(actors, 0)
-    records: list[Record] = []
+    actors = agent_ids("agent", 200)
+    log = SyntheticLog(actors, step=7, accepted_delay=3, id_label=lambda n, etype, actor: f"{n}:{etype}:{actor}")
+    add = log.add
     published: list[tuple[str, str]] = []
-    t = 1_790_000_000_000
-
-    def add(etype: str, actor: str, payload: dict) -> str:
-        nonlocal t
-        t += 7
-        nonces[actor] += 1
-        event = {"protocol": "agent-knowledge/1.0", "type": etype, "actor": actor, "created_at": t,
-                 "nonce": nonces[actor], "payload": payload}
-        eid = _b64(hashlib.sha3_256(f"{len(records)}:{etype}:{actor}".encode()).digest())
-        env = Envelope(id=eid, event=event, signature="A" * 86, event_jcs=b"")
-        records.append(Record(seq=len(records) + 1, accepted_at=t + 3, envelope=env))
-        return eid
 
     while len(published) < capsules:
         actor = rng.choice(actors)
@@ -88,7 +70,7 @@ def build_log(capsules: int, seed: int = 7) -> list[Record]:
                                                                  "limitations": []}})
             if rng.random() < 0.05:
                 add("knowledge.retract", assessor, {"license": LICENSE, "target": aid, "reason": "bench"})
-    return records
+    return log.records
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -24,9 +24,7 @@ in wall time. Last line: ``kql_p99_worst: <value> ms`` (CPU).
 from __future__ import annotations
 
 import argparse
-import base64
 import gc
-import hashlib
 import random
 import statistics
 import sys
@@ -38,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from akrelay.kip import KipConfig, Nexus, import_record  # noqa: E402
 from akrelay.kip.kql.evaluate import execute_kql  # noqa: E402
 from akrelay.kip.runtime import KipRuntime  # noqa: E402
-from akrelay.protocol.envelope import Envelope  # noqa: E402
 from akrelay.store.base import Record  # noqa: E402
+from synthetic_log import SyntheticLog, agent_ids  # noqa: E402
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 KINDS = ("observation", "inference", "hypothesis", "procedure", "negative_result")
@@ -64,10 +62,6 @@ QUERIES = {
 }
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def _words(prefix: str, count: int, rng: random.Random) -> list[str]:
     letters = "bcdfghjklmnprstvz"
     vowels = "aeiou"
@@ -81,22 +75,11 @@ def build(capsules: int, seed: int = 11) -> tuple[list[Record], list[tuple[str, 
     rng = random.Random(seed)
     vocabulary = _words("", 5000, rng)
     tags = _words("t", 300, rng)
-    actors = ["did:agent:" + _b64(hashlib.sha256(f"kql-actor-{i}".encode()).digest()) for i in range(500)]
-    nonces = dict.fromkeys(actors, 0)
-    records: list[Record] = []
+    actors = agent_ids("kql-actor-", 500)
+    log = SyntheticLog(actors, step=5, accepted_delay=2, id_label=lambda n, etype, actor: f"kql:{n}:{etype}")
+    add = log.add
+    records = log.records
     published: list[tuple[str, str, list[str]]] = []
-    t = 1_790_000_000_000
-
-    def add(etype: str, actor: str, payload: dict) -> str:
-        nonlocal t
-        t += 5
-        nonces[actor] += 1
-        event = {"protocol": "agent-knowledge/1.0", "type": etype, "actor": actor, "created_at": t,
-                 "nonce": nonces[actor], "payload": payload}
-        eid = _b64(hashlib.sha3_256(f"kql:{len(records)}:{etype}".encode()).digest())
-        records.append(Record(seq=len(records) + 1, accepted_at=t + 2,
-                              envelope=Envelope(id=eid, event=event, signature="A" * 86, event_jcs=b"")))
-        return eid
 
     while len(published) < capsules:
         actor = rng.choice(actors)
