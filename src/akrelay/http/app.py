@@ -27,7 +27,7 @@ from litestar import Litestar, Request, asgi, get, post
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body
+from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
@@ -108,10 +108,9 @@ def client_ip(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint | None" = None) -> list[Any]:
-    """The Knowledge §9.1 endpoints."""
+def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint") -> list[Any]:
+    """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
     discovery_body = discovery_document_json(relay, settings)
-    submitter = submitter if submitter is not None else SubmitEndpoint(relay, settings.max_envelope_bytes)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -373,7 +372,7 @@ class IngestFastPath:
         except Exception:
             log.exception("unhandled error on POST %s", scope.get("path"))
             if not started:
-                await _answer(send, 500, error_body("internal_error", "Internal server error."))
+                await _answer(send, 500, internal_error_body())
 
 
 class RelayApp(Litestar):
@@ -384,11 +383,10 @@ class RelayApp(Litestar):
     mapping stay in one place.
     """
 
-    ingest_path: str = ""
-    ingest: "IngestFastPath | None" = None
+    ingest: "IngestFastPath | None" = None  # set by create_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == self.ingest_path and self.ingest is not None:
+        if scope["type"] == "http" and scope["path"] == EVENTS_PATH and scope["method"] == "POST" and self.ingest:
             await self.ingest(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
@@ -446,7 +444,6 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
     )
     app.state.relay = relay
     app.state.settings = settings
-    app.ingest_path = EVENTS_PATH  # the route above; the fast path must never serve another
     app.ingest = IngestFastPath(submitter, buckets["write"])
     return app
 

@@ -54,10 +54,15 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response[byte
                     media_type=JSON, headers=headers)
 
 
+def internal_error_body() -> bytes:
+    """The one 500 body (Identity §8.1 shape), for Litestar's handler and the ingest fast path."""
+    return error_body("internal_error", "Internal server error.")
+
+
 def handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
     """A bug, not bad input: log it with the request line and answer 500."""
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return Response(content=error_body("internal_error", "Internal server error."), status_code=500, media_type=JSON)
+    return Response(content=internal_error_body(), status_code=500, media_type=JSON)
 
 
 EXCEPTION_HANDLERS = {

@@ -153,7 +153,7 @@ class Relay:
             )
         envelope = verify_envelope(raw if type(raw) is bytes else bytes(raw), options=self.config.options)  # step 1
         if not expect_new:
-            existing = self.store.get(envelope.id)  # step 2
+            existing = self.retained(envelope.id)  # step 2
             if existing is not None:
                 return existing, envelope, 0
         try:
@@ -164,7 +164,7 @@ class Relay:
             self._admit(envelope, size)  # step 6
         except ProtocolError:
             if expect_new:
-                existing = self.store.get(envelope.id)  # step 2, asked only now
+                existing = self.retained(envelope.id)  # step 2, asked only now
                 if existing is not None:
                     return existing, envelope, 0
             raise
@@ -184,10 +184,10 @@ class Relay:
         return self.store.try_commit_many(items)
 
     def retained(self, event_id: str) -> Record | None:
-        """The retained record for ``event_id`` (withheld included), or ``None``.
+        """Step 2's lookup: the retained record for ``event_id`` (withheld included), or ``None``.
 
-        For the ingest path: when a commit fails after ``check(expect_new=True)``,
-        an exact resubmission is still answered with its record, as step 2 would.
+        The ingest path also asks it when a commit fails after
+        ``check(expect_new=True)``, so an exact resubmission is still answered.
         """
         return self.store.get(event_id)
 
