@@ -110,6 +110,12 @@ class _Plan:
     include_withheld: bool
 
 
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 def _record(row: tuple) -> Record:
     seq, accepted_at, withheld, body = row
     return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
@@ -214,7 +220,7 @@ class SqliteStore:
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
+                if not _is_busy(exc):
                     raise
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -541,7 +547,7 @@ class SqliteStore:
                 try:
                     return self._write_group(conn, group)
                 except sqlite3.OperationalError as exc:
-                    if "locked" in str(exc) or "busy" in str(exc):
+                    if _is_busy(exc):
                         return None
                     raise
                 finally:
@@ -700,14 +706,11 @@ class SqliteStore:
         if self._closed:
             return
         self._stop.set()
-        if self._indexer is not None and self._indexer is not threading.current_thread():
-            with self._write_lock:  # let an indexing step finish first
-                self._closed = True
-            self._indexer.join(timeout=5)
-        if self._checkpointer is not None:
-            with self._write_lock:
-                self._closed = True
-            self._checkpointer.join(timeout=5)
+        for thread in (self._indexer, self._checkpointer):
+            if thread is not None and thread is not threading.current_thread():
+                with self._write_lock:  # let a step that holds the commit point finish first
+                    self._closed = True
+                thread.join(timeout=5)
         self._closed = True
         with self._all_lock:
             conns, self._all = self._all, []
