@@ -232,3 +232,27 @@ def test_one_writer_among_several_processes_and_failover(env, tmp_path):
 def all_see_two(status_dir: Path, n: int):
     states = _statuses(status_dir)
     return states if len(states) == 2 and all(s["count"] == n and s["exhaustive"] for s in states.values()) else None
+
+
+def test_indexer_thread_commits_at_most_once_per_min_interval_while_records_keep_coming() -> None:
+    """Tiny segments made Tantivy's merges the largest search cost under ingest."""
+    from akrelay.search.indexer import IndexerThread
+
+    class Busy:  # a follower whose log always has new records
+        def __init__(self) -> None:
+            self.steps: list[float] = []
+
+        def step(self) -> int:
+            self.steps.append(time.monotonic())
+            return 10
+
+    follower = Busy()
+    thread = IndexerThread(follower, interval=0.01)  # type: ignore[arg-type]
+    thread.min_commit_interval = 0.2
+    thread.start()
+    time.sleep(0.7)
+    thread.stop()
+    assert not thread.is_alive()
+    steps = follower.steps
+    assert 2 <= len(steps) <= 5, len(steps)  # unthrottled, this loop runs thousands of steps
+    assert all(b - a >= 0.19 for a, b in zip(steps, steps[1:]))
