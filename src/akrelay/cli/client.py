@@ -56,12 +56,13 @@ def _query_epilog() -> str:
         "after_seq": "only records accepted after this seq (a checkpoint printed earlier)",
         "limit": f"records per page, 1-{MAX_LIMIT} (every page is fetched anyway)",
     }
-    names = [*FILTER_NAMES, "q", "after_seq", "limit"]
-    assert set(names) | {"cursor"} == PARAMETER_NAMES and set(meaning) == set(names)
+    names = [n for n in (*FILTER_NAMES, *meaning) if n in PARAMETER_NAMES]
+    names = list(dict.fromkeys(names))
+    names += sorted(PARAMETER_NAMES - set(names) - {"cursor"})  # one the core adds later is listed by name
     width = max(map(len, names))
     lines = ["query parameters (NAME=VALUE, each at most once):"]
     for name in names:
-        lines += textwrap.wrap(meaning[name], 92, initial_indent=f"  {name:<{width}}  ",
+        lines += textwrap.wrap(meaning.get(name, "see Agent Knowledge 1.0 section 9.3"), 92, initial_indent=f"  {name:<{width}}  ",
                                subsequent_indent=" " * (width + 4), break_on_hyphens=False)
     lines.append("(cursor is not taken: the command follows next_cursor itself.)")
     return "\n".join(lines)
