@@ -34,8 +34,8 @@ import collections
 import itertools
 import json
 import os
+import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -45,7 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from akrelay.protocol.signer import Signer, publish_event
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from akrelay.protocol.signer import Signer, publish_event  # noqa: E402
+from bench_ingest import free_port  # noqa: E402
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 EVENTS, BATCH, SEARCH, KIP, DISCOVERY, QUERY = ("/v1/knowledge/events", "/v1/knowledge/batch",
@@ -55,12 +58,6 @@ POST_ROUTES = (EVENTS, BATCH, SEARCH, KIP)
 
 
 # -- the relay --------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -114,22 +111,19 @@ def stop_relay(relay: Relay) -> None:
         relay.proc.wait(timeout=30)
 
 
-def group_rss_bytes(pgid: int) -> int:
-    """Resident memory of every live process in the relay's process group (Linux /proc)."""
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants (Granian's main process and workers)."""
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    pending = [pid]
+    while pending:
+        current = pending.pop()
         try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != pgid:
-                continue
-            with open(f"/proc/{entry}/status", "rb") as fh:
-                for line in fh:
-                    if line.startswith(b"VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{current}/status", "rb") as fh:
+                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith(b"VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as fh:
+                    pending.extend(int(child) for child in fh.read().split())
+        except (OSError, ValueError):
             continue
     return total
 
@@ -368,19 +362,24 @@ async def soak(traffic: Traffic, relay: Relay, args: argparse.Namespace) -> Tall
     stop_at = started + args.duration
     loops = [asyncio.create_task(client_loop(traffic, tally, stop_at)) for _ in range(args.clients)]
     await asyncio.sleep(min(args.warmup, args.duration))
-    tally.rss_warm = group_rss_bytes(relay.proc.pid)
+    tally.rss_warm = tree_rss_bytes(relay.proc.pid)
     print(f"  warm-up done after {args.warmup:.0f} s: relay RSS {tally.rss_warm / 2**20:.1f} MiB, "
           f"{tally.requests} requests", flush=True)
     await asyncio.gather(*loops)
     return tally
 
 
-def log_findings(log: Path) -> tuple[int, int, list[str]]:
-    """Tracebacks, ERROR-level lines, and a few sample lines, in the relay's log."""
+def log_findings(log: Path) -> tuple[int, int, str]:
+    """Tracebacks, ERROR-level lines, and the first traceback (to show), in the relay's log."""
     text = log.read_text("utf-8", "replace")
     lines = text.splitlines()
     errors = [line for line in lines if "unhandled error" in line or line.startswith("ERROR") or "[ERROR]" in line]
-    return text.count("Traceback (most recent call last)"), len(errors), errors[:5]
+    marker = "Traceback (most recent call last)"
+    first = ""
+    if marker in text:
+        at = text.index(marker)
+        first = "\n".join(text[max(0, text.rfind("\n", 0, at - 1)):].splitlines()[:40])
+    return text.count(marker), len(errors), first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-timeout", type=float, default=20.0, help="client deadline per request")
     parser.add_argument("--skip", default="", type=lambda text: [s for s in text.split(",") if s],
                         help="comma-separated classes to leave out")
+    parser.add_argument("--keep-log", metavar="PATH", help="copy the relay's log here at the end")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.duration > 3600:
@@ -406,11 +406,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"soak: {args.duration:.0f} s, {args.clients} clients, {args.workers} workers on 127.0.0.1:"
                   f"{relay.port}, classes: {', '.join(traffic.classes)}", flush=True)
             tally = asyncio.run(soak(traffic, relay, args))
-            rss_end = group_rss_bytes(relay.proc.pid)
+            rss_end = tree_rss_bytes(relay.proc.pid)
             alive = relay.proc.poll() is None
         finally:
             stop_relay(relay)
-        tracebacks, error_lines, samples = log_findings(relay.log)
+        tracebacks, error_lines, first_traceback = log_findings(relay.log)
+        if args.keep_log:
+            shutil.copyfile(relay.log, args.keep_log)
     fivexx = 0
     print(f"{'class':<18} {'requests':>8}  outcomes (status or client-side error)   unexpected")
     for name, (_, _, expected) in traffic.classes.items():
@@ -423,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     growth = (rss_end - tally.rss_warm) / tally.rss_warm * 100 if tally.rss_warm else float("nan")
     print(f"requests: {tally.requests} in {args.duration:.0f} s; relay alive at the end: {alive}")
     print(f"slowest discovery answer: {tally.slowest_discovery:.2f} s")
-    print(f"relay log: {tracebacks} tracebacks, {error_lines} error lines" + (f"; e.g. {samples}" if samples else ""))
+    if first_traceback:
+        print(f"first traceback in the relay's log:\n{first_traceback}")
+    print(f"relay log: {tracebacks} tracebacks, {error_lines} error lines")
     print(f"relay RSS: {tally.rss_warm / 2**20:.1f} MiB after warm-up, {rss_end / 2**20:.1f} MiB at the end "
           f"({growth:+.1f} %, goal <= 10 %)")
     print(f"soak_5xx: {fivexx} count")

@@ -144,9 +144,10 @@ class SubmitEndpoint:
     """``POST /v1/knowledge/events`` as a lean ASGI route inside the Litestar app.
 
     It is the ingest hot path, so it skips the generic request/response
-    machinery but keeps the same semantics: the app's rate-limit middleware runs
-    first (``opt={"rate": "write"}``), then the method, the content type, the
-    shared :class:`~akrelay.http.body.BodyReader` (size cap, time bound) and
+    machinery but keeps the same semantics: the shared body reader (in
+    :class:`RelayApp`) and the write bucket (:class:`IngestFastPath`, or the
+    middleware for ``opt={"rate": "write"}``) run first, then the method, the
+    content type, the body as :class:`~akrelay.http.body.BodyReader` hands it over, and
     every ``ProtocolError`` mapped exactly as :mod:`akrelay.http.errors` does;
     any other exception propagates to Litestar's handlers (a logged 500).
 
