@@ -24,10 +24,12 @@ def scope(path: str, method: str = "POST", headers: list[tuple[bytes, bytes]] | 
 class Peer:
     """A client as the server sees it: body messages to hand out, then (optionally) silence."""
 
-    def __init__(self, chunks: list[bytes], *, stall: bool = False, disconnect: bool = False) -> None:
+    def __init__(self, chunks: list[bytes], *, stall: bool = False, disconnect: bool = False,
+                 linger: bool = False) -> None:
         self.chunks = list(chunks)
         self.stall = stall
         self.disconnect = disconnect
+        self.linger = linger  # after the last chunk, wait (as a server does until the client leaves)
         self.reads = 0
         self.sent: list[dict[str, Any]] = []
 
@@ -37,7 +39,7 @@ class Peer:
             chunk = self.chunks.pop(0)
             more = bool(self.chunks) or self.stall or self.disconnect
             return {"type": "http.request", "body": chunk, "more_body": more}
-        if self.stall:
+        if self.stall or self.linger:
             await asyncio.sleep(3600)
         return {"type": "http.disconnect"}
 
@@ -87,7 +89,21 @@ def test_discarding_is_bounded() -> None:
     with relay_app() as h:
         peer = run(h.client.app, POSTS[0], Peer(chunks), [(b"content-length", b"%d" % (65536 * len(chunks)))])
     assert peer.status == 413 and peer.headers[b"connection"] == b"close"
-    assert peer.reads <= DISCARD_LIMIT // 65536 + 2
+    assert peer.reads <= (262144 + DISCARD_LIMIT) // 65536 + 2
+
+
+@pytest.mark.parametrize("chunks", [[b"x" * 300_000], [b"x" * 65536] * 5])
+def test_an_oversized_body_that_has_ended_is_answered_at_once(chunks) -> None:
+    """No read past the body's last message: that read would wait for the client to leave."""
+    with relay_app(body_timeout=30.0) as h:
+        peer = run(h.client.app, POSTS[0], Peer(chunks, linger=True))
+    assert peer.status == 413 and peer.reads == len(chunks)
+
+
+def test_a_declared_oversize_that_stalls_is_still_413() -> None:
+    with relay_app(body_timeout=0.2) as h:
+        peer = run(h.client.app, POSTS[0], Peer([b"x" * 1000], stall=True), [(b"content-length", b"5000000")])
+    assert peer.status == 413 and peer.code == "payload_too_large"
 
 
 def test_expect_continue_gets_the_413_without_reading() -> None:

@@ -5,8 +5,8 @@ route (Litestar's or the ingest fast path) sees it; routes then receive the
 buffered body as one ASGI message. That puts every body-level failure in one
 place, each with a clean answer instead of a reset, a 500 or a stuck worker:
 
-* a body over ``max_body`` (declared or counted) is read and discarded up to
-  :data:`DISCARD_LIMIT` bytes before the 413 goes out, so a client that is
+* a body over ``max_body`` (declared or counted) is read and discarded, up to
+  :data:`DISCARD_LIMIT` bytes past the limit, before the 413 goes out, so a client that is
   still sending reads the answer instead of a TCP reset (unless it asked for
   ``Expect: 100-continue``: then it has sent nothing and the 413 goes out at once);
 * a body that ends early is a 400: Granian reports both a client that closed
@@ -31,8 +31,8 @@ from akrelay.protocol.errors import ProtocolError
 
 log = logging.getLogger("akrelay.http")
 
-#: Most bytes read and thrown away to deliver a 413 cleanly; past it the
-#: connection is closed after the answer (the client may then see a reset).
+#: Most bytes past ``max_body`` read and thrown away to deliver a 413 cleanly;
+#: beyond, the connection is closed after the answer (the client may then see a reset).
 DISCARD_LIMIT = 4 * 1024 * 1024
 
 #: Methods whose requests are answered without reading a body.
@@ -62,26 +62,20 @@ class BodyReader:
         if type(receive) is Buffered:  # read already, in front of the route
             return receive.body
         declared, expects_continue = _declared_length(scope)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        too_large = declared is not None and declared > self.max_body
+        if too_large and expects_continue:  # nothing sent yet: refuse before the body
+            await _refuse(send, _TOO_LARGE.http_status, _TOO_LARGE)
+            return None
         try:
-            async with asyncio.timeout_at(deadline):
-                if declared is not None and declared > self.max_body:
-                    if not expects_continue:
-                        await _discard(receive, DISCARD_LIMIT)
-                    await _refuse(send, _TOO_LARGE.http_status, _TOO_LARGE)
-                    return None
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self.timeout):
                 body = await self._collect(receive)
         except TimeoutError:
-            await _refuse(send, 408, ProtocolError(
-                "invalid_request", f"The request body did not arrive within {self.timeout:g} s."))
-            return None
-        if body is _OVERSIZED:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await _discard(receive, DISCARD_LIMIT)
-            except TimeoutError:
-                pass
+            if not too_large:
+                await _refuse(send, 408, ProtocolError(
+                    "invalid_request", f"The request body did not arrive within {self.timeout:g} s."))
+                return None
+            body = _OVERSIZED
+        if too_large or body is _OVERSIZED:
             await _refuse(send, _TOO_LARGE.http_status, _TOO_LARGE)
             return None
         if body is None:
@@ -92,7 +86,8 @@ class BodyReader:
         return body
 
     async def _collect(self, receive: Receive) -> Any:
-        """The body bytes, ``_OVERSIZED`` once past ``max_body``, or ``None`` if it ended early."""
+        """The body; ``_OVERSIZED`` once it ended past ``max_body`` (the excess read and
+        dropped, up to :data:`DISCARD_LIMIT`); ``None`` if it ended early within the limit."""
         message = await receive()
         if message["type"] != "http.request":
             return None
@@ -101,15 +96,17 @@ class BodyReader:
             return body if len(body) <= self.max_body else _OVERSIZED
         chunks = [body]
         size = len(body)
+        stop = self.max_body + DISCARD_LIMIT
         while True:
-            if size > self.max_body:
-                return _OVERSIZED
             message = await receive()
             if message["type"] != "http.request":
-                return None
+                return None if size <= self.max_body else _OVERSIZED
             chunk = message.get("body", b"")
-            chunks.append(chunk)
             size += len(chunk)
+            if size <= self.max_body:
+                chunks.append(chunk)
+            elif size > stop:
+                return _OVERSIZED  # enough: the answer goes out and the connection closes
             if not message.get("more_body", False):
                 return b"".join(chunks) if size <= self.max_body else _OVERSIZED
 
@@ -124,18 +121,6 @@ def _declared_length(scope: Scope) -> tuple[int | None, bool]:
         elif name == b"expect" and value.lower() == b"100-continue":
             expects_continue = True
     return declared, expects_continue
-
-
-async def _discard(receive: Receive, limit: int) -> None:
-    """Read and drop the rest of the body, at most ``limit`` bytes."""
-    seen = 0
-    while seen <= limit:
-        message = await receive()
-        if message["type"] != "http.request":
-            return
-        seen += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return
 
 
 async def _refuse(send: Send, status: int, exc: ProtocolError) -> None:
