@@ -145,3 +145,4 @@ def test_head_on_a_post_only_resource_is_405() -> None:
     with relay_app() as h:
         head = h.client.head("/v1/knowledge/batch")
     assert head.status_code == 405 and head.content == b""
+

@@ -10,12 +10,14 @@ Other areas add endpoints without touching this file: a module listed in
 exposes ``routes(relay, settings) -> list[handler]`` and, optionally,
 ``discovery(relay, settings) -> dict`` with members merged into the discovery
 document (``features``, ``search_modes`` and ``endpoints`` are merged, other
-members set). Handlers that write mark themselves with ``opt={"rate": "write"}``.
+members set), and ``shutdown(relay)``, called when the app closes the relay it
+opened, before the store closes. Handlers that write mark themselves with ``opt={"rate": "write"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -416,14 +418,17 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
     handlers = core_routes(relay, settings, submitter)
-    for module in ([] if settings.core_only else _load_modules()):
+    modules = [] if settings.core_only else _load_modules()
+    for module in modules:
         routes = getattr(module, "routes", None)
         if routes is not None:
             handlers.extend(routes(relay, settings))
     for provider in ROUTE_PROVIDERS:
         handlers.extend(provider(relay, settings))
 
-    on_shutdown = [relay.close] if owns_relay else []
+    # Other areas' background readers stop before the store they read closes.
+    stops = [functools.partial(m.shutdown, relay) for m in modules if hasattr(m, "shutdown")]
+    on_shutdown = stops + [relay.close] if owns_relay else []
     buckets = rate_buckets(settings)
     app = RelayApp(
         route_handlers=handlers,
