@@ -160,7 +160,7 @@ def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(rou
     fake.add(base, stranger, review)
     cases = {
         "not requested": lambda body: body["result"].__setitem__(0, fake.relay.store.get(stranger["hash"]).to_dict()),
-        "another service": lambda body: body.update(service="https://evil.example"),
+        "differs from the requested origin": lambda body: body.update(service="https://evil.example"),
         "exactly once": lambda body: body["missing"].append(base["hash"]),
     }
     for fragment, hook in cases.items():

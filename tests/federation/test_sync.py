@@ -58,7 +58,7 @@ def test_next_pass_starts_at_the_persisted_checkpoint_and_adds_only_new_events(r
     assert state.get(PEER).checkpoint == 4
 
 
-def test_checkpoint_moves_only_after_the_last_page_and_a_retry_duplicates_nothing(router) -> None:
+def test_checkpoint_moves_only_after_the_last_page_and_a_retry_resumes_after_verified_pages(router) -> None:
     fake, events = seeded(router, 6)
     fake.page_hook = lambda body, n: httpx.Response(500) if n == 3 else None
     local = make_relay()
@@ -66,13 +66,17 @@ def test_checkpoint_moves_only_after_the_last_page_and_a_retry_duplicates_nothin
     engine = make_engine(local, [peer(page_limit=2)], state)
     [first] = engine.run_once()
     assert not first.ok and "500" in first.error
-    assert state.get(PEER).checkpoint == 0  # pages 1-2 were ingested, but the enumeration is unfinished
+    st = state.get(PEER)
+    assert st.checkpoint == 0  # pages 1-2 were ingested, but the enumeration is unfinished
+    assert st.resume_seq == 4 and st.lag == 2  # ... and what they held is not fetched again
     assert len(local_ids(local)) == 4
     fake.page_hook = None
     [second] = engine.run_once(force=True)
-    assert second.ok and second.accepted == 2 and second.duplicates == 4
+    assert fake.query_calls[-1]["after_seq"] == "4"
+    assert second.ok and second.accepted == 2 and second.duplicates == 0
     assert local_ids(local) == [e["hash"] for e in events]
-    assert state.get(PEER).checkpoint == 6
+    st = state.get(PEER)
+    assert st.checkpoint == 6 and st.resume_seq == 0
 
 
 def test_advertised_endpoints_are_used_instead_of_default_paths(router) -> None:
@@ -173,7 +177,7 @@ def test_malformed_cursor_and_inconsistent_pages_are_misbehaviour(router) -> Non
         "out of order": lambda body, n: body["result"].reverse() if n == 1 else None,
         "more than limit": lambda body, n: body["result"].extend(body["result"]) if n == 1 else None,
         "acceptance record": lambda body, n: body["result"].__setitem__(0, "nope") if n == 1 else None,
-        "lacks a valid result": lambda body, n: body.__delitem__("as_of") if n == 1 else None,
+        "missing 'as_of'": lambda body, n: body.__delitem__("as_of") if n == 1 else None,
     }
     for fragment, hook in cases.items():
         router.reset()
