@@ -19,8 +19,9 @@ from akrelay.protocol.discovery import canonical_origin
 #: Defaults applied to a peer entry that omits a field.
 DEFAULT_INTERVAL = 30.0
 DEFAULT_PAGE_LIMIT = 500
-DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_BATCH_BYTES = 8 * 1024 * 1024
+#: With these two, a pass stays within 64 MB of memory whatever a peer sends (docs/federation.md).
+DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
 DEFAULT_MAX_PAGES = 100_000

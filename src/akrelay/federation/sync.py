@@ -50,7 +50,7 @@ BATCH_MAX_IDS = 100
 RECENT_CURSORS = 64
 #: Above this share of ``max_page_bytes`` a page is ingested before the next one is fetched,
 #: so that at most one large page is held in memory at a time.
-PREFETCH_BELOW = 8
+PREFETCH_BELOW = 4
 
 
 def encode_json(value: Any) -> bytes:
