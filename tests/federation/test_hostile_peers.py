@@ -263,7 +263,7 @@ def build_endless(world: "World", peer: HostilePeer) -> dict:
 
 def check_endless(st: PeerState, pending: int, ids: set[str], info: Any) -> bool:
     # Failed at the page limit, but what it verified is kept: the next pass resumes after it.
-    return ("exceeded 200 pages" in (st.last_error or "") and st.resume_seq >= 199 and st.checkpoint == 0
+    return ("exceeded 200 pages" in (st.last_error or "") and st.resume_seq >= 200 and st.checkpoint == 0
             and info["event"] in ids)
 
 

@@ -302,9 +302,7 @@ class SyncEngine:
                     empty_run = empty_run + 1 if not records else 0
                     if empty_run > self.options.max_empty_pages:
                         raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
-                    if pages >= peer.max_pages:
-                        raise PeerMisbehaved(f"enumeration exceeded {peer.max_pages} pages")
-                    if size * PREFETCH_BELOW <= peer.max_page_bytes:
+                    if pages < peer.max_pages and size * PREFETCH_BELOW <= peer.max_page_bytes:
                         future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
                 self._ingest_page(peer, transport, endpoints["batch"], records, st, result)
                 if records:
@@ -312,6 +310,8 @@ class SyncEngine:
                 del records
                 if nxt is None:
                     break
+                if pages >= peer.max_pages:  # after ingesting it, so that this page's work is kept too
+                    raise PeerMisbehaved(f"enumeration exceeded {peer.max_pages} pages")
                 if future is None:
                     future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
         except BaseException:
