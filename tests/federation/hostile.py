@@ -128,18 +128,12 @@ class HostilePeer:
             conn.close()
 
     def _accept(self) -> None:
-        self._listener.settimeout(0.1)  # closing a listener does not wake a blocked accept()
-        while not self.stopping.is_set():
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            sock.settimeout(None)
-            with self._lock:
-                self._conns.append(sock)
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+        accept_loop(self._listener, self.stopping.is_set, self._start)
+
+    def _start(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._conns.append(sock)
+        threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
 
     def _serve(self, raw: socket.socket) -> None:
         try:
@@ -184,6 +178,20 @@ class HostilePeer:
         return not self.stopping.is_set()
 
 
+def accept_loop(listener: socket.socket, stopped: Callable[[], bool], handle: Callable[[socket.socket], None]) -> None:
+    """Accept until ``stopped()``; polls, because closing a listener does not wake a blocked accept()."""
+    listener.settimeout(0.1)
+    while not stopped():
+        try:
+            sock, _ = listener.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        sock.settimeout(None)
+        handle(sock)
+
+
 def _read_request(sock: ssl.SSLSocket, buffer: bytes) -> tuple[Request | None, bytes]:
     while b"\r\n\r\n" not in buffer:
         if len(buffer) > MAX_HEAD:
@@ -224,16 +232,11 @@ class Sentinel:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        self._listener.settimeout(0.1)
-        while not self.stopped:
-            try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.hits += 1
-            sock.close()
+        accept_loop(self._listener, lambda: self.stopped, self._hit)
+
+    def _hit(self, sock: socket.socket) -> None:
+        self.hits += 1
+        sock.close()
 
     def stop(self) -> None:
         self.stopped = True

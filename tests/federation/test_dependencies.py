@@ -152,6 +152,16 @@ def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -
     assert local_ids(local) == [future["hash"]] and state.pending_count(PEER) == 0
 
 
+def sync_with_batch_hook(fake: FakePeer, hook, after: int):
+    """One pass from a fresh relay that starts after ``after``, with ``hook`` spoiling batch answers."""
+    fake.batch_hook = hook
+    local = make_relay()
+    state = FederationState()
+    start_after(state, after)
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    return r, state.get(PEER), state, local
+
+
 def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(router) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
@@ -164,12 +174,7 @@ def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(rou
         "exactly once": lambda body: body["missing"].append(base["hash"]),
     }
     for fragment, hook in cases.items():
-        fake.batch_hook = hook
-        local = make_relay()
-        state = FederationState()
-        start_after(state, 2)
-        [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
-        st = state.get(PEER)
+        r, st, state, local = sync_with_batch_hook(fake, hook, 2)
         assert r.ok and r.pending == 1 and fragment in st.last_batch_error, (fragment, st.last_batch_error)
         assert st.counts["batch_errors"] == 1 and state.pending_count(PEER) == 1
         assert local_ids(local) == [] and st.checkpoint == 3  # nothing accepted, nothing blocked
@@ -253,12 +258,7 @@ def test_a_batch_answer_of_the_wrong_shape_costs_only_the_event_that_needed_it(r
         "result object": lambda body: body.update(result={"0": body["result"][0]}),
     }
     for name, hook in cases.items():
-        fake.batch_hook = hook
-        local = make_relay()
-        state = FederationState()
-        start_after(state, 1)
-        [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
-        st = state.get(PEER)
+        r, st, _, local = sync_with_batch_hook(fake, hook, 1)
         assert r.ok and r.error is None, (name, r.error)
         assert r.accepted == 1 and r.pending == 1, name  # the later event is not held up
         assert st.counts["batch_errors"] == 1 and st.checkpoint == 3, name

@@ -41,7 +41,6 @@ log = logging.getLogger("akrelay.federation")
 
 DISCOVERY_PATH = "/.well-known/agent-knowledge"
 DEFAULT_PATHS = {"query": "/v1/knowledge/query", "batch": "/v1/knowledge/batch"}
-MAX_SAFE_INTEGER = 2**53 - 1
 #: Errors after which an envelope might still be accepted later (not a verdict on the event).
 RETRYABLE_CODES = frozenset({"missing_dependency", "timestamp_out_of_window", "rate_limited"})
 BATCH_MAX_IDS = 100
@@ -123,10 +122,6 @@ class _Budget:
         self.events -= events
         self.nbytes -= nbytes
         return self.events >= 0 and self.nbytes >= 0
-
-
-def _is_int(value: Any, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_SAFE_INTEGER
 
 
 class SyncEngine:
