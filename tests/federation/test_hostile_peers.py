@@ -45,6 +45,8 @@ SHORT_DEADLINE = 1.0
 #: Decompressed size of the compression bombs (their wire size is a few hundred bytes to 260 KB).
 BOMB_BYTES = 256 * MiB
 AS_OF = 1_800_000_000_000
+#: Longest a ``sync --once`` run over one hostile and one honest peer may take.
+RUN_SECONDS = 30.0
 
 
 # -- scripted answers ----------------------------------------------------------
@@ -330,7 +332,7 @@ class World:
 
     def peer_table(self, peer: HostilePeer, **settings: Any) -> str:
         values = {"origin": peer.origin, "ca_file": self.cert, "allow_private": True, "interval": 1.0,
-                  "connect_timeout": 2.0, "read_timeout": 10.0, **settings}
+                  "connect_timeout": 5.0, "read_timeout": 20.0, **settings}
         lines = ["[[peer]]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items()]
         return "\n".join(lines) + "\n"
 
@@ -412,7 +414,7 @@ def test_sync_once_against_every_hostile_peer(world: World) -> None:
     connect_log = world.tmp / "connects-once.log"
     probe = Path(__file__).with_name("sync_once_probe.py")
     done = subprocess.run([sys.executable, str(probe), str(spec)], capture_output=True, text=True,
-                          env=world.env(connect_log), timeout=240)
+                          env=world.env(connect_log), timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     results = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
@@ -429,8 +431,9 @@ def test_sync_once_against_every_hostile_peer(world: World) -> None:
         assert honest_ids <= ids, case.name  # the honest peer listed after it is unaffected
         assert f"{world.honest.origin}: ok" in r["stdout"], (case.name, r["stdout"])
         assert growth <= MEMORY_BOUND, (case.name, growth)
-        limit = 2 * case.settings.get("read_timeout", 0) + 10
-        assert r["seconds"] < limit, (case.name, r["seconds"])
+        # Generous for busy machines; before the fixes the header drip held a pass until the
+        # dripping peer gave up (60 s here, hours in the wild) and endless pages took 134 s.
+        assert r["seconds"] < RUN_SECONDS, (case.name, r["seconds"])
     assert world.sentinel.hits == 0
     assert_loopback_only(connect_log)
 
@@ -505,7 +508,7 @@ def test_serve_with_hostile_peers_keeps_syncing_the_honest_one(world: World, mon
         with node.client() as client:
             t0 = time.monotonic()
             assert client.get("/.well-known/agent-knowledge").status_code == 200
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < 5.0
         growth = _status_kb(pid, "VmHWM") * 1024 - base
         print(f"light scenarios: {time.monotonic() - started:.1f}s, +{growth / MiB:.1f} MiB peak RSS")
         assert growth <= MEMORY_BOUND
