@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import pytest
 
-from akrelay.federation.peers import DEFAULT_MAX_PAGE_BYTES
+from akrelay.federation.peers import DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_PAGE_BYTES
 from akrelay.federation.state import FederationState, PeerState
 from akrelay.federation.transport import BYTES_PER_VALUE
 from akrelay.tls import ensure_self_signed
@@ -138,12 +138,43 @@ def huge_body(peer: HostilePeer, conn: Conn, request: Request) -> None:
     conn.keep_alive = False
 
 
+def dense_body(cap: int) -> bytes:
+    """The costliest body within ``cap`` bytes and its JSON value cap: as many empty objects as
+    the value cap nearly allows (60,000 at 8 MiB) and one string filling the rest."""
+    objects = b"{}," * ((cap // BYTES_PER_VALUE - 5_000) // 2)
+    return b"[" + objects + b'"' + b"y" * (cap - len(objects) - 8) + b'"]'
+
+
 def dense_json(peer: HostilePeer, conn: Conn, request: Request) -> None:
-    """The costliest body that passes the default byte and value caps: 60,000 empty objects
-    (120,000 values of the 131,072 allowed at 8 MiB) and one string filling the rest."""
-    objects = b"{}," * ((DEFAULT_MAX_PAGE_BYTES // BYTES_PER_VALUE - 10_000) // 2)
-    filler = DEFAULT_MAX_PAGE_BYTES - len(objects) - 8
-    conn.respond(200, b"[" + objects + b'"' + b"y" * filler + b'"]', [("content-type", "application/json")])
+    conn.respond(200, dense_body(DEFAULT_MAX_PAGE_BYTES), [("content-type", "application/json")])
+
+
+def build_dense_at_once(world: "World", peer: HostilePeer) -> dict:
+    """Page 1 is small and needs a batch: so page 2 is prefetched while the batch is asked for,
+    and both answers are the costliest bodies their caps allow, in flight at the same time."""
+    base = Author("dense-base").publish("Only batch has it")
+    review = Author("dense-review").assess(base)
+
+    def scenario(peer: HostilePeer, conn: Conn, request: Request) -> bool:
+        if request.path == peer.data.query_path and "cursor" not in request.params:
+            conn.json(200, {"result": [record(review, 1)], "service": peer.origin, "checkpoint": 2,
+                            "as_of": AS_OF, "next_cursor": "page-2"})
+            return True
+        if request.path in (peer.data.query_path, peer.data.batch_path):
+            if peer.wait_gate():
+                cap = DEFAULT_MAX_PAGE_BYTES if request.path == peer.data.query_path else DEFAULT_MAX_BATCH_BYTES
+                conn.respond(200, dense_body(cap), [("content-type", "application/json")])
+            peer.note("done")
+            return True
+        return False
+
+    peer.scenario = scenario
+    return {"review": review["hash"]}
+
+
+def check_dense_at_once(st: PeerState, pending: int, ids: set[str], info: Any) -> bool:
+    return ("invalid query page" in (st.last_error or "") and st.counts["batch_errors"] >= 1
+            and pending == 1 and st.resume_seq == 1 and info["review"] not in ids)
 
 
 def redirect_to(sentinel: Sentinel):
@@ -298,6 +329,7 @@ CASES = [
     Case("huge-body", build_query(huge_body), failed("too_large", starts=True), heavy=True,
          settings={"max_page_bytes": 16 * MiB}),
     Case("dense-json", build_query(dense_json), failed("invalid query page"), heavy=True),
+    Case("dense-page-and-batch-at-once", build_dense_at_once, check_dense_at_once, heavy=True),
     Case("header-drip", build_query(header_drip), failed("timeout", starts=True),
          settings={"read_timeout": SHORT_DEADLINE}),
     Case("slow-body", build_query(slow_body), failed("timeout", starts=True),
