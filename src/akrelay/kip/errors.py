@@ -38,6 +38,9 @@ CODES: dict[str, tuple[str, str]] = {
     "HistoricalSearchUnavailable": ("search", "requires_different_input"),
     "ResultLimitExceeded": ("resource", "requires_different_input"),
     "ResourceExhausted": ("resource", "safe_same_request"),
+    # CPU budget spent (akrelay.kip.budget): thread CPU time does not depend on
+    # load, so the same request would spend it again.
+    "ExecutionTimeout": ("resource", "requires_different_input"),
     "InternalError": ("system", "non_retryable"),
 }
 
