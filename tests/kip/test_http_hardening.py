@@ -139,19 +139,11 @@ def test_budget_option_reaches_the_runtime() -> None:
 
 
 def _prepared_data(tmp_path: Path) -> Path:
-    """A relay data directory holding 8 capsules (signed events accepted by a real relay)."""
-    from akrelay.service.relay import open_relay
-
+    """A relay data directory holding 8 capsules."""
     log = Log()
     for i in range(8):
         log.publish("alice", f"Capsule {i}", tags=["t"])
-    data = tmp_path / "data"
-    relay = open_relay(data, ServiceConfig(origin=ORIGIN), clock=lambda: log.clock + 1000)
-    for record in log.records:
-        env = record.envelope
-        assert relay.submit(json.dumps({"hash": env.id, "event": env.event, "signature": env.signature}).encode())
-    relay.close()
-    return data
+    return log.relay_data(tmp_path / "data", ORIGIN)
 
 
 def test_served_relay_stays_responsive_while_a_query_spends_its_budget(tmp_path) -> None:

@@ -7,7 +7,6 @@ query that ran for minutes; each must now be one KIP error.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -230,18 +229,7 @@ def test_budget_ticks_are_amortised_and_stay_spent() -> None:
 
 @pytest.fixture(scope="module")
 def data_dir(log, tmp_path_factory):
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_relay
-
-    from .fixtures import ORIGIN
-
-    path = tmp_path_factory.mktemp("kql-hardening")
-    relay = open_relay(path, ServiceConfig(origin=ORIGIN), clock=lambda: log.clock + 1000)
-    for record in log.records:
-        env = record.envelope
-        assert relay.submit(json.dumps({"hash": env.id, "event": env.event, "signature": env.signature}).encode())
-    relay.close()
-    return path
+    return log.relay_data(tmp_path_factory.mktemp("kql-hardening"))
 
 
 def _cli(data_dir, capsys, *args: str) -> tuple[int, str]:
