@@ -201,6 +201,14 @@ def test_budget_stops_a_nested_not_inside_its_inner_loops(rt) -> None:
     assert _op(rt, _nested_not(2))["status"] == "succeeded"
 
 
+def test_parsing_is_charged_to_the_budget(rt) -> None:
+    """Parsing cannot be interrupted, but a long command's parse time counts before anything runs."""
+    rt.budget_ms = 5
+    names = ", ".join(f'"name {i}"' for i in range(6000))
+    error = _error(rt, f"FIND(?c) WHERE {{ {CAPSULE} FILTER(IN(?c.name, [{names}])) }}")
+    assert error["code"] == "ExecutionTimeout"
+
+
 def test_budget_is_declared_and_can_be_switched_off(rt) -> None:
     rt.budget_ms = 250
     limits = _op(rt, "DESCRIBE CAPABILITIES", "META")["result"]["limits"]

@@ -17,6 +17,7 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError, syntax_error
 from akrelay.kip.kql.values import Literal, Param, Value, decode_number, decode_string
 
@@ -73,6 +74,9 @@ def parse_tree(text: str, language: str) -> Tree:
         tree = lark.parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(lark, text, exc, language) from None
+    # Parsing cannot be interrupted, but its time counts: bounded by the body size
+    # (about 5 us per character), it is charged to the request's budget here.
+    budget.current().check()
     _check_nesting(tree, language)
     return tree
 
