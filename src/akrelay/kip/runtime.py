@@ -57,6 +57,7 @@ class KipRuntime:
             raise ValueError("the nexus belongs to another Space")
         self.cursors = CursorCodec(cursor_secret or os.urandom(32))
         self.lock = threading.RLock()
+        preload()  # compile the grammars now, not inside the first request's budget
 
     # ---- Python API ---------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ possessive groups, conditionals) are not RE2 syntax and fail ``InvalidSyntax``.
 Limits: a pattern is at most ``MAX_PATTERN`` characters and each counted
 repetition at most ``{1000}`` (RE2's own bound); a pattern whose compiled program
 outgrows ``MAX_PROGRAM_BYTES`` fails ``ResourceExhausted``, as does a subject
-longer than ``MAX_SUBJECT`` characters (never truncated). A non-string subject
+longer than ``MAX_SUBJECT`` characters (never truncated). Every match is linear,
+but a long subject costs up to about 0.1 s, so it is preceded by a check of the
+request's CPU budget. A non-string subject
 is unknown (the filter does not pass).
 """
 
@@ -24,12 +26,20 @@ from typing import Any
 
 import re2
 
+from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError
 
 MAX_PATTERN = 512
 MAX_SUBJECT = 65536
-#: RE2's memory budget for one compiled pattern (program and DFA cache).
-MAX_PROGRAM_BYTES = 8 << 20
+#: RE2's memory budget for one compiled pattern (program and DFA cache). A hostile
+#: pattern fills its DFA cache, and compiled patterns are cached (``CACHED``), so
+#: this bounds the memory REGEX can hold: about 0.7 MiB measured per such pattern.
+MAX_PROGRAM_BYTES = 2 << 20
+CACHED = 64
+#: Subjects at least this long are matched after an immediate budget check: one
+#: such match costs up to about 0.1 s when RE2's DFA cache thrashes, too much to
+#: leave to the amortised tick.
+LONG_SUBJECT = 4096
 _HINT = "REGEX uses RE2 syntax; see the REGEX dialect in docs/kql.md"
 
 _OPTIONS = re2.Options()
@@ -37,7 +47,7 @@ _OPTIONS.max_mem = MAX_PROGRAM_BYTES
 _OPTIONS.log_errors = False  # a refused pattern is the client's error, not a log line
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=CACHED)
 def compile_regex(pattern: str) -> Any:
     """Check ``pattern`` against the dialect and compile it once (cached)."""
     if not isinstance(pattern, str):
@@ -60,6 +70,8 @@ def regex_match(text: str, pattern: str) -> bool:
     compiled = compile_regex(pattern)
     if len(text) > MAX_SUBJECT:
         raise KqlError("ResourceExhausted", f"REGEX subject longer than {MAX_SUBJECT} characters")
+    if len(text) >= LONG_SUBJECT:
+        budget.current().check()
     try:
         return compiled.search(text) is not None
     except UnicodeEncodeError:
