@@ -29,6 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from akrelay.kip.kql.regex import MAX_SUBJECT, compile_regex  # noqa: E402
 
+def _ab(n: int) -> str:
+    return "".join(random.Random(1).choice("ab") for _ in range(n))
+
+
 CASES = [
     # pattern, subject builder, issue size, sizes Python re can finish
     ("^(a|a){1,27}c", lambda n: "a" * n, 200, (16, 20, 22)),
@@ -36,7 +40,9 @@ CASES = [
     ("(a|a)*c", lambda n: "a" * n, 60, (16, 20, 22)),
     ("(a+)+b", lambda n: "a" * n, 60, (16, 20, 22)),
     ("(x+x+)+y", lambda n: "x" * n, 60, (10, 12, 14)),
-    ("(a|b)*a(a|b){200}c", lambda n: "".join(random.Random(1).choice("ab") for _ in range(n)), 4096, ()),
+    # a DFA that outgrows its cache: RE2 stays linear, with its largest constant
+    ("(a|b)*a(a|b){20}c$", lambda n: _ab(n - 1) + "c", 4096, ()),
+    ("(a|b)*a(a|b){40}(a|b)*b", lambda n: _ab(n - 1) + "c", 4096, ()),
 ]
 
 

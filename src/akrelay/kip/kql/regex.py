@@ -14,9 +14,9 @@ Limits: a pattern is at most ``MAX_PATTERN`` characters and each counted
 repetition at most ``{1000}`` (RE2's own bound); a pattern whose compiled program
 outgrows ``MAX_PROGRAM_BYTES`` fails ``ResourceExhausted``, as does a subject
 longer than ``MAX_SUBJECT`` characters (never truncated). Every match is linear,
-but a long subject costs up to about 0.1 s, so it is preceded by a check of the
-request's CPU budget. A non-string subject
-is unknown (the filter does not pass).
+but a long subject costs tens of milliseconds (21 ms measured on 64 KiB with a
+thrashing DFA), so it is preceded by a check of the request's CPU budget. A
+non-string subject is unknown (the filter does not pass).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MAX_SUBJECT = 65536
 MAX_PROGRAM_BYTES = 2 << 20
 CACHED = 64
 #: Subjects at least this long are matched after an immediate budget check: one
-#: such match costs up to about 0.1 s when RE2's DFA cache thrashes, too much to
+#: such match costs tens of milliseconds when RE2's DFA cache thrashes, too much to
 #: leave to the amortised tick.
 LONG_SUBJECT = 4096
 _HINT = "REGEX uses RE2 syntax; see the REGEX dialect in docs/kql.md"
