@@ -135,6 +135,28 @@ def test_budget_option_reaches_the_runtime() -> None:
         assert limits["cpu_budget_ms"] is None
 
 
+def test_kip_requests_use_their_own_few_threads(monkeypatch) -> None:
+    """Queued KIP requests (one runs at a time) must not take the thread pool that search shares."""
+    import anyio.to_thread
+
+    import akrelay.http.kip as kip_route
+
+    seen = []
+    real = anyio.to_thread.run_sync
+
+    async def spy(fn, *args, limiter=None, **kwargs):
+        if getattr(fn, "__name__", "") == "handle":
+            seen.append(limiter)
+        return await real(fn, *args, limiter=limiter, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", spy)
+    with _client() as client:
+        body = json.dumps({"kip": "2.0", "operations": [{"command": "DESCRIBE PROTOCOL"}]}).encode()
+        assert _post(client, body).status_code == 200
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0].total_tokens == kip_route.KIP_THREADS
+
+
 # ------------------------------------------------------------------ a real relay
 
 

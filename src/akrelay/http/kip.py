@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
@@ -33,6 +34,10 @@ from akrelay.protocol.ijson import parse_strict
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
+#: Worker threads KIP requests may hold at once. The runtime runs one request at a
+#: time, so more threads would only wait on its lock while taking the shared
+#: thread pool (40) from search; further KIP requests wait in the event loop.
+KIP_THREADS = 4
 
 #: Gateways created by route providers, so embedding code and tests can stop them.
 GATEWAYS: list["Gateway"] = []
@@ -117,11 +122,13 @@ def stop_followers() -> None:
 
 def routes(relay: Any, settings: Any) -> list[Any]:
     gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
+    limiter = anyio.CapacityLimiter(KIP_THREADS)
 
     @post(KIP_PATH, status_code=200)
     async def kip(request: Request) -> Response[bytes]:
         body = await request.body()
-        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"))
+        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"),
+                                                          limiter=limiter)
         return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
 
     return [kip]
