@@ -121,6 +121,7 @@ def test_deep_parameter_values_are_refused_before_evaluation(rt) -> None:
         assert response["_http_status"] == 400
         assert response["error"]["code"] == "ResourceExhausted"
         assert response["error"]["details"] == {"limit": "max_request_depth", "max": MAX_REQUEST_DEPTH}
+        assert response["error"]["retry"] == {"class": "requires_different_input"}
     shallow: list = []
     for _ in range(MAX_REQUEST_DEPTH - 5):
         shallow = [shallow]
