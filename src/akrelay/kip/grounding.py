@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
 from akrelay.kip.errors import KipError
 from akrelay.kip.nexus import Nexus, tokens
@@ -48,14 +49,17 @@ def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None
     if not query:
         raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
     postings = nexus.index[kind]
+    tick = _budget.current().tick
     counter: Counter[int] = Counter()
     for q in query:
+        tick()
         entry = postings.get(q)
         if entry is not None:
             counter.update(entry)
     cutoff = nexus.ordinal_limit(seq)
     buckets: dict[int, list[int]] = {}
     for ordinal, matched in counter.items():
+        tick()
         if ordinal < cutoff:
             buckets.setdefault(matched, []).append(ordinal)
     wanted = None if count is None else skip + count + 1
@@ -65,6 +69,7 @@ def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None
         if threshold is not None and score < threshold:
             break
         for ordinal in sorted(buckets[matched]):
+            tick()
             eid = nexus.order[ordinal]
             if nexus.withheld is not None and nexus.hidden(nexus.elements[eid]):
                 continue

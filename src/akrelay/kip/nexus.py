@@ -18,6 +18,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from akrelay.kip import budget
 from akrelay.kip.elements import (
     IMPORT_CHANNEL, IMPORT_ORIGIN_PRINCIPAL, KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition,
 )
@@ -213,7 +214,9 @@ class Nexus:
         if seq is None or seq == self.head:
             return {k: self.kind_counts.get(k, 0) for k in ("concept", "proposition", "assertion", "evidence", "activity")}
         out = dict.fromkeys(("concept", "proposition", "assertion", "evidence", "activity"), 0)
+        tick = budget.current().tick
         for element in self.elements.values():
+            tick()
             if element.created_seq <= seq:
                 out[KIND_OF[type(element)]] += 1
         return out
@@ -221,8 +224,13 @@ class Nexus:
     def type_count(self, type_name: str, seq: int | None = None) -> int:
         if seq is None or seq == self.head:
             return self.type_counts.get(type_name, 0)
-        return sum(1 for e in self.elements.values()
-                   if isinstance(e, Concept) and e.type == type_name and e.created_seq <= seq)
+        tick = budget.current().tick
+        count = 0
+        for e in self.elements.values():
+            tick()
+            if isinstance(e, Concept) and e.type == type_name and e.created_seq <= seq:
+                count += 1
+        return count
 
     # ---- wire views --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig
 from akrelay.kip.follower import KipFollower, load_nexus, rebuild, save_nexus, snapshot_path
 from akrelay.kip.runtime import KipRuntime
@@ -43,12 +44,18 @@ def withheld_predicate(store: Any) -> Any:
 
 
 def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str,
-                 follow: bool = True) -> tuple[KipRuntime, KipFollower]:
-    """A runtime over ``store``, resumed from ``<data>/kip-nexus.pickle`` when valid."""
-    config = KipConfig.load(data_dir, origin=origin)
+                 follow: bool = True, config: KipConfig | None = None, environment: Any = None,
+                 budget_ms: int | None = DEFAULT_BUDGET_MS) -> tuple[KipRuntime, KipFollower]:
+    """A runtime over ``store``, resumed from ``<data>/kip-nexus.pickle`` when valid.
+
+    ``config`` and ``environment`` are read from their files unless the caller
+    loaded them already (the HTTP route does so at app start).
+    """
+    config = config if config is not None else KipConfig.load(data_dir, origin=origin)
     path = snapshot_path(data_dir) if data_dir is not None else None
     nexus = load_nexus(path, config.space_id, store.checkpoint()) if path is not None else None
-    runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store))
+    runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store), environment=environment,
+                         budget_ms=budget_ms)
     runtime.nexus.withheld = withheld_predicate(store)
     writer_lock = LeaderLock(Path(data_dir) / SNAPSHOT_LOCK) if data_dir is not None else None
     follower = KipFollower(store, runtime, snapshot=path, writer_lock=writer_lock)
