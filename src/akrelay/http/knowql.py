@@ -18,9 +18,10 @@ from typing import Any, Awaitable, Callable
 
 import anyio.to_thread
 import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import Request, delete, get, post
+from litestar.response.base import ASGIResponse
 from litestar.exceptions import HTTPException
-from litestar.response import Stream
+from litestar.response.streaming import ASGIStreamingResponse
 
 from akrelay.http.search import data_dir_of, search_service
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
@@ -97,12 +98,12 @@ def _close_with(relay: Any, service: KnowqlService) -> None:
         pass
 
 
-def _json_response(body: Any, status: int, version: str) -> Response[bytes]:
-    return Response(content=msgspec.json.encode(body), status_code=status, media_type=JSON,
-                    headers={VERSION_HEADER: version})
+def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
+    return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
+                        headers={VERSION_HEADER: version})
 
 
-async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> Any:
+async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
     """Run ``work(version)``; refusals become seed 000 §9.4 bodies; the version is echoed."""
     version = API_VERSIONS[0]
     try:
@@ -119,15 +120,16 @@ async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> An
         if exc.status_code >= 500:
             raise
         return _json_response(bad_request(str(exc.detail)).to_wire(), 400, version)
-    if isinstance(result, (Response, Stream)):
-        result.headers[VERSION_HEADER] = version
+    if isinstance(result, ASGIStreamingResponse):
         return result
     status, body = result
     return _json_response(body, status, version)
 
 
-def _sse(frames: Any) -> Stream:
-    return Stream(frames, media_type=SSE, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
+    """An SSE response (built directly: a handler's JSON media type would override a ``Stream``'s)."""
+    return ASGIStreamingResponse(iterator=frames, media_type=SSE, headers={
+        "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
 
 
 def routes(relay: Any, settings: Any) -> list[Any]:
@@ -135,7 +137,7 @@ def routes(relay: Any, settings: Any) -> list[Any]:
     store = service.store
 
     @post(QUERY_PATH, status_code=200)
-    async def query(request: Request) -> Any:
+    async def query(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
             from akrelay.http.app import _require_json
 
@@ -151,7 +153,7 @@ def routes(relay: Any, settings: Any) -> list[Any]:
                 return 202, accepted
             if doc.stream:
                 service.start(turn)
-                return _sse(tail(store, turn.query_id))
+                return _sse(tail(store, turn.query_id), version)
             future = asyncio.wrap_future(service.start(turn))
             try:
                 await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, turn.deadline - time.time()))
@@ -169,52 +171,57 @@ def routes(relay: Any, settings: Any) -> list[Any]:
         return await _answer(request, work)
 
     @get("/queries/{query_id:str}")
-    async def get_query(request: Request, query_id: str) -> Any:
+    async def get_query(request: Request) -> ASGIResponse:
+        query_id = request.path_params["query_id"]
         async def work(version: str) -> Any:
             return 200, await anyio.to_thread.run_sync(service.query, query_id)
 
         return await _answer(request, work)
 
     @post("/queries/{query_id:str}/cancel", status_code=200)
-    async def cancel_query(request: Request, query_id: str) -> Any:
+    async def cancel_query(request: Request) -> ASGIResponse:
+        query_id = request.path_params["query_id"]
         async def work(version: str) -> Any:
             return 200, await anyio.to_thread.run_sync(service.cancel, query_id)
 
         return await _answer(request, work)
 
     @get("/queries/{query_id:str}/events")
-    async def query_events(request: Request, query_id: str) -> Any:
+    async def query_events(request: Request) -> ASGIResponse:
+        query_id = request.path_params["query_id"]
         async def work(version: str) -> Any:
             await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
             last = (request.headers.get("last-event-id") or "").strip()
             start = int(last) if last.isdigit() and len(last) < 12 else 1
-            return _sse(tail(store, query_id, start))
+            return _sse(tail(store, query_id, start), version)
 
         return await _answer(request, work)
 
     @get("/sessions/{session_id:str}")
-    async def get_session(request: Request, session_id: str) -> Any:
+    async def get_session(request: Request) -> ASGIResponse:
+        session_id = request.path_params["session_id"]
         async def work(version: str) -> Any:
             return 200, await anyio.to_thread.run_sync(service.session, session_id)
 
         return await _answer(request, work)
 
     @delete("/sessions/{session_id:str}", status_code=200)
-    async def delete_session(request: Request, session_id: str) -> Any:
+    async def delete_session(request: Request) -> ASGIResponse:
+        session_id = request.path_params["session_id"]
         async def work(version: str) -> Any:
             return 200, await anyio.to_thread.run_sync(service.delete_session, session_id)
 
         return await _answer(request, work)
 
     @get("/models")
-    async def models(request: Request) -> Any:
+    async def models(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
             return 200, service.models()
 
         return await _answer(request, work)
 
     @get("/contexts")
-    async def contexts(request: Request) -> Any:
+    async def contexts(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
             return 200, service.context_list()
 

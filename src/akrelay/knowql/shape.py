@@ -123,7 +123,7 @@ def _project_item(item: dict[str, Any], schema: Any) -> Any:
     out = {}
     for name in props:
         key = _norm(name)
-        aliases = {"id": ("id", "source"), "title": ("title", "name"), "name": ("name", "title"),
+        aliases = {"id": ("source", "id"), "title": ("title", "name"), "name": ("name", "title"),
                    "statement": ("text", "statement"), "text": ("text", "statement"), "kind": ("kind",),
                    "status": ("status",), "belief": ("status",), "score": ("score",), "source": ("source",),
                    "url": ("url",), "event_id": ("source",), "hash": ("source",)}.get(key, (key,))
