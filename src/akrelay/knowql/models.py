@@ -35,6 +35,10 @@ class TurnInput:
     deadline: float                           # time.time() value the composer must finish by
 
 
+class ComposerError(Exception):
+    """The composer could not produce an answer; the turn fails with this message."""
+
+
 class Composer(Protocol):
     def compose(self, turn: TurnInput, retrieval: Retrieval, emit: Callable[[str], None]) -> Composition: ...
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
-from akrelay.knowql.models import ModelEntry, TurnInput
+from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.shape import ShapeFailure, require_conforming
@@ -59,8 +59,9 @@ class TurnRunner:
             self._run(turn)
         except TurnEnded:
             return
-        except ShapeFailure as exc:
-            self._fail(turn, str(exc))
+        except (ShapeFailure, ComposerError) as exc:
+            late = self.clock() >= turn.deadline
+            self._fail(turn, f"timed out after {turn.timeout} s" if late else str(exc))
         except Exception:  # a bug: the turn fails, the worker goes on answering
             log.exception("KnowQL turn %s failed", turn.query_id)
             self._fail(turn, "internal error while running the turn")
