@@ -95,15 +95,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     try:
         with RelayClient(args.relay, cacert=args.cacert) as client:
             doc = client.ask(document, on_event=show if streamed else None)
-    except ServiceError as exc:
-        print(f"error: {exc.code} ({exc.status}): {exc.message}", file=sys.stderr)
-        return EXIT_REFUSED
-    except ResponseError as exc:
-        print(f"error: invalid_response: {exc}", file=sys.stderr)
-        return EXIT_RESPONSE
-    except (httpx.HTTPError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (ServiceError, ResponseError, httpx.HTTPError, ValueError, OSError) as exc:
+        return _refused(exc)
     if args.json:
         print(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
         return 0 if doc.get("status") == "completed" else EXIT_FAILED
@@ -125,3 +118,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
     extension = doc.get("akrelay") or {}
     print(f"\nsession {doc.get('session_id')}  query {doc.get('id')}  snapshot seq {extension.get('snapshot_seq')}")
     return 0
+
+
+def _refused(exc: Exception) -> int:
+    """The message and exit code of a turn the relay (or the connection) refused."""
+    from akrelay.client import ResponseError, ServiceError
+
+    if isinstance(exc, ServiceError):
+        message, code = f"{exc.code} ({exc.status}): {exc.message}", EXIT_REFUSED
+    elif isinstance(exc, ResponseError):
+        message, code = f"invalid_response: {exc}", EXIT_RESPONSE
+    else:
+        message, code = str(exc), EXIT_USAGE
+    print(f"error: {message}", file=sys.stderr)
+    return code

@@ -170,25 +170,10 @@ def routes(relay: Any, settings: Any) -> list[Any]:
 
         return await _answer(request, work)
 
-    @get("/queries/{query_id:str}")
-    async def get_query(request: Request) -> ASGIResponse:
-        query_id = request.path_params["query_id"]
-        async def work(version: str) -> Any:
-            return 200, await anyio.to_thread.run_sync(service.query, query_id)
-
-        return await _answer(request, work)
-
-    @post("/queries/{query_id:str}/cancel", status_code=200)
-    async def cancel_query(request: Request) -> ASGIResponse:
-        query_id = request.path_params["query_id"]
-        async def work(version: str) -> Any:
-            return 200, await anyio.to_thread.run_sync(service.cancel, query_id)
-
-        return await _answer(request, work)
-
     @get("/queries/{query_id:str}/events")
     async def query_events(request: Request) -> ASGIResponse:
         query_id = request.path_params["query_id"]
+
         async def work(version: str) -> Any:
             await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
             last = (request.headers.get("last-event-id") or "").strip()
@@ -197,37 +182,29 @@ def routes(relay: Any, settings: Any) -> list[Any]:
 
         return await _answer(request, work)
 
-    @get("/sessions/{session_id:str}")
-    async def get_session(request: Request) -> ASGIResponse:
-        session_id = request.path_params["session_id"]
+    resources = [
+        _resource(get, "/queries/{id:str}", service.query),
+        _resource(post, "/queries/{id:str}/cancel", service.cancel),
+        _resource(get, "/sessions/{id:str}", service.session),
+        _resource(delete, "/sessions/{id:str}", service.delete_session),
+        _resource(get, "/models", service.models),
+        _resource(get, "/contexts", service.context_list),
+    ]
+    return [query, query_events, *resources]
+
+
+def _resource(method: Any, path: str, call: Callable[..., Any]) -> Any:
+    """A JSON resource route: ``call(id)`` (or ``call()`` without ``{id}``) in a thread, answered 200."""
+    @method(path, status_code=200, name=f"knowql {method.__name__} {path}")
+    async def resource(request: Request) -> ASGIResponse:
+        args = [request.path_params["id"]] if "id" in request.path_params else []
+
         async def work(version: str) -> Any:
-            return 200, await anyio.to_thread.run_sync(service.session, session_id)
+            return 200, await anyio.to_thread.run_sync(call, *args)
 
         return await _answer(request, work)
 
-    @delete("/sessions/{session_id:str}", status_code=200)
-    async def delete_session(request: Request) -> ASGIResponse:
-        session_id = request.path_params["session_id"]
-        async def work(version: str) -> Any:
-            return 200, await anyio.to_thread.run_sync(service.delete_session, session_id)
-
-        return await _answer(request, work)
-
-    @get("/models")
-    async def models(request: Request) -> ASGIResponse:
-        async def work(version: str) -> Any:
-            return 200, service.models()
-
-        return await _answer(request, work)
-
-    @get("/contexts")
-    async def contexts(request: Request) -> ASGIResponse:
-        async def work(version: str) -> Any:
-            return 200, service.context_list()
-
-        return await _answer(request, work)
-
-    return [query, get_query, cancel_query, query_events, get_session, delete_session, models, contexts]
+    return resource
 
 
 def _with(doc: Any, **changes: Any) -> Any:
