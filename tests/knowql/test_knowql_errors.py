@@ -212,3 +212,13 @@ def test_random_documents_never_give_a_5xx() -> None:
                 _error(r)
 
         check()
+
+
+def test_unpaired_surrogates_anywhere_are_400() -> None:
+    with knowql_app() as kq:
+        for member in ('"ask": "\\ud800"', '"vars": {"\\udfff": 1}', '"shape": {"title": "\\ud800"}',
+                       '"tools": ["\\ud800"]', '"system_prompt": "x\\udc00"'):
+            body = '{"ask": "q", "scope": ["knowledge"], ' + member + "}"
+            r = kq.ask(body.replace('"ask": "q", ', "") if member.startswith('"ask"') else body)
+            assert _error(r) == (400, "bad_request"), (member, r.text)
+        assert _rows(kq) == (0, 0)

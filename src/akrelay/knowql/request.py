@@ -179,13 +179,23 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def _encoded_size(name: str, value: Any) -> int:
+    """UTF-8 size of a JSON value; 400 if it holds an unpaired surrogate (it could not be stored)."""
+    try:
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise bad_request(f"{name} contains an unpaired surrogate") from None
+    except (RecursionError, ValueError):
+        raise bad_request(f"{name} is nested too deeply") from None
+
+
 def _shape(doc: dict[str, Any]) -> dict[str, Any] | None:
     value = doc.get("shape")
     if value is None:
         return None
     if not isinstance(value, dict):
         raise bad_request("shape must be a JSON Schema object (KnowQL 0.1.0 has no shorthand)")
-    if len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > MAX_SHAPE_BYTES:
+    if _encoded_size("shape", value) > MAX_SHAPE_BYTES:
         raise bad_request(f"shape is larger than {MAX_SHAPE_BYTES} bytes")
     if _depth(value, MAX_SHAPE_DEPTH) > MAX_SHAPE_DEPTH:
         raise bad_request(f"shape is nested deeper than {MAX_SHAPE_DEPTH} levels")
@@ -201,7 +211,7 @@ def _vars(doc: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise bad_request("vars must be an object")
-    if len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) > MAX_VARS_BYTES:
+    if _encoded_size("vars", value) > MAX_VARS_BYTES:
         raise bad_request(f"vars is larger than {MAX_VARS_BYTES} bytes")
     policy = value.get("policy")
     if policy is not None:

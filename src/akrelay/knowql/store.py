@@ -80,10 +80,10 @@ class SqliteTurnStore:
         self._db = sqlite3.connect(target, timeout=10.0, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         with self._lock:
+            self._db.execute("PRAGMA busy_timeout=10000")
             if self.path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=10000")
             self._db.executescript(_SCHEMA)
 
     @classmethod
