@@ -204,9 +204,13 @@ def wait_ready(origin: str, context: ssl.SSLContext, records: int, corpus: Corpu
     deadline = time.monotonic() + 900
     ready = 0
     while time.monotonic() < deadline and ready < 6:
-        with httpx.Client(verify=context, timeout=120) as http:  # fresh connections reach both workers
-            _, doc = ask(http, origin, body)
-        ready = ready + 1 if doc["akrelay"]["snapshot_seq"] >= records else 0
+        # Fresh connections reach both workers; the first turn of each waits for its nexus to load.
+        with httpx.Client(verify=context, timeout=900) as http:
+            try:
+                _, doc = ask(http, origin, body)
+            except RuntimeError:  # a 504 while a worker is still loading
+                doc = {"akrelay": {"snapshot_seq": 0}}
+        ready = ready + 1 if doc["akrelay"].get("snapshot_seq", 0) >= records else 0
         if not ready:
             time.sleep(1.0)
     if ready < 6:

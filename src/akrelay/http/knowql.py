@@ -66,15 +66,19 @@ def knowql_service(relay: Any, settings: Any) -> KnowqlService:
             service = _SERVICES.get(relay)
             if service is None:
                 gateway: list[Any] = []
+                ref = weakref.ref(relay)  # the service must not keep its relay alive
 
                 def runtime() -> Any:
                     if not gateway:
-                        gateway.append(_gateway(relay))
+                        gateway.append(_gateway(ref()))
                     return gateway[0].runtime()
 
                 def search() -> Any:
-                    found = search_service(relay, settings)
-                    checkpoint = relay.checkpoint()
+                    owner = ref()
+                    if owner is None:
+                        raise RuntimeError("the relay of this KnowQL service is gone")
+                    found = search_service(owner, settings)
+                    checkpoint = owner.checkpoint()
                     if found.index_seq() < checkpoint:  # let a just-accepted event reach the index
                         found.wait_indexed(checkpoint, timeout=0.5)
                     return found

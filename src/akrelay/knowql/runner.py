@@ -45,12 +45,12 @@ class Turn:
 
 
 class TurnRunner:
-    def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], relay: Any,
+    def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
                  origin: str, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.search = search
         self.runtime = runtime
-        self.relay = relay
+        self.records = records  # the relay's store (acceptance records)
         self.origin = origin
         self.clock = clock
 
@@ -96,7 +96,7 @@ class TurnRunner:
         history_asks = [ask for ask, _ in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
-            store=self.relay.store, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
+            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}")

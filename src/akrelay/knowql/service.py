@@ -45,14 +45,16 @@ class KnowqlService:
     def __init__(self, relay: Any, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
                  search: Callable[[], Any], runtime: Callable[[], Any], clock: Callable[[], float] = time.time,
                  default_policy: str = "akrelay:corroborated") -> None:
-        self.relay = relay
+        # Only what a turn needs: holding the relay itself would keep it alive (the
+        # routes keep one service per relay in a weak mapping).
+        self.origin = relay.config.origin
         self.settings = settings
         self.store = store
         self.contexts = contexts
         self.clock = clock
         self.default_policy = default_policy
         self.catalog: Catalog = build_catalog(settings, ExtractiveComposer())
-        self.runner = TurnRunner(store, search=search, runtime=runtime, relay=relay, origin=relay.config.origin,
+        self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
                                  clock=clock)
         self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
 
