@@ -192,6 +192,7 @@ def test_sessions_pin_fields_chain_queries_and_replay_history() -> None:
         assert session["last_query_id"] == third["id"]
         assert [q["id"] for q in session["queries"]] == [first["id"], second["id"], third["id"]]
         d = kq.client.delete(f"/sessions/{sid}")
+        validator("DeleteSessionResponse").validate(d.json())
         assert d.status_code == 200 and d.json() == {"deleted": True}
         assert kq.client.delete(f"/sessions/{sid}").json() == {"deleted": False}
         assert kq.client.get(f"/sessions/{sid}").status_code == 404
