@@ -78,9 +78,9 @@ def knowql_service(relay: Any, settings: Any) -> KnowqlService:
                     if owner is None:
                         raise RuntimeError("the relay of this KnowQL service is gone")
                     found = search_service(owner, settings)
-                    checkpoint = owner.checkpoint()
-                    if found.index_seq() < checkpoint:  # let a just-accepted event reach the index
-                        found.wait_indexed(checkpoint, timeout=0.5)
+                    # No waiting for the index: the turn's snapshot is the lower of the index
+                    # position and the nexus head, reported as akrelay.snapshot_seq.
+                    found.notify()
                     return found
 
                 service = KnowqlService.open(relay, settings, data_dir_of(relay), search=search, runtime=runtime)
