@@ -17,7 +17,8 @@ HTTPS:
 * **retrieval quality** on a labelled set: ``--topics`` topics, each with a few
   key words planted in ``--relevant`` capsules; a question per topic phrased
   in natural language (stop words, question words, key words in another
-  order), and twice as many hard negatives that mention one key word once.
+  order): a relevant capsule mentions each of the three key words once; twice as many hard negatives
+  mention two of them, one twice.
   recall@10 and nDCG@10 of KnowQL's retrieval (the artifacts of a
   retrieval-only turn) against plain BM25 on the same Tantivy index (every
   trigram of the raw question OR-ed, top 10 records, no stop words, no
@@ -90,9 +91,13 @@ class Corpus:
         slots = rng.sample(range(capsules), topics * relevant * 3)
         self.relevant = {t: slots[t * relevant:(t + 1) * relevant] for t in range(topics)}
         self.planted = {i: t for t, idx in self.relevant.items() for i in idx}
-        #: hard negatives: capsules that mention one of a topic's words, once
+        #: hard negatives: capsules that mention two of a topic's three words, one of them twice
         rest = slots[topics * relevant:]
-        self.partial = {i: self.topic_words[k % topics][k % 3] for k, i in enumerate(rest)}
+        self.partial = {}
+        for k, i in enumerate(rest):
+            words = self.topic_words[k % topics]
+            first, second = words[k % 3], words[(k + 1) % 3]
+            self.partial[i] = f"{first} {second} {first}"
         self.authors = [Signer.from_seed(bytes([i + 1]) * 32) for i in range(8)]
         self.assessors = [Signer.from_seed(bytes([i + 101]) * 32) for i in range(8)]
         self.signatures = {}
@@ -114,8 +119,8 @@ class Corpus:
             statement = f"{statement} {self.partial[i]}."
         if topic is not None:
             a, b, c = self.topic_words[topic]
-            title = f"{a} {b} {title}"
-            statement = f"{statement} {c} {a} {b} {c}."
+            title = f"{a} {title}"
+            statement = f"{statement} {b} {c}."
         payload = {"license": LICENSE, "kind": rng.choice(("observation", "result", "procedure", "synthesis")),
                    "title": title.capitalize(), "statement": statement, "language": "en",
                    "context": {"scope": self.text(4), "conditions": [], "limitations": []},
