@@ -102,7 +102,7 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
     if extra is not None:
         variants.append(extra[0])
         runs.append((extra[1], HISTORY_WEIGHT))
-    wanted = max(limit * 3, 30)
+    wanted = max(limit * 2, 20)  # records: a capsule's publication and its assessments
     best: dict[str, tuple[float, int, Any]] = {}
     for words, weight in runs:
         hits, _ = search.question(words, snapshot, wanted, types=(PUBLISH, ASSESS))
@@ -113,6 +113,8 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
                 best[hit.record.id] = (score, hit.record.seq, hit.record)
     ranked = sorted(best.values(), key=lambda item: (-item[0], item[1]))
 
+    targets = store.get_many(sorted({r.envelope.payload["target"] for _, _, r in ranked
+                                     if r.envelope.type != PUBLISH}))
     capsules: dict[str, dict[str, Any]] = {}
     with runtime.lock:
         for score, seq, record in ranked:
@@ -121,7 +123,7 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
             if envelope.type == PUBLISH:
                 capsule_record = record
             else:
-                capsule_record = store.get(payload["target"])
+                capsule_record = targets.get(payload["target"])
                 if (capsule_record is None or capsule_record.withheld or capsule_record.seq > snapshot
                         or capsule_record.envelope.type != PUBLISH):
                     continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, envelope
@@ -23,6 +23,9 @@ from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.shape import ShapeFailure, require_conforming
 
 log = logging.getLogger("akrelay.knowql")
+
+#: Progress events older than this are written even mid-step (streamed deltas).
+FLUSH_SECONDS = 0.02
 
 
 class TurnEnded(Exception):
@@ -42,6 +45,9 @@ class Turn:
     guardrails: str | None
     deadline: float
     timeout: int
+    #: progress events not yet written, and when the runner last wrote them
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    flushed_at: float = 0.0
 
 
 class TurnRunner:
@@ -68,20 +74,34 @@ class TurnRunner:
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def _emit(self, turn: Turn, event: dict[str, Any]) -> None:
-        if self.clock() > turn.deadline:
+    def _emit(self, turn: Turn, event: dict[str, Any], *, flush: bool = False) -> None:
+        """Queue a progress event; write the queue when asked, or when it is older than :data:`FLUSH_SECONDS`.
+
+        Batching keeps a turn to a few store transactions (an extractive answer's
+        deltas are written together) while a slow composer's deltas still reach
+        streams within a few tens of milliseconds.
+        """
+        turn.pending.append(event)
+        if flush or self.clock() - turn.flushed_at >= FLUSH_SECONDS:
+            self._flush(turn)
+
+    def _flush(self, turn: Turn) -> None:
+        pending, turn.pending = turn.pending, []
+        turn.flushed_at = self.clock()
+        if turn.flushed_at > turn.deadline:
             message = f"timed out after {turn.timeout} s"
-            self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+            self.store.finish(turn.query_id, "failed", {"error": message},
+                              {"type": "response.failed", "error": message}, pending=pending)
             raise TurnEnded()
-        if self.store.append_event(turn.query_id, event) is None:
+        if self.store.append_events(turn.query_id, pending) is None:
             raise TurnEnded()
 
     def _step(self, turn: Turn, steps: list[dict[str, Any]], step_id: str, fns: list[str],
-              commentary: str, status: str = "completed") -> None:
+              commentary: str, status: str = "completed", *, flush: bool = False) -> None:
         step = {"step_id": step_id, "status": status, "commentary": commentary, "fns": fns}
         if status != "running":
             steps.append(step)
-        self._emit(turn, {"type": "response.step", **step})
+        self._emit(turn, {"type": "response.step", **step}, flush=flush)
 
     def _run(self, turn: Turn) -> None:
         started = self.clock()
@@ -89,7 +109,7 @@ class TurnRunner:
         steps: list[dict[str, Any]] = []
         self._emit(turn, {"type": "response.created", "session_id": turn.session_id})
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus"], "ranking capsules for the ask",
-                   "running")
+                   "running", flush=True)
         mode = doc.retrieval_mode()
         limit = (doc.max_retrieved or 20) if mode is not None else min(doc.max_retrieved or COMPOSE_DEFAULT,
                                                                         COMPOSE_DEFAULT)
@@ -99,7 +119,7 @@ class TurnRunner:
             store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
-                   f"{retrieval.snapshot_seq} under {turn.policy}")
+                   f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
         extension = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
                      "policy": turn.policy, "scope": [c.slug for c in turn.scope],
                      "warnings": list(doc.warnings)}
@@ -136,10 +156,13 @@ class TurnRunner:
         self._emit(turn, {"type": "response.turn_rollup", "n_steps": len(steps), "n_tool_calls": 0,
                           "by_category": {}, "total_hits": len(retrieval.chunks), "duration_ms": duration})
         fields.update(steps=steps, akrelay=extension, error=None)
-        self.store.finish(turn.query_id, "completed", fields)
+        pending, turn.pending = turn.pending, []
+        self.store.finish(turn.query_id, "completed", fields, pending=pending)
 
     def _fail(self, turn: Turn, message: str) -> None:
-        self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+        pending, turn.pending = turn.pending, []
+        self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message},
+                          pending=pending)
 
 
 def _text(text: str) -> dict[str, Any]:

@@ -51,8 +51,9 @@ class TurnStore(Protocol):
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
     def session_queries(self, session_id: str) -> list[dict[str, Any]]: ...
     def delete_session(self, session_id: str) -> bool: ...
-    def append_event(self, query_id: str, event: dict[str, Any]) -> int | None: ...
-    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None) -> bool: ...
+    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None: ...
+    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
+               *, pending: list[dict[str, Any]] = ()) -> bool: ...  # type: ignore[assignment]
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
     def close(self) -> None: ...
 
@@ -164,11 +165,13 @@ class SqliteTurnStore:
             return self.get_query(query_id, now=now)
         return json.loads(doc)
 
-    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None) -> bool:
+    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
+               *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
         """Move an in_progress query to ``status`` with ``fields`` merged into its document.
 
-        ``event`` (the terminal one, ``response.<status>`` by default) is appended
-        in the same transaction. ``False`` when the query was no longer in progress.
+        ``pending`` progress events, then ``event`` (the terminal one,
+        ``response.<status>`` by default), are appended in the same transaction.
+        ``False`` when the query was no longer in progress (nothing is written).
         """
         assert status in TERMINAL
         now = self.clock()
@@ -184,6 +187,8 @@ class SqliteTurnStore:
             db.execute("UPDATE queries SET status = ?, doc = ? WHERE id = ?", (status, _dump(doc), query_id))
             db.execute("UPDATE sessions SET inflight = NULL, updated_at = ? WHERE id = ? AND inflight = ?",
                        (rfc3339(now), row[1], query_id))
+            for progress in pending:
+                self._append(db, query_id, dict(progress, query_id=query_id))
             terminal = dict(event or {"type": _EVENT_OF[status]})
             terminal.setdefault("type", _EVENT_OF[status])
             terminal["query_id"] = query_id
@@ -194,13 +199,16 @@ class SqliteTurnStore:
 
         return self._write(tx)
 
-    def append_event(self, query_id: str, event: dict[str, Any]) -> int | None:
-        """Append a progress event while the query is in progress; its seq, or ``None`` if it ended."""
+    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
+        """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
         def tx(db: sqlite3.Connection) -> int | None:
             row = db.execute("SELECT status FROM queries WHERE id = ?", (query_id,)).fetchone()
             if row is None or row[0] != "in_progress":
                 return None
-            return self._append(db, query_id, dict(event, query_id=query_id))
+            seq = 0
+            for event in events:
+                seq = self._append(db, query_id, dict(event, query_id=query_id))
+            return seq
 
         return self._write(tx)
 

@@ -85,30 +85,42 @@ def build_question_query(terms: Sequence[str], snapshot: int, types: Iterable[st
 
 def question_search(terms: Sequence[str], searcher: Searcher, store: Store, snapshot: int, limit: int, *,
                     types: Iterable[str] = (), candidates: int = 400) -> list[QuestionHit]:
-    """The best ``limit`` verified hits for ``terms`` at ``snapshot``, best first."""
+    """The best ``limit`` verified hits for ``terms`` at ``snapshot``, best first.
+
+    Candidates are read in BM25 order, in growing batches, until ``limit`` are
+    verified or ``candidates`` were examined. Ties at the cut are broken by seq
+    within what was read.
+    """
     if not terms or limit < 1 or snapshot < 1:
         return []
     from akrelay.protocol.text import eligible_fields
 
     query = build_question_query(terms, snapshot, tuple(types))
-    result = searcher.search(query, max(limit * 3, min(candidates, limit * 10)), count=False)
-    addresses = [address for _, address in result.hits]
-    if not addresses:
-        return []
-    seqs = searcher.fast_field_values("seq", addresses)
-    ids = [searcher.doc(address).get_first("id") for address in addresses]
-    found = store.get_many([i for i in ids if i is not None])
     hits: list[tuple[float, int, Record]] = []
     seen: set[str] = set()
-    for (score, _), seq, event_id in zip(result.hits, seqs, ids):
-        record = found.get(event_id) if event_id is not None else None
-        if (record is None or record.withheld or record.seq != seq or record.seq > snapshot
-                or event_id in seen):
-            continue
-        haystack = fold("\n".join(eligible_fields(record.envelope)))
-        if not any(term in haystack for term in terms):
-            continue
-        seen.add(event_id)
-        hits.append((round(float(score), 6), record.seq, record))
+    examined = 0
+    size = limit + 8  # verification rarely drops a candidate: fetch a little more than asked
+    while examined < candidates:
+        batch = searcher.search(query, min(size, candidates - examined), count=False, offset=examined).hits
+        if not batch:
+            break
+        examined += len(batch)
+        addresses = [address for _, address in batch]
+        seqs = searcher.fast_field_values("seq", addresses)
+        ids = [searcher.doc(address).get_first("id") for address in addresses]
+        found = store.get_many([i for i in ids if i is not None])
+        for (score, _), seq, event_id in zip(batch, seqs, ids):
+            record = found.get(event_id) if event_id is not None else None
+            if (record is None or record.withheld or record.seq != seq or record.seq > snapshot
+                    or event_id in seen):
+                continue
+            haystack = fold("\n".join(eligible_fields(record.envelope)))
+            if not any(term in haystack for term in terms):
+                continue
+            seen.add(event_id)
+            hits.append((round(float(score), 6), record.seq, record))
+        if len(hits) >= limit or len(batch) < size:
+            break
+        size = 2 * size
     hits.sort(key=lambda item: (-item[0], item[1]))
     return [QuestionHit(record, score) for score, _, record in hits[:limit]]
