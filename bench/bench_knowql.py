@@ -34,7 +34,6 @@ import argparse
 import concurrent.futures
 import hashlib
 import itertools
-import json
 import math
 import os
 import random
