@@ -81,3 +81,17 @@ def test_unknown_session_and_delete(store) -> None:
     assert [seq for seq, _, _ in store.events("qry_1", 2)] == [2]
     assert store.delete_session("ses_1") is True and store.delete_session("ses_1") is False
     assert store.get_query("qry_1") is None and store.events("qry_1") == []
+
+
+def test_a_bad_contexts_file_is_refused_when_settings_resolve(tmp_path) -> None:
+    from akrelay.settings import SettingsError, load_settings
+
+    bad = tmp_path / "contexts.json"
+    for text, message in (('{"contexts": [{"slug": "X"}]}', "slug must be"),
+                          ('{"contexts": [{"slug": "ops", "filter": {"colour": "red"}}]}', "unknown filter field"),
+                          ('{"contexts": [{"slug": "knowledge"}]}', "built in"), ("nope", "not JSON")):
+        bad.write_text(text)
+        with pytest.raises(SettingsError, match=message):
+            load_settings({"knowql_contexts": str(bad)}, {})
+    with pytest.raises(SettingsError, match="cannot read"):
+        load_settings({"knowql_contexts": str(tmp_path / "missing.json")}, {})

@@ -11,9 +11,9 @@ def _contexts_file(text: Any) -> str:
     """A readable, valid contexts file (checked when the settings are resolved)."""
     value = _str(text)
     if value:
-        from akrelay.knowql.contexts import load_context_file
+        from akrelay.knowql.contexts import ContextRegistry
 
-        load_context_file("https://localhost", value)  # ContextFileError is a ValueError naming the entry
+        ContextRegistry.load("https://localhost", value)  # ContextFileError is a ValueError naming the entry
     return value
 
 
