@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from akrelay.knowql.compose import COMPOSE_DEFAULT, envelope
+from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
 from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
@@ -111,8 +111,13 @@ class TurnRunner:
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus"], "ranking capsules for the ask",
                    "running", flush=True)
         mode = doc.retrieval_mode()
-        limit = (doc.max_retrieved or 20) if mode is not None else min(doc.max_retrieved or COMPOSE_DEFAULT,
-                                                                        COMPOSE_DEFAULT)
+        if mode is None:
+            limit = min(doc.max_retrieved or COMPOSE_DEFAULT, COMPOSE_DEFAULT)
+        else:
+            cap = doc.max_retrieved or RETRIEVAL_DEFAULT
+            # With both kinds, each capsule's artifact and its best passage tie in the one
+            # ranking the cap applies to: half the cap (plus one) in capsules fills it.
+            limit = cap // 2 + 1 if mode[1] == "both" else cap
         history_asks = [ask for ask, _ in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
