@@ -82,7 +82,8 @@ def test_transport_level_400s() -> None:
         r = kq.client.post("/query", content=json.dumps(OK))
         assert _error(r) == (400, "bad_request")
         big = kq.client.post("/query", content=json.dumps({**OK, "pad": "x" * 300_000}), headers=JSON_HEADERS)
-        assert _error(big) == (413, "payload_too_large")
+        # The app's shared body reader may answer this before the KnowQL route runs (no version header then).
+        assert big.status_code == 413 and big.json()["error"]["code"] == "payload_too_large"
         assert _rows(kq) == (0, 0)
 
 
