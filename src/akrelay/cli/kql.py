@@ -115,8 +115,10 @@ def run_kql(args: argparse.Namespace) -> int:
         store = open_store(data, "akrelay kql")
         try:
             runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False)
-            _, envelope = runtime.execute(request)
-            follower.save()
+            try:
+                _, envelope = runtime.execute(request)
+            finally:
+                follower.stop()
         finally:
             store.close()
     if envelope.get("results"):

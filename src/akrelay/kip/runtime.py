@@ -16,7 +16,7 @@ from akrelay.kip import meta
 from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import classify, parse_meta
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
 from akrelay.kip.paging import CursorCodec
 from akrelay.kip.projection import POLICIES, project
@@ -29,7 +29,7 @@ KNOWN_CAPABILITIES = set(meta.SUPPORTED_CAPABILITIES) | set(meta.ENGINE_CAPABILI
 class KipRuntime:
     """In-process KIP reads over one nexus: ``execute(request)``, ``meta(command)``, ``project(...)``."""
 
-    def __init__(self, config: KipConfig | None = None, nexus: Nexus | None = None, *,
+    def __init__(self, config: KipConfig | None = None, nexus: NexusBase | None = None, *,
                  cursor_secret: bytes | None = None) -> None:
         self.config = config or KipConfig()
         self.environment = SchemaEnvironment([load_package(p) for p in self.config.package_paths])
@@ -41,7 +41,8 @@ class KipRuntime:
         if self.nexus.space_id != self.config.space_id:
             raise ValueError("the nexus belongs to another Space")
         self.cursors = CursorCodec(cursor_secret or os.urandom(32))
-        self.lock = threading.RLock()
+        #: held for each read: one request at a time per runtime, at one nexus snapshot
+        self.lock = ReadScope(self.nexus)
 
     # ---- Python API ---------------------------------------------------------------------
 
@@ -92,14 +93,7 @@ class KipRuntime:
 
     def snapshot_at_time(self, at_ms: int, head: int) -> int:
         from akrelay.kip.timefmt import kip_timestamp
-        stamp = kip_timestamp(at_ms)
-        best = 0
-        for tx in self.nexus.transactions:
-            if tx.seq > head:
-                break
-            if tx.committed_at <= stamp:
-                best = tx.seq
-        return best
+        return self.nexus.seq_at_time(kip_timestamp(at_ms), head)
 
     # ---- the wire runtime -------------------------------------------------------------
 
@@ -246,6 +240,42 @@ class KipRuntime:
             return executor(self, command, params, seq)
         raise KipError("InvalidSyntax", "the command does not start with a KQL, KML or META keyword",
                        details={"line": 1, "column": 1})
+
+
+class ReadScope:
+    """The runtime lock: a re-entrant lock that also holds one nexus read snapshot.
+
+    Every operation of a request (META, KQL, projections) runs inside it, so all of
+    them see the same committed state even while an importer in another process
+    commits (``NexusBase.reading``).
+    """
+
+    def __init__(self, nexus: NexusBase) -> None:
+        self._lock = threading.RLock()
+        self._nexus = nexus
+        self._scopes: list[Any] = []
+
+    @property
+    def mutex(self) -> Any:
+        """The bare lock, for an in-process importer: it excludes readers without opening a snapshot."""
+        return self._lock
+
+    def __enter__(self) -> "ReadScope":
+        self._lock.acquire()
+        try:
+            scope = self._nexus.reading()
+            scope.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._scopes.append(scope)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._scopes.pop().__exit__(*exc)
+        finally:
+            self._lock.release()
 
 
 def _kql_executor() -> Any:
