@@ -190,6 +190,20 @@ def test_an_unknown_format_version_is_refused_never_read(tmp_path: Path, sqlite_
         assert conn.execute("PRAGMA user_version").fetchone()[0] == FORMAT_VERSION + 1
 
 
+def test_a_runtime_over_a_refused_file_answers_a_clear_error(tmp_path: Path, sqlite_only: None) -> None:
+    path = tmp_path / NEXUS_FILE
+    open_writer(path, SPACE).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    rt = KipRuntime(KipConfig(origin=ORIGIN), SqliteNexus(path, SPACE))
+    status, body = rt.execute({"kip": "2.0", "operations": [{"command": "DESCRIBE SNAPSHOT"}]})
+    assert status == 503 and body["status"] == "failed"
+    assert body["error"]["code"] == "InternalError" and "format version 99" in body["error"]["message"]
+    missing = KipRuntime(KipConfig(origin=ORIGIN), SqliteNexus(tmp_path / "nowhere" / NEXUS_FILE, SPACE))
+    status, body = missing.execute({"kip": "2.0", "operations": [{"command": "DESCRIBE SNAPSHOT"}]})
+    assert status == 503 and "does not exist yet" in body["error"]["message"]
+
+
 def test_a_foreign_sqlite_file_is_refused(tmp_path: Path, sqlite_only: None) -> None:
     path = tmp_path / NEXUS_FILE
     with sqlite3.connect(path) as conn:

@@ -93,9 +93,24 @@ def nexus_path(data_dir: str | os.PathLike[str]) -> Path:
     return Path(data_dir) / NEXUS_FILE
 
 
+#: prefix of a hex-encoded term: non-ASCII, so no plain (ASCII) term can start with it
+_HEX = "\u00b7"
+
+
 def _term(term: str) -> str:
-    """A keyword term as one FTS5 ``ascii`` token: its UTF-8 hex (exact, case-proof)."""
-    return term.encode("utf-8").hex()
+    """A keyword term as exactly one FTS5 ``ascii`` token.
+
+    Terms are already case-folded. One of ASCII letters and digits is its own token;
+    any other (``_`` splits, and the tokenizer folds ASCII case inside non-ASCII text)
+    is written as ``·`` + its UTF-8 hex, which no plain term can equal.
+    """
+    if term.isascii() and term.isalnum():
+        return term
+    return _HEX + term.encode("utf-8").hex()
+
+
+def _unterm(token: str) -> str:
+    return bytes.fromhex(token[1:]).decode("utf-8") if token.startswith(_HEX) else token
 
 
 def _nfc(text: str) -> str:
@@ -554,7 +569,7 @@ class SqliteNexus(NexusBase):
                      "'instance')")
         out: dict[str, list[int]] = {}
         for term, doc in conn.execute(f"SELECT term, doc FROM temp.vocab_{kind} ORDER BY term, doc"):
-            out.setdefault(bytes.fromhex(term).decode("utf-8"), []).append(doc)
+            out.setdefault(_unterm(term), []).append(doc)
         return out
 
     # ---- writes (the one importer) ------------------------------------------------------

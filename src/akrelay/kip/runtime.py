@@ -110,7 +110,11 @@ class KipRuntime:
         mode = execution.get("mode", "independent")
         on_error = execution.get("on_error", "stop")
         shared = request.get("parameters") or {}
-        with self.lock:
+        try:
+            self.lock.__enter__()
+        except KipError as exc:  # the nexus itself cannot be read now (being created, or refused)
+            return 503, self.failure(request_id, exc)
+        try:
             seq = self.nexus.head
             results: list[dict[str, Any]] = []
             stop = False
@@ -139,6 +143,8 @@ class KipRuntime:
                     if mode == "sequence" and on_error == "stop":
                         stop = True
                 results.append(entry)
+        finally:
+            self.lock.__exit__(None, None, None)
         ok = sum(1 for r in results if r["status"] == "succeeded")
         status = "succeeded" if ok == len(results) else "failed" if ok == 0 else "partial"
         response: dict[str, Any] = {"kip": "2.0"}

@@ -24,6 +24,9 @@ FREEZE_AFTER = 10_000
 #: the flock whose holder is the one importer of a data directory's nexus
 IMPORTER_LOCK = "kip-importer.lock"
 MEMORY, DISK = "memory", "sqlite"
+#: ``memory`` makes a relay with a data directory keep a private in-memory nexus per worker
+#: (the design before the on-disk nexus; for comparison benchmarks and debugging)
+BACKEND_ENV = "AKRELAY_KIP_NEXUS"
 
 
 def cursor_secret(store: Any) -> bytes:
@@ -52,10 +55,10 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     With a data directory the nexus is the shared file ``<data>/kip-nexus.sqlite3``:
     this process reads it, and imports into it only while it holds the importer
     lock. ``backend="memory"`` (or no data directory) keeps a private in-memory
-    nexus built from the log (tests, embedded use).
+    nexus built from the log (tests, embedded use; ``AKRELAY_KIP_NEXUS=memory``).
     """
     config = KipConfig.load(data_dir, origin=origin)
-    backend = backend or (MEMORY if data_dir is None else DISK)
+    backend = backend or os.environ.get(BACKEND_ENV) or (MEMORY if data_dir is None else DISK)
     if backend not in (MEMORY, DISK):
         raise ValueError(f"unknown KIP nexus backend {backend!r}")
     if backend == MEMORY:
