@@ -87,6 +87,16 @@ def sample_params(store, rng: random.Random, count: int) -> list[dict]:
     return out
 
 
+def last_publish(store):
+    """The last accepted publish record: its capsule is what a restarted relay must answer with."""
+    seq = store.checkpoint()
+    while True:
+        (record,) = store.iter_records(seq - 1, 1)
+        if record.envelope.type == "knowledge.publish":
+            return record
+        seq -= 1
+
+
 # ------------------------------------------------------------------------ child
 
 
@@ -98,11 +108,8 @@ def child(backend: str, data: Path, spawned_at: float, samples: int) -> None:
     from akrelay.store.sqlite import SqliteStore
 
     store = SqliteStore(data / "relay.sqlite3")
-    last = store.iter_records(store.checkpoint() - 1, 1)[0]
+    last = last_publish(store)
     seq = last.seq
-    while last.envelope.type != "knowledge.publish":
-        seq -= 1
-        last = store.iter_records(seq - 1, 1)[0]
     c0 = time.process_time()
     rt, follower = open_runtime(store, data, origin=ORIGIN, follow=False, backend=backend)
     open_cpu = time.process_time() - c0
@@ -154,11 +161,7 @@ def serve_figures(data: Path, backend: str) -> dict:
     from akrelay.store.sqlite import SqliteStore
 
     store = SqliteStore(data / "relay.sqlite3")
-    last = store.iter_records(store.checkpoint() - 1, 1)[0]
-    seq = last.seq
-    while last.envelope.type != "knowledge.publish":
-        seq -= 1
-        last = store.iter_records(seq - 1, 1)[0]
+    last = last_publish(store)
     params = sample_params(store, random.Random(9), 20)
     store.close()
     proc, port, _ = _serve(data, backend, last.envelope.id)

@@ -241,7 +241,7 @@ _KILLED_IMPORTER = textwrap.dedent("""
 
     real = follower.import_record
     def slow(nexus, record):
-        time.sleep(0.004)
+        time.sleep(0.02)  # slow enough that the kill lands mid-import even on a loaded machine
         return real(nexus, record)
     follower.import_record = slow
     store = SqliteStore(sys.argv[1])

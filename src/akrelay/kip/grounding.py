@@ -39,23 +39,20 @@ def top(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | 
         count: int | None = None) -> tuple[list[tuple[float, str]], bool]:
     """Hits ``skip .. skip+count`` in rank order, and whether more follow.
 
-    Candidates are counted per ordinal at C speed, bucketed by how many query terms
-    they match, and only the buckets needed for the page are sorted and filtered, so
-    a page costs little more than the number of candidates.
+    Candidates come bucketed by how many query terms they match (``term_buckets``),
+    and only the buckets needed for the page are read and filtered, so a page costs
+    little more than the candidates it looks at.
     """
     query = tokens(term)
     if not query:
         raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
-    buckets: dict[int, list[int]] = {}
-    for ordinal, matched in nexus.term_matches(kind, query, seq).items():
-        buckets.setdefault(matched, []).append(ordinal)
     wanted = None if count is None else skip + count + 1
     hits: list[tuple[float, str]] = []
-    for matched in sorted(buckets, reverse=True):
+    for matched, ordinals in nexus.term_buckets(kind, query, seq):
         score = round(matched / len(query), 6)
         if threshold is not None and score < threshold:
             break
-        for ordinal in sorted(buckets[matched]):
+        for ordinal in ordinals:
             element = nexus.at_ordinal(ordinal)
             eid = element.id
             if nexus.withheld is not None and nexus.hidden(element):

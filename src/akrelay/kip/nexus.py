@@ -174,6 +174,18 @@ class NexusBase:
         """Keyword index: ordinal -> how many of ``terms`` it matches, ordinals visible at ``seq``."""
         raise NotImplementedError
 
+    def term_buckets(self, kind: str, terms: Iterable[str], seq: int) -> Iterator[tuple[int, Iterable[int]]]:
+        """Keyword candidates by rank: ``(matched term count, ordinals ascending)``, most matched first.
+
+        A consumer that stops early (a page of hits) need not pay for the lower buckets;
+        this default computes them all from :meth:`term_matches`.
+        """
+        buckets: dict[int, list[int]] = {}
+        for ordinal, matched in self.term_matches(kind, terms, seq).items():
+            buckets.setdefault(matched, []).append(ordinal)
+        for matched in sorted(buckets, reverse=True):
+            yield matched, sorted(buckets[matched])
+
     def at_ordinal(self, ordinal: int) -> Element:
         """The element created ``ordinal``-th (0-based, creation order)."""
         raise NotImplementedError

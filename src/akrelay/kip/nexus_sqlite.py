@@ -47,6 +47,8 @@ APPLICATION_ID = 0x414B4E58
 #: ``PRAGMA user_version`` of the layout below; bump it with any change to the layout or encoding.
 FORMAT_VERSION = 1
 PAGE = 512
+#: SQLite page cache per connection (private memory); readers lean on the OS page cache via mmap
+READER_CACHE_MB, WRITER_CACHE_MB = 16, 96
 
 _CLASSES = (Concept, Proposition, Assertion, Evidence, Activity)
 _KIND_NO = {kind: n for n, kind in enumerate(ELEMENT_KINDS)}
@@ -196,15 +198,16 @@ class SqliteNexus(NexusBase):
     per request, bounded), which is the only memory that grows with a query.
     """
 
-    CACHE_MAX = 200_000
+    CACHE_MAX = 20_000
 
     def __init__(self, path: str | os.PathLike[str], space_id: str, *, writer: bool = False,
-                 cache_mb: int = 16) -> None:
+                 cache_mb: int | None = None) -> None:
         self.path = Path(path)
         self.space_id = space_id
         self.writer = writer
         self.withheld = None
-        self._cache_mb = cache_mb
+        # the importer inserts into every index: keep them in cache (about 1 MB per 10k events)
+        self._cache_mb = cache_mb if cache_mb is not None else (WRITER_CACHE_MB if writer else READER_CACHE_MB)
         self._conn: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
         self._lock = threading.RLock()
@@ -234,6 +237,7 @@ class SqliteNexus(NexusBase):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")   # derived data: a power cut loses a suffix, never consistency
             conn.execute(f"PRAGMA cache_size=-{self._cache_mb * 1024}")
+            conn.execute("PRAGMA wal_autocheckpoint=8192")  # fewer, larger checkpoints (32 MB of WAL)
         except BaseException:
             conn.close()
             raise
@@ -280,9 +284,9 @@ class SqliteNexus(NexusBase):
 
     def _reader(self) -> sqlite3.Connection:
         """The read connection, (re)opened when the file is new or was replaced."""
-        if self.writer:
+        if self.writer or (self._read_depth and self._conn is not None):
             assert self._conn is not None
-            return self._conn
+            return self._conn  # inside a read transaction the snapshot is fixed: no file check
         current = self._stat()
         if self._conn is not None and current == self._inode:
             return self._conn
@@ -544,6 +548,41 @@ class SqliteNexus(NexusBase):
                                     (f'"{_term(term)}"', cutoff)).fetchall()
                 counter.update(r[0] for r in rows)
         return counter
+
+    def term_buckets(self, kind: str, terms: Iterable[str], seq: int) -> Iterator[tuple[int, Iterable[int]]]:
+        """The all-terms bucket from one FTS5 ``AND``; for two terms the other bucket streams from
+        an ``OR`` in rowid order, so a page of hits never reads every posting of a common word."""
+        if kind not in SEARCH_KINDS:
+            raise KeyError(kind)
+        ordered = sorted(terms)
+        phrases = [f'"{_term(t)}"' for t in ordered]
+        cutoff = self._ordinal_limit(seq)
+        with self._lock:
+            every = [r[0] for r in self._reader().execute(
+                f"SELECT rowid FROM fts_{kind} WHERE fts_{kind} MATCH ? AND rowid < ? ORDER BY rowid",
+                (" AND ".join(phrases), cutoff)).fetchall()]
+        yield len(ordered), every
+        if len(ordered) == 2:
+            yield 1, self._fts_stream(kind, " OR ".join(phrases), cutoff, set(every))
+        elif len(ordered) > 2:
+            rest: dict[int, list[int]] = {}
+            for ordinal, matched in self.term_matches(kind, ordered, seq).items():
+                if matched < len(ordered):
+                    rest.setdefault(matched, []).append(ordinal)
+            for matched in sorted(rest, reverse=True):
+                yield matched, sorted(rest[matched])
+
+    def _fts_stream(self, kind: str, match: str, cutoff: int, exclude: set[int]) -> Iterator[int]:
+        after = -1
+        while True:
+            with self._lock:
+                rows = self._reader().execute(
+                    f"SELECT rowid FROM fts_{kind} WHERE fts_{kind} MATCH ? AND rowid > ? AND rowid < ? "
+                    f"ORDER BY rowid LIMIT {PAGE}", (match, after, cutoff)).fetchall()
+            yield from (r[0] for r in rows if r[0] not in exclude)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
 
     def at_ordinal(self, ordinal: int) -> Element:
         with self._lock:
