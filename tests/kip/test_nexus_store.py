@@ -381,3 +381,31 @@ def test_rebuild_in_memory_equals_the_disk_rebuild(tmp_path: Path, sqlite_only: 
     with pytest.raises(RuntimeError, match="reading"), reader.batch():  # a reader never writes
         reader.add(agent)
     reader.close()
+
+
+def test_a_graceful_stop_interrupts_a_long_backlog_at_a_batch_boundary(tmp_path: Path, monkeypatch,
+                                                                       sqlite_only: None) -> None:
+    import akrelay.kip.follower as follower_module
+
+    world = random_world(31, events=200)
+    store = _sqlite_store(tmp_path, world)
+    real = follower_module.import_record
+
+    def slow(nexus, record):
+        time.sleep(0.01)
+        return real(nexus, record)
+
+    monkeypatch.setattr(follower_module, "import_record", slow)
+    monkeypatch.setattr(follower_module, "DISK_BATCH", 10)
+    monkeypatch.setattr(follower_module, "REQUEST_CATCH_UP", 0)  # the whole backlog is the thread's
+    path = nexus_path(tmp_path)
+    runtime, follower = open_runtime(store, tmp_path, origin=ORIGIN, follow=True)
+    deadline = time.monotonic() + 60
+    while runtime.nexus.head < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    follower.stop()
+    reader = SqliteNexus(path, SPACE)
+    head = reader.head
+    assert 20 <= head < len(world.records) and head % 10 == 0  # stopped between batches, mid-backlog
+    reader.close()
+    store.close()

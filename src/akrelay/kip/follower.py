@@ -59,10 +59,12 @@ def follow(store: Any, nexus: NexusBase, *, batch: int = 2000, lock: Any = None,
         if not records:
             break
         for start in range(0, len(records), chunk):
+            if stop is not None and stop.is_set():  # a graceful stop waits for one chunk at most
+                return done
             with lock if lock is not None else contextlib.nullcontext(), nexus.batch():
                 for record in records[start:start + chunk]:
                     import_record(nexus, record)
-        done += len(records)
+            done += len(records[start:start + chunk])
     return done
 
 
