@@ -9,7 +9,6 @@ prefix after ``kill -9`` during import, and ``akrelay reindex --kip``.
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess

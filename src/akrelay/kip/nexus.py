@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import re
+import unicodedata
 from array import array
 from collections import Counter
 from dataclasses import dataclass
@@ -357,7 +358,7 @@ class Nexus(NexusBase):
         if isinstance(element, Concept):
             self.type_counts[element.type] = self.type_counts.get(element.type, 0) + 1
             self._concept_by_key[(element.type, element.key)] = eid
-            self._concept_by_name.setdefault((element.type, _nfc(element.name)), []).append(eid)
+            self._concept_by_name.setdefault((element.type, nfc(element.name)), []).append(eid)
             self._by_type.setdefault(element.type, []).append(eid)
             for field, target in element.structural.items():
                 self._struct_sources.setdefault((field, target), []).append(eid)
@@ -441,7 +442,7 @@ class Nexus(NexusBase):
         return found if isinstance(found, Concept) else None
 
     def concepts_named(self, type_name: str, name: str, seq: int | None = None) -> list[Concept]:
-        return list(self._visible(self._concept_by_name.get((type_name, _nfc(name)), ()), seq))
+        return list(self._visible(self._concept_by_name.get((type_name, nfc(name)), ()), seq))
 
     def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
         pid = self._prop_by_tuple.get((subject, predicate, object_key(obj)))
@@ -518,6 +519,6 @@ class Nexus(NexusBase):
         return {t: list(o) for t, o in self.index[kind].items()}
 
 
-def _nfc(text: str) -> str:
-    import unicodedata
+def nfc(text: str) -> str:
+    """Names compare after NFC normalisation (§9.6); ASCII is already normal."""
     return text if text.isascii() else unicodedata.normalize("NFC", text)

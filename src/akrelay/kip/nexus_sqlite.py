@@ -28,7 +28,6 @@ import logging
 import os
 import sqlite3
 import threading
-import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -37,7 +36,7 @@ import msgspec
 
 from akrelay.kip.elements import KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.errors import KipError
-from akrelay.kip.nexus import ELEMENT_KINDS, SEARCH_KINDS, NexusBase, Transaction, object_key, tokens
+from akrelay.kip.nexus import ELEMENT_KINDS, SEARCH_KINDS, NexusBase, Transaction, nfc, object_key, tokens
 
 log = logging.getLogger("akrelay.kip")
 
@@ -115,13 +114,9 @@ def _unterm(token: str) -> str:
     return bytes.fromhex(token[1:]).decode("utf-8") if token.startswith(_HEX) else token
 
 
-def _nfc(text: str) -> str:
-    return text if text.isascii() else unicodedata.normalize("NFC", text)
-
-
 def _lookup_columns(element: Element) -> tuple[Any, Any, Any]:
     if isinstance(element, Concept):
-        return element.type, element.key, _nfc(element.name)
+        return element.type, element.key, nfc(element.name)
     if isinstance(element, Proposition):
         return element.subject, element.predicate, object_key(element.object)
     if isinstance(element, Assertion):
@@ -452,7 +447,7 @@ class SqliteNexus(NexusBase):
                          (type_name, key), seq)
 
     def concepts_named(self, type_name: str, name: str, seq: int | None = None) -> list[Concept]:
-        return self._all("kind = 0 AND a = ? AND c = ?", (type_name, _nfc(name)), seq, "INDEXED BY c_name")
+        return self._all("kind = 0 AND a = ? AND c = ?", (type_name, nfc(name)), seq, "INDEXED BY c_name")
 
     def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
         return self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 1 AND a = ? AND b = ? AND c = ?",
