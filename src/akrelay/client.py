@@ -40,6 +40,56 @@ class ServiceError(Exception):
         self.status, self.code, self.message, self.data, self.retry_after = status, code, message, data, retry_after
 
 
+#: Where ``akrelay serve`` keeps the self-signed certificate it creates, relative to where it runs.
+DEFAULT_CACERT = "akrelay-data/tls-cert.pem"
+
+
+def tls_verify(cacert: str | None) -> ssl.SSLContext | bool:
+    """What to verify the relay's certificate against: the system store, or only ``cacert`` (PEM).
+
+    A file that is missing or holds no certificate is a ``ValueError`` with a message for the
+    user, not an OpenSSL traceback.
+    """
+    if not cacert:
+        return True
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except ssl.SSLError:
+        raise ValueError(f"--cacert {cacert} holds no PEM certificate (expected the relay's tls-cert.pem)") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read --cacert {cacert}: {exc.strerror or exc}") from None
+
+
+def _verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # httpx -> httpcore -> ssl
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def connection_failure(exc: BaseException, relay: str, cacert: str | None) -> str:
+    """The message for a request that got no answer, with the next step when TLS trust failed.
+
+    A self-signed relay is the first thing a new user meets, and OpenSSL's own text does not
+    say that ``--cacert`` is the way out.
+    """
+    failed = _verification_error(exc)
+    if failed is None:
+        return f"cannot reach {relay}: {exc or type(exc).__name__}"
+    reason = failed.verify_message or str(failed)
+    if cacert:
+        hint = (f"the relay's certificate does not verify against --cacert {cacert}: pass this relay's own "
+                "certificate (tls-cert.pem in its data directory) and a --relay host name it covers")
+    else:
+        hint = (f"pass --cacert with the path of the relay's certificate ({DEFAULT_CACERT} by default; "
+                "`akrelay serve` prints it at start), or set AKRELAY_CACERT")
+    return f"cannot reach {relay}: TLS certificate verification failed: {reason}\nhint: {hint}"
+
+
 def origin_of(url: str) -> str:
     """The canonical HTTPS origin of ``url`` (``ValueError`` if it has none)."""
     from akrelay.protocol.discovery import canonical_origin
@@ -73,10 +123,7 @@ class RelayClient:
     def __init__(self, relay_url: str, cacert: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None, discover: bool = True) -> None:
         self.origin = origin_of(relay_url)
-        verify: Any = True
-        if cacert:
-            verify = ssl.create_default_context(cafile=cacert)
-        self._http = httpx.Client(verify=verify, timeout=timeout, follow_redirects=False, transport=transport,
+        self._http = httpx.Client(verify=tls_verify(cacert), timeout=timeout, follow_redirects=False, transport=transport,
                                   headers={"accept": "application/json"})
         self.endpoints = {key: self.origin + "/v1/knowledge/" + key for key in ("events", "query", "batch")}
         self.discovery: dict[str, Any] | None = None

@@ -9,7 +9,9 @@ them to every worker in one environment variable, so all workers agree.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -96,12 +98,38 @@ def prepare(settings: Settings, out: TextIO | None = None) -> tuple[Settings, Pa
     return settings, cert, key
 
 
+def check_address_free(host: str, port: int) -> None:
+    """Refuse an address another process already listens on, naming it.
+
+    Granian's workers bind with port reuse, so the kernel would otherwise let a
+    second relay share the port and split connections between two unrelated
+    services. A probe bound without port reuse fails exactly when someone
+    listens there (``SO_REUSEADDR`` only forgives connections in TIME_WAIT).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise SettingsError(f"--host {host!r} cannot be resolved: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    shown = f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SettingsError(f"address {shown} is already in use by another process (another relay?); "
+                                    "stop it or choose another --port/--host") from None
+            raise SettingsError(f"cannot listen on {shown}: {exc.strerror}") from None
+
+
 def serve(settings: Settings, out: TextIO | None = None) -> None:
     """Run Granian in the foreground until interrupted."""
     from granian import Granian
     from granian.constants import Interfaces
 
     out = out if out is not None else sys.stderr
+    check_address_free(settings.host, settings.port)
     settings, cert, key = prepare(settings, out)
     os.environ[RESOLVED_ENV] = settings.to_env()
     print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "

@@ -51,6 +51,15 @@ def _rate(text: Any) -> float:
     return value
 
 
+def _seconds(text: Any) -> float:
+    if isinstance(text, bool):
+        raise ValueError("must be a number of seconds")
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError("must be a positive, finite number of seconds")
+    return value
+
+
 def _port(text: Any) -> int:
     value = _int(text)
     if not 0 <= value <= 65535:
@@ -80,6 +89,8 @@ class Option:
 
     ``kind`` is ``"value"`` (one value), ``"flag"`` (boolean switch) or
     ``"list"`` (zero or more values; whitespace-separated in the environment).
+    ``serve_only`` marks what only the HTTP server reads (listener, TLS, rates),
+    so that ``akrelay sync`` does not offer it.
     """
 
     name: str
@@ -88,6 +99,7 @@ class Option:
     help: str
     kind: str = "value"
     metavar: str | None = None
+    serve_only: bool = False
 
     @property
     def flag(self) -> str:
@@ -123,32 +135,41 @@ def load_option_modules() -> None:
 
 
 def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
-           kind: str = "value", metavar: str | None = None) -> Option:
+           kind: str = "value", metavar: str | None = None, serve_only: bool = False) -> Option:
     """Declare a serve option (a one-line change for any area)."""
     if kind not in ("value", "flag", "list"):
         raise ValueError(f"unknown option kind {kind!r}")
-    opt = Option(name, parse, default, help, kind, metavar)
+    opt = Option(name, parse, default, help, kind, metavar, serve_only)
     OPTIONS[name] = opt
     return opt
 
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
-option("host", _str, "127.0.0.1", "address to listen on")
-option("port", _port, 8443, "TCP port to listen on")
-option("origin", _str, "https://localhost:8443",
-       "the public service origin; discovery and every response use it", metavar="URL")
-option("workers", _positive_int, 1, "number of Granian worker processes (all share the data directory)", metavar="N")
-option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory", metavar="PEM")
-option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM")
+option("host", _str, "127.0.0.1", "address to listen on", serve_only=True)
+option("port", _port, 8443, "TCP port to listen on", serve_only=True)
+option("origin", _str, None,
+       "the public service origin; discovery and every response use it. Not given: https://localhost:PORT "
+       "for a loopback or wildcard --host, else https://HOST:PORT (the address actually served)", metavar="URL")
+option("workers", _positive_int, 1, "number of Granian worker processes (all share the data directory)", metavar="N",
+       serve_only=True)
+option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory",
+       metavar="PEM", serve_only=True)
+option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM", serve_only=True)
 option("max_envelope_bytes", _positive_int, 262144, "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
-option("write_rate", _rate, 50.0, "submissions per second per client IP (0 disables)", metavar="RPS")
-option("write_burst", _positive_int, 100, "token-bucket burst for submissions per client IP", metavar="N")
-option("read_rate", _rate, 200.0, "reads per second per client IP (0 disables)", metavar="RPS")
-option("read_burst", _positive_int, 400, "token-bucket burst for reads per client IP", metavar="N")
+option("body_timeout", _seconds, 30.0,
+       "seconds a request body may take to arrive completely after its headers; then 408 and close", metavar="SECONDS",
+       serve_only=True)
+option("write_rate", _rate, 50.0, "submissions per second per client IP (0 disables)", metavar="RPS", serve_only=True)
+option("write_burst", _positive_int, 100, "token-bucket burst for submissions per client IP", metavar="N",
+       serve_only=True)
+option("read_rate", _rate, 200.0, "reads per second per client IP (0 disables)", metavar="RPS", serve_only=True)
+option("read_burst", _positive_int, 400, "token-bucket burst for reads per client IP", metavar="N",
+       serve_only=True)
 option("licence_allow", _str, [], "accept only these licence URLs; each argument is a URL or a file with one URL per line",
        kind="list", metavar="FILE|URL")
 option("core_only", _bool, False,
-       "serve only the Knowledge core endpoints (no search, KIP or federation extensions)", kind="flag")
+       "serve only the Knowledge core endpoints (no search, KIP or federation extensions)", kind="flag",
+       serve_only=True)
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.
@@ -210,12 +231,14 @@ class Settings:
         return f"Settings({self.as_dict()!r})"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, *, include_serve_only: bool = True) -> None:
     """Add ``--config`` and one flag per option; flags default to "not given"."""
     load_option_modules()
     parser.add_argument("--config", metavar="TOML", default=None,
                         help=f"TOML config file (keys are option names, e.g. port = 8443); env {ENV_PREFIX}CONFIG")
     for opt in OPTIONS.values():
+        if opt.serve_only and not include_serve_only:
+            continue
         default_text = "off" if opt.kind == "flag" else (opt.default if opt.default not in (None, []) else "none")
         help_text = f"{opt.help} [env {opt.env}; default {default_text}]"
         if opt.kind == "flag":
@@ -279,7 +302,25 @@ def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
             values[name], sources[name] = opt.default, "default"
     if (values.get("tls_cert") is None) != (values.get("tls_key") is None):
         raise SettingsError("--tls-cert and --tls-key must be given together")
+    if values.get("origin") is None and "port" in values:
+        values["origin"] = served_origin(values.get("host", "127.0.0.1"), values["port"])
     return Settings(values, sources)
+
+
+#: Listen addresses that a client on this machine reaches as ``localhost``.
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "::1", "0.0.0.0", "::", "", "localhost"})
+
+
+def served_origin(host: str, port: int) -> str:
+    """The origin of the address served, for when ``--origin`` is not given.
+
+    Loopback and wildcard hosts become ``localhost`` (the name the self-signed
+    certificate covers); a specific address or name is used as it is.
+    """
+    name = "localhost" if host.strip("[]") in _LOCAL_HOSTS else host
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    return f"https://{name}:{port}"
 
 
 def from_resolved_env(env: Mapping[str, str] | None = None) -> Settings:

@@ -152,17 +152,26 @@ class Served:
                 self.process.wait(timeout=15)
 
 
+def serve_command(data: Path, port: int, *, workers: int = 1, origin: str | None = None) -> list[str]:
+    """The ``akrelay serve`` command line on 127.0.0.1 (no ``--origin`` when ``origin`` is None)."""
+    return ([sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--host", "127.0.0.1",
+             "--port", str(port), "--workers", str(workers)] + (["--origin", origin] if origin else []))
+
+
 def start_relay(data: Path, *, workers: int = 1, port: int | None = None, extra: list[str] | None = None,
-                env: dict[str, str] | None = None, host_name: str = "localhost", timeout: float = 60.0) -> Served:
-    """``akrelay serve`` in its own process group; waits until discovery answers over TLS."""
+                env: dict[str, str] | None = None, host_name: str = "localhost", timeout: float = 60.0,
+                pass_origin: bool = True) -> Served:
+    """``akrelay serve`` in its own process group; waits until discovery answers over TLS.
+
+    ``pass_origin=False`` leaves the origin to the relay (it derives https://localhost:PORT).
+    """
     import httpx
 
     port = port or free_port()
     origin = f"https://{host_name}:{port}"
     log = data.parent / f"{data.name}-serve-{port}.log"
     data.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--host", "127.0.0.1",
-            "--port", str(port), "--origin", origin, "--workers", str(workers)] + (extra or [])
+    args = serve_command(data, port, workers=workers, origin=origin if pass_origin else None) + (extra or [])
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     child_env.update(env or {})
     with open(log, "ab") as out:

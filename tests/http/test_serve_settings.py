@@ -34,7 +34,30 @@ def test_precedence_flag_over_env_over_file_over_default(tmp_path) -> None:
     assert s.workers == 4 and s.sources["workers"] == "env"
     assert s.host == "127.0.0.2" and s.sources["host"] == "file"
     assert s.read_rate == 5.0
-    assert s.origin == "https://localhost:8443" and s.sources["origin"] == "default"
+    # No --origin anywhere: it follows the address served (issue 11), not the default port.
+    assert s.origin == "https://127.0.0.2:7003" and s.sources["origin"] == "default"
+
+
+@pytest.mark.parametrize("argv, origin", [
+    (["--port", "18443"], "https://localhost:18443"),
+    (["--host", "0.0.0.0", "--port", "18443"], "https://localhost:18443"),
+    (["--host", "::1", "--port", "9443"], "https://localhost:9443"),
+    (["--host", "10.0.0.7", "--port", "18443"], "https://10.0.0.7:18443"),
+    (["--host", "fd00::7"], "https://[fd00::7]:8443"),
+    (["--host", "relay.example.org", "--port", "443"], "https://relay.example.org:443"),
+    (["--port", "18443", "--origin", "https://relay.example.org"], "https://relay.example.org"),
+])
+def test_origin_follows_the_address_served_unless_given(argv, origin) -> None:
+    assert load_settings(parse(argv), env={}).origin == origin
+
+
+def test_body_timeout_is_a_positive_number_of_seconds() -> None:
+    assert load_settings(parse([]), env={}).body_timeout == 30.0
+    assert load_settings(parse(["--body-timeout", "2.5"]), env={}).body_timeout == 2.5
+    assert load_settings(parse([]), env={"AKRELAY_BODY_TIMEOUT": "7"}).body_timeout == 7.0
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(SettingsError, match="--body-timeout"):
+            load_settings(parse(["--body-timeout", bad]), env={})
 
 
 def test_config_file_from_environment(tmp_path) -> None:

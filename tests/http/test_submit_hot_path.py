@@ -209,6 +209,7 @@ def test_methods_other_than_post(tmp_path) -> None:
 
 
 def test_a_disconnect_before_the_body_commits_nothing(tmp_path) -> None:
+    """Granian reports malformed chunked framing as a disconnect too, so the answer is a 400 (lost if the client left)."""
     app, relay = _app(tmp_path)
     sent: list[dict[str, Any]] = []
 
@@ -219,5 +220,7 @@ def test_a_disconnect_before_the_body_commits_nothing(tmp_path) -> None:
         sent.append(message)
 
     asyncio.run(app(_scope(), receive, send))
-    assert sent == [] and relay.checkpoint() == 0
+    assert relay.checkpoint() == 0
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"] and sent[0]["status"] == 400
+    assert json.loads(sent[1]["body"])["error"]["code"] == "invalid_request"
     relay.close()

@@ -24,6 +24,78 @@ EVENT_TYPES = ("publish", "assess", "retract")
 EXIT_REFUSED, EXIT_USAGE, EXIT_RESPONSE = 1, 2, 3
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps prose as usual but keeps a text laid out in lines (a table in the epilog) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _query_epilog() -> str:
+    """Every §9.3 parameter, from the protocol core's own list, so the help cannot fall behind it."""
+    import textwrap
+
+    from akrelay.protocol.payload import EVENT_TYPES as TYPES, KINDS, RELATIONS, VERDICTS
+    from akrelay.protocol.query import FILTER_NAMES, MAX_LIMIT, PARAMETER_NAMES
+
+    meaning = {
+        "actor": "a did:agent: ID (the signer)",
+        "type": " | ".join(sorted(TYPES)),
+        "kind": " | ".join(sorted(KINDS)),
+        "target": "an event ID: assessments and retractions of it, publications related to it",
+        "relation": " | ".join(sorted(RELATIONS)),
+        "tag": "one tag, e.g. caching",
+        "profile": "an application profile digest",
+        "language": "a language tag, e.g. en",
+        "verdict": " | ".join(sorted(VERDICTS)),
+        "created_from": "created_from <= created_at (Unix milliseconds)",
+        "created_before": "created_at < created_before (Unix milliseconds)",
+        "q": "text: each whitespace-separated term (1-16) is a substring of a text field (ASCII case folded)",
+        "after_seq": "only records accepted after this seq (a checkpoint printed earlier)",
+        "limit": f"records per page, 1-{MAX_LIMIT} (every page is fetched anyway)",
+    }
+    names = [n for n in (*FILTER_NAMES, *meaning) if n in PARAMETER_NAMES]
+    names = list(dict.fromkeys(names))
+    names += sorted(PARAMETER_NAMES - set(names) - {"cursor"})  # one the core adds later is listed by name
+    width = max(map(len, names))
+    lines = ["query parameters (NAME=VALUE, each at most once):"]
+    for name in names:
+        lines += textwrap.wrap(meaning.get(name, "see Agent Knowledge 1.0 section 9.3"), 92, initial_indent=f"  {name:<{width}}  ",
+                               subsequent_indent=" " * (width + 4), break_on_hyphens=False)
+    lines.append("(cursor is not taken: the command follows next_cursor itself.)")
+    return "\n".join(lines)
+
+
+def _sign_epilog() -> str:
+    """What a payload holds, so that a first payload does not take one refusal per missing member."""
+    import textwrap
+
+    from akrelay.protocol.payload import KINDS, VERDICTS
+
+    def wrapped(label: str, text: str) -> list[str]:
+        return textwrap.wrap(text, 92, initial_indent=f"  {label:<8} ", subsequent_indent=" " * 11,
+                             break_on_hyphens=False)
+
+    return "\n".join([
+        "the payload: a closed JSON object (Agent Knowledge 1.0 sections 4-7); unknown members are refused.",
+        *wrapped("publish", "required: license (https URL), kind, title, statement, language (e.g. en), "
+                            "context {scope, conditions: [...], limitations: [...]}, basis. "
+                            "Optional: evidence, reproduction, relations, tags, profiles, extra. "
+                            "kind: " + ", ".join(sorted(KINDS)) + "."),
+        *wrapped("assess", "required: license, target (event ID of a publish), verdict, summary, context, "
+                           "basis. Optional: evidence, reproduction, profiles, extra. "
+                           "verdict: " + ", ".join(sorted(VERDICTS)) + "; reproduced, not_reproduced and "
+                           "applied need reproduction.observed."),
+        *wrapped("retract", "required: license, target (event ID of your own earlier publish or assess), "
+                            "reason. Optional: extra."),
+        "examples: docs/examples/publish.json, assess.json and retract.json in the source tree.",
+        "The event ID of an envelope is its \"hash\" (printed with -o); pass it to assess and retract",
+        "with --target, which replaces the example's placeholder.",
+    ])
+
+
 def _relay_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
                         help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
@@ -39,34 +111,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_guard(cmd_keygen))
 
     p = subparsers.add_parser("sign", help="build and sign a publish, assess or retract envelope",
-                              description="Build a knowledge.<TYPE> event from a payload JSON file and sign it. "
-                                          "The nonce is max(last + 1, created_at), kept in KEY_FILE.nonce.")
+                              formatter_class=_HelpFormatter,
+                              description="Build a knowledge.<TYPE> event from a payload JSON file, sign it with "
+                                          "KEY_FILE and print the envelope (or, with -o, its event ID as \"hash\"). "
+                                          "The nonce is max(last + 1, created_at), kept in KEY_FILE.nonce.",
+                              epilog=_sign_epilog())
     p.add_argument("type", choices=EVENT_TYPES, metavar="TYPE", help="publish | assess | retract")
-    p.add_argument("payload", metavar="PAYLOAD_JSON", help="payload file ('-' for stdin)")
+    p.add_argument("payload", metavar="PAYLOAD_JSON",
+                   help="the payload object, a file ('-' for stdin); examples in docs/examples/")
     p.add_argument("--key", required=True, metavar="KEY_FILE", help="key file from `akrelay keygen`")
+    p.add_argument("--target", default=None, metavar="EVENT_ID",
+                   help="assess/retract: set payload.target to this event ID (write --target=ID if it starts "
+                        "with '-')")
     p.add_argument("--created-at", type=int, default=None, metavar="MS", help="event time (default: now)")
-    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the envelope here (default stdout)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="write the envelope here and print {\"hash\": EVENT_ID, \"output\": FILE} "
+                        "(default: print the envelope)")
     p.set_defaults(handler=_guard(cmd_sign))
 
-    p = subparsers.add_parser("submit", help="submit signed envelopes and print their acceptance records")
+    p = subparsers.add_parser("submit", help="submit signed envelopes and print their acceptance records",
+                              description="POST each signed envelope (from `akrelay sign`) to the relay's events "
+                                          "endpoint, in order, and print one acceptance record per envelope: "
+                                          "{\"envelope\", \"seq\", \"accepted_at\"}. Submitting an accepted "
+                                          "envelope again returns its existing record. Stops at the first refusal "
+                                          "(exit 1, the relay's error code on stderr).")
     p.add_argument("envelopes", nargs="+", metavar="ENVELOPE_JSON", help="envelope files ('-' for stdin)")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_submit))
 
-    p = subparsers.add_parser("get", help="read one acceptance record by event ID")
+    p = subparsers.add_parser("get", help="read one acceptance record by event ID",
+                              description="Read the acceptance record of one event and verify its envelope. The "
+                                          "event ID is the envelope's \"hash\" (what `akrelay sign` prints).")
     p.add_argument("event_id", metavar="EVENT_ID", help="event ID (put it after `--` if it starts with '-')")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_get))
 
     p = subparsers.add_parser("query", help="enumerate a query completely (every page) and print a final checkpoint",
+                              formatter_class=_HelpFormatter,
                               description="Run a §9.3 query, following every page. Prints one acceptance record "
                                           "per line, then a final line {\"checkpoint\", \"as_of\", \"service\", "
-                                          "\"count\", \"pages\"}; pass that checkpoint as after_seq=N next time to follow new records.")
-    p.add_argument("params", nargs="*", metavar="NAME=VALUE", help="query parameters, e.g. kind=observation tag=caching q=\"cache language\"")
+                                          "\"count\", \"pages\"}; pass that checkpoint as after_seq=N next time "
+                                          "to follow new records.",
+                              epilog=_query_epilog())
+    p.add_argument("params", nargs="*", metavar="NAME=VALUE",
+                   help="query parameters (listed below), combined with AND, e.g. kind=observation q=\"cache language\"")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_query))
 
-    p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing")
+    p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing",
+                              description="Read up to 100 acceptance records by event ID in one request. Prints "
+                                          "{\"result\", \"missing\", ...}: found records and unknown IDs, each in "
+                                          "request order. Put the IDs after `--`, since an event ID may start with '-'.")
     p.add_argument("event_ids", nargs="+", metavar="EVENT_ID", help="event IDs (after `--` if one starts with '-')")
     _relay_args(p)
     p.set_defaults(handler=_guard(cmd_batch))
@@ -136,22 +231,40 @@ def _read_json_file(name: str) -> Any:
         raise SystemExit(_fail(f"{name} is not strict JSON: {exc.message}"))
 
 
-def _next_nonce(key: str, created_at: int) -> int:
-    """``max(last + 1, created_at)`` with the last nonce kept beside the key file."""
+def _nonce_clock(key: str) -> tuple[Any, Path]:
+    """The key's nonce clock, resumed from ``KEY_FILE.nonce`` beside it."""
     from akrelay.protocol.signer import NonceClock
 
     state = Path(str(key) + ".nonce")
     try:
-        clock = NonceClock(int(state.read_text(encoding="ascii").strip()))
+        return NonceClock(int(state.read_text(encoding="ascii").strip())), state
     except FileNotFoundError:
-        clock = NonceClock()
+        return NonceClock(), state
     except (OSError, ValueError) as exc:
         raise SystemExit(_fail(f"cannot read nonce state {state}: {exc}"))
-    nonce = clock.next(created_at)
+
+
+def _save_nonce(clock: Any, state: Path) -> None:
     tmp = state.with_suffix(".nonce.tmp")
     tmp.write_text(str(clock.peek()), encoding="ascii")
     os.replace(tmp, state)
-    return nonce
+
+
+def _apply_target(args: argparse.Namespace, payload: dict[str, Any]) -> None:
+    """``--target`` fills the event ID an assessment or retraction points at."""
+    from akrelay.protocol.payload import is_canonical_id
+
+    if args.target is not None:
+        if args.type == "publish":
+            raise SystemExit(_fail("--target is for assess and retract; a publication links events in "
+                                   "payload.relations"))
+        if not is_canonical_id(args.target):
+            raise SystemExit(_fail(f"--target {args.target!r} is not an event ID (the 43-character \"hash\" "
+                                   "that `akrelay sign` printed)"))
+        payload["target"] = args.target
+    elif args.type != "publish" and not is_canonical_id(payload.get("target")):
+        raise SystemExit(_fail(f"payload.target is not an event ID; pass --target EVENT_ID (the \"hash\" that "
+                               f"`akrelay sign` printed for the event you {args.type})"))
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
@@ -162,15 +275,18 @@ def cmd_sign(args: argparse.Namespace) -> int:
     payload = _read_json_file(args.payload)
     if not isinstance(payload, dict):
         return _fail("the payload must be a JSON object")
+    _apply_target(args, payload)
     created_at = args.created_at if args.created_at is not None else time.time_ns() // 1_000_000
     build = {"publish": signing.publish_event, "assess": signing.assess_event, "retract": signing.retract_event}
-    nonce = _next_nonce(args.key, created_at)
+    clock, state = _nonce_clock(args.key)
+    nonce = clock.next(created_at)
     envelope = signer.sign(build[args.type](signer.agent_id, created_at, nonce, payload))
     text = json.dumps(envelope, ensure_ascii=False)
     try:
         verify_envelope(text.encode())  # never hand out an envelope a relay would refuse as malformed
     except ProtocolError as exc:
         return _fail(f"the signed envelope is invalid: {exc.code}: {exc.message}")
+    _save_nonce(clock, state)  # only a nonce that was handed out is used up
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         print(json.dumps({"hash": envelope["hash"], "output": args.output}))
@@ -191,7 +307,7 @@ def _client(args: argparse.Namespace) -> Any:
 def _run(args: argparse.Namespace, action) -> int:
     import httpx
 
-    from akrelay.client import ResponseError, ServiceError
+    from akrelay.client import ResponseError, ServiceError, connection_failure
 
     try:
         with _client(args) as client:
@@ -204,7 +320,10 @@ def _run(args: argparse.Namespace, action) -> int:
     except ResponseError as exc:
         print(f"error: invalid_response: {exc.message}", file=sys.stderr)
         return EXIT_RESPONSE
-    except (httpx.HTTPError, ValueError) as exc:
+    except httpx.HTTPError as exc:
+        print(f"error: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -1,4 +1,4 @@
-"""``akrelay kip`` (run KIP commands), ``akrelay kip-reindex`` and ``akrelay reindex --kip``.
+"""``akrelay kip`` (run KIP commands) and ``akrelay reindex --kip`` (alias ``akrelay kip-reindex``).
 
 ``reindex`` itself is the search area's command; this module adds ``--kip`` to it.
 
@@ -31,10 +31,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--as-of", type=int, help="with --belief: the space_seq to read at")
     p.set_defaults(handler=run_kip)
 
-    r = subparsers.add_parser("kip-reindex", help="rebuild the KIP nexus from the acceptance log",
-                              description="Rebuild the KIP nexus in --data from the store and persist it.")
-    r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
-    r.add_argument("--origin", help="the relay origin (default: from settings)")
+    r = subparsers.add_parser("kip-reindex", help="alias of `akrelay reindex --kip`: rebuild the KIP nexus",
+                              description="Alias of `akrelay reindex --kip`: rebuild the KIP nexus "
+                                          "(DIR/kip-nexus.pickle) from the acceptance log in DIR and persist it. "
+                                          "Run it with the relay stopped.")
+    r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
+                   help=f"the relay's data directory (default {DEFAULT_DATA})")
+    r.add_argument("--origin", help="the relay origin the Space id is derived from (default: from settings)")
     r.set_defaults(handler=run_reindex)
 
     # `akrelay reindex --kip`: plain `reindex` (the Tantivy index) belongs to the search
@@ -127,21 +130,19 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
 
 def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: float = 60.0) -> tuple[int, Any]:
     """POST a KIP request envelope to ``--relay``; ``(HTTP status, decoded body or None)``."""
-    import ssl
-
     import httpx
 
+    from akrelay.client import connection_failure, tls_verify
+
     try:
-        if args.insecure:
-            verify: Any = False
-        elif args.cacert:
-            verify = ssl.create_default_context(cafile=args.cacert)
-        else:
-            verify = True
+        verify: Any = False if args.insecure else tls_verify(args.cacert)
         response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=verify, timeout=timeout,
                               follow_redirects=False)
-    except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
-        print(f"akrelay {args.command}: cannot reach {args.relay}: {exc}", file=sys.stderr)
+    except httpx.HTTPError as exc:
+        print(f"akrelay {args.command}: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
+        return 0, None
+    except (ValueError, OSError) as exc:
+        print(f"akrelay {args.command}: {exc}", file=sys.stderr)
         return 0, None
     try:
         return response.status_code, response.json()

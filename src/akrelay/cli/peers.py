@@ -45,9 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sync = subparsers.add_parser(
         "sync", help="replicate from the configured peers (one pass with --once)",
         description="Replicate from every enabled peer of --peers into the relay in --data, through the "
-                    "same acceptance pipeline as POST /events. Takes the same options as serve.")
+                    "same acceptance pipeline as POST /events. Takes serve's storage, acceptance and federation "
+                    "options (environment and --config as for serve); listener, TLS and rate options are "
+                    "serve's alone.")
     sync.add_argument("--once", action="store_true", help="run one pass over every peer and exit")
-    add_arguments(sync)
+    add_arguments(sync, include_serve_only=False)
     sync.set_defaults(handler=cmd_sync)
 
 

@@ -99,7 +99,7 @@ def format_page(page: dict[str, Any]) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     import httpx
 
-    from akrelay.client import RelayClient, ResponseError, ServiceError
+    from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
     from akrelay.protocol.reads import parse_search_request
     from akrelay.protocol.records import validate_search_response
 
@@ -133,7 +133,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     except ResponseError as exc:
         print(f"error: invalid_response: {exc}", file=sys.stderr)
         return EXIT_RESPONSE
-    except (httpx.HTTPError, ValueError, OSError) as exc:
+    except httpx.HTTPError as exc:
+        print(f"error: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:

@@ -10,12 +10,14 @@ Other areas add endpoints without touching this file: a module listed in
 exposes ``routes(relay, settings) -> list[handler]`` and, optionally,
 ``discovery(relay, settings) -> dict`` with members merged into the discovery
 document (``features``, ``search_modes`` and ``endpoints`` are merged, other
-members set). Handlers that write mark themselves with ``opt={"rate": "write"}``.
+members set), and ``shutdown(relay)``, called when the app closes the relay it
+opened, before the store closes. Handlers that write mark themselves with ``opt={"rate": "write"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +29,8 @@ from litestar import Litestar, Request, asgi, get, post
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body
+from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
+from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
@@ -137,16 +140,16 @@ def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint") -> 
 
 
 _ALLOW = "OPTIONS, POST"
-_TOO_LARGE = ("payload_too_large", "The request body exceeds the published max_envelope_bytes limit.")
 
 
 class SubmitEndpoint:
     """``POST /v1/knowledge/events`` as a lean ASGI route inside the Litestar app.
 
     It is the ingest hot path, so it skips the generic request/response
-    machinery but keeps the same semantics: the app's rate-limit middleware runs
-    first (``opt={"rate": "write"}``), then the method, the content type, the
-    body size cap (413 ``payload_too_large``, as Litestar's limit answers) and
+    machinery but keeps the same semantics: the shared body reader (in
+    :class:`RelayApp`) and the write bucket (:class:`IngestFastPath`, or the
+    middleware for ``opt={"rate": "write"}``) run first, then the method, the
+    content type, the body as :class:`~akrelay.http.body.BodyReader` hands it over, and
     every ``ProtocolError`` mapped exactly as :mod:`akrelay.http.errors` does;
     any other exception propagates to Litestar's handlers (a logged 500).
 
@@ -157,9 +160,9 @@ class SubmitEndpoint:
     that transaction committed, so every 200 is durable.
     """
 
-    def __init__(self, relay: Any, max_body: int) -> None:
+    def __init__(self, relay: Any, read_body: BodyReader) -> None:
         self.relay = relay
-        self.max_body = max_body
+        self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
 
@@ -171,44 +174,20 @@ class SubmitEndpoint:
                 await send({"type": "http.response.body", "body": b""})
                 return
             body = error_body("invalid_request", "Method not allowed on this resource.")
-            await _answer(send, 405, body, [(b"allow", _ALLOW.encode())])
+            await send_json(send, 405, body, [(b"allow", _ALLOW.encode())])
             return
         content_type = None
-        length = None
         for name, value in scope["headers"]:
             if name == b"content-type":
-                if content_type is None:
-                    content_type = value.decode("latin-1")
-            elif name == b"content-length":
-                length = value
+                content_type = value.decode("latin-1")
+                break
         try:
             check_content_type(content_type)
         except ProtocolError as exc:
-            await _answer(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
+            await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
-        if length is not None and length.isdigit() and int(length) > self.max_body:
-            await _answer(send, 413, error_body(*_TOO_LARGE))
-            return
-        message = await receive()
-        raw = message.get("body", b"")
-        if message.get("more_body", False):
-            chunks = [raw]
-            size = len(raw)
-            while message.get("more_body", False):
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body:
-                    await _answer(send, 413, error_body(*_TOO_LARGE))
-                    return
-                chunks.append(chunk)
-            raw = b"".join(chunks)
-        elif message["type"] == "http.disconnect":
-            return
-        if len(raw) > self.max_body:
-            await _answer(send, 413, error_body(*_TOO_LARGE))
+        raw = await self.read_body(scope, receive, send)
+        if raw is None:  # answered by the reader (413, 400, 408)
             return
         try:
             existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
@@ -222,9 +201,9 @@ class SubmitEndpoint:
                     if existing is None:
                         raise
         except ProtocolError as exc:
-            await _answer(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
+            await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
-        await _answer(send, 200, existing.to_json())
+        await send_json(send, 200, existing.to_json())
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -263,14 +242,6 @@ class SubmitEndpoint:
                         future.set_result(result)
         finally:
             self._draining = False
-
-
-async def _answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if extra:
-        headers += extra
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _load_modules() -> list[Any]:
@@ -372,33 +343,57 @@ class IngestFastPath:
         except Exception:
             log.exception("unhandled error on POST %s", scope.get("path"))
             if not started:
-                await _answer(send, 500, internal_error_body())
+                await send_json(send, 500, internal_error_body())
 
 
 class RelayApp(Litestar):
-    """The Litestar app, with ``POST /v1/knowledge/events`` short-circuited to :class:`IngestFastPath`.
+    """The Litestar app behind two shared front steps, then the ingest fast path.
 
-    Every other request (and every other method on that path) goes through
-    Litestar unchanged, so routing, the 405/OPTIONS answers and the error
-    mapping stay in one place.
+    Every request that may carry a body is read whole by one
+    :class:`~akrelay.http.body.BodyReader` (size cap, time bound, clean 400/408/413)
+    and handed on as one buffered message, so no route reads a socket itself.
+    ``HEAD`` is served as ``GET`` without the body, for every GET resource.
+    ``POST /v1/knowledge/events`` then short-circuits to :class:`IngestFastPath`;
+    every other request goes through Litestar unchanged, so routing, the
+    405/OPTIONS answers and the error mapping stay in one place.
     """
 
     ingest: "IngestFastPath | None" = None  # set by create_app
+    read_body: "BodyReader | None" = None  # set by create_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == EVENTS_PATH and scope["method"] == "POST" and self.ingest:
-            await self.ingest(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            method = scope["method"]
+            if method == "HEAD":
+                scope = {**scope, "method": "GET"}
+                send = _headers_only(send)
+            elif method not in BODYLESS_METHODS and self.read_body is not None:
+                body = await self.read_body(scope, receive, send)
+                if body is None:  # the reader answered (413, 400, 408)
+                    return
+                receive = Buffered(body, receive)
+                if scope["path"] == EVENTS_PATH and method == "POST" and self.ingest:
+                    await self.ingest(scope, receive, send)
+                    return
         await super().__call__(scope, receive, send)
+
+
+def _headers_only(send: Send) -> Send:
+    """``send`` for a HEAD request: the GET answer's status and headers, an empty body."""
+
+    async def head(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body", False):
+                return
+            message = {"type": "http.response.body", "body": b""}
+        await send(message)
+
+    return head
 
 
 async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     body = error_body("rate_limited", f"Too many {kind} requests from this client; retry after {retry_after} s.")
-    await send({"type": "http.response.start", "status": 429, "headers": [
-        (b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(retry_after).encode()),
-    ]})
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, 429, body, [(b"retry-after", str(retry_after).encode())])
 
 
 def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "RelayApp":
@@ -420,16 +415,20 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
         relay = settings_or_relay
         settings = settings if settings is not None else defaults()
 
-    submitter = SubmitEndpoint(relay, settings.max_envelope_bytes)
+    read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
+    submitter = SubmitEndpoint(relay, read_body)
     handlers = core_routes(relay, settings, submitter)
-    for module in ([] if settings.core_only else _load_modules()):
+    modules = [] if settings.core_only else _load_modules()
+    for module in modules:
         routes = getattr(module, "routes", None)
         if routes is not None:
             handlers.extend(routes(relay, settings))
     for provider in ROUTE_PROVIDERS:
         handlers.extend(provider(relay, settings))
 
-    on_shutdown = [relay.close] if owns_relay else []
+    # Other areas' background readers stop before the store they read closes.
+    stops = [functools.partial(m.shutdown, relay) for m in modules if hasattr(m, "shutdown")]
+    on_shutdown = stops + [relay.close] if owns_relay else []
     buckets = rate_buckets(settings)
     app = RelayApp(
         route_handlers=handlers,
@@ -445,6 +444,7 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
     app.state.relay = relay
     app.state.settings = settings
     app.ingest = IngestFastPath(submitter, buckets["write"])
+    app.read_body = read_body
     return app
 
 

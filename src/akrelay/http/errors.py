@@ -13,6 +13,7 @@ import logging
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
+from litestar.types import Send
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -52,6 +53,15 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response[byte
     headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
     return Response(content=error_body(code, message), status_code=status if status >= 400 else 400,
                     media_type=JSON, headers=headers)
+
+
+async def send_json(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Send a complete JSON answer on a raw ASGI ``send`` (the routes outside Litestar's machinery)."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if extra:
+        headers += extra
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def internal_error_body() -> bytes:

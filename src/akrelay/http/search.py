@@ -75,6 +75,13 @@ def routes(relay: Any, settings: Any) -> list[Any]:
     return [search]
 
 
+def shutdown(relay: Any) -> None:
+    """Stop the indexer thread before the relay closes its store (its next step would fail on it)."""
+    service = _SERVICES.pop(relay, None)
+    if service is not None:
+        service.close()
+
+
 def discovery(relay: Any, settings: Any) -> dict[str, Any]:
     """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
     return discovery_members(relay.config)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from akrelay.settings import _positive_int, option
 
 option("search_candidates", _positive_int, 1000,
-       "most search candidates verified per request; beyond it coverage reports candidate_limit", metavar="N")
+       "most search candidates verified per request; beyond it coverage reports candidate_limit", metavar="N",
+       serve_only=True)
 option("search_timeout_ms", _positive_int, 500,
-       "time per search request for verifying candidates; beyond it coverage reports timeout", metavar="MS")
+       "time per search request for verifying candidates; beyond it coverage reports timeout", metavar="MS", serve_only=True)
 option("search_writer_threads", _positive_int, 1,
-       "Tantivy indexing threads in the worker elected as the search indexer", metavar="N")
+       "Tantivy indexing threads in the worker elected as the search indexer", metavar="N", serve_only=True)
