@@ -408,3 +408,18 @@ def test_a_graceful_stop_interrupts_a_long_backlog_at_a_batch_boundary(tmp_path:
     assert 20 <= head < len(world.records) and head % 10 == 0  # stopped between batches, mid-backlog
     reader.close()
     store.close()
+
+
+def test_a_one_shot_reader_of_another_origin_leaves_the_relays_file_alone(tmp_path: Path, sqlite_only: None) -> None:
+    world = random_world(37, events=12)
+    store = _sqlite_store(tmp_path, world)
+    _, relay_follower = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
+    relay_follower.stop()
+    before = SqliteNexus(nexus_path(tmp_path), SPACE).fingerprint()
+    other = "https://elsewhere.example"
+    rt, follower = open_runtime(store, tmp_path, origin=other, follow=False)  # akrelay kip --origin ...
+    assert isinstance(rt.nexus, Nexus) and rt.nexus.space_id == KipConfig(origin=other).space_id
+    assert rt.nexus.head == len(world.records)
+    follower.stop()
+    assert SqliteNexus(nexus_path(tmp_path), SPACE).fingerprint() == before
+    store.close()

@@ -156,6 +156,23 @@ def _inspect(conn: sqlite3.Connection, path: Path, space_id: str | None) -> bool
     return True
 
 
+def stored_space(path: str | os.PathLike[str]) -> str | None:
+    """The Space a nexus file belongs to, read-only; ``None`` if there is no readable nexus there."""
+    if not Path(path).is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'space_id'").fetchone()
+        return row[0] if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
 def create_file(path: Path, space_id: str) -> None:
     """Write an empty nexus of the current format at ``path`` (atomically: a temporary file, then rename)."""
     tmp = path.with_name(path.name + f".{os.getpid()}.new")

@@ -15,7 +15,9 @@ from typing import Any
 
 from akrelay.kip.config import KipConfig
 from akrelay.kip.follower import KipFollower, follow as follow_log, legacy_snapshot
-from akrelay.kip.nexus_sqlite import FORMAT_VERSION, SqliteNexus, create_file, nexus_path, open_writer
+from akrelay.kip.nexus_sqlite import (
+    FORMAT_VERSION, SqliteNexus, create_file, nexus_path, open_writer, stored_space,
+)
 from akrelay.kip.runtime import KipRuntime
 from akrelay.leader import LeaderLock
 
@@ -61,6 +63,12 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     backend = backend or os.environ.get(BACKEND_ENV) or (MEMORY if data_dir is None else DISK)
     if backend not in (MEMORY, DISK):
         raise ValueError(f"unknown KIP nexus backend {backend!r}")
+    if backend == DISK and not follow:
+        found = stored_space(nexus_path(data_dir))  # type: ignore[arg-type]
+        if found is not None and found != config.space_id:
+            # a one-shot reader (akrelay kip/kql --data) with another origin than the relay's:
+            # answer for its own Space from a private nexus, and leave the relay's file alone
+            backend = MEMORY
     if backend == MEMORY:
         runtime = KipRuntime(config, None, cursor_secret=cursor_secret(store))
         follower = KipFollower(store, runtime)
