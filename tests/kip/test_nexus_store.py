@@ -423,3 +423,36 @@ def test_a_one_shot_reader_of_another_origin_leaves_the_relays_file_alone(tmp_pa
     follower.stop()
     assert SqliteNexus(nexus_path(tmp_path), SPACE).fingerprint() == before
     store.close()
+
+
+def test_every_lookup_is_an_index_search_not_a_scan(tmp_path: Path, sqlite_only: None) -> None:
+    """Each SELECT a lookup runs is planned as an index (or rowid) search: no full scan of elements."""
+    world = random_world(41, events=20)
+    nexus = open_writer(tmp_path / NEXUS_FILE, SPACE)
+    follow(store_of(world), nexus)
+    statements: list[str] = []
+    nexus._conn.set_trace_callback(statements.append)
+    cap = next(nexus.concepts_of_type("KnowledgeCapsule"))
+    agent = next(nexus.concepts_of_type("Agent"))
+    holds = nexus.holds(cap.key)
+    list(nexus.concepts_named("KnowledgeCapsule", cap.name))
+    nexus.get(cap.id)
+    nexus.propositions_about(cap.id)
+    nexus.propositions_to(cap.id)
+    list(nexus.propositions_with("ak_holds"))
+    nexus.assertions_on(holds.id)
+    list(nexus.assertions_by(agent.id))
+    nexus.assertions_from_event(cap.key)
+    nexus.evidence_for_event(cap.key)
+    list(nexus.structural_sources("ak_published_by", agent.id))
+    nexus.transaction_at(3)
+    nexus.type_count("Agent", 3)
+    nexus.at_ordinal(0)
+    list(nexus.term_buckets("concept", {"title", "words"}, nexus.head))
+    nexus._conn.set_trace_callback(None)
+    selects = {s for s in statements if s.lstrip().upper().startswith("SELECT")}
+    assert len(selects) >= 15
+    for sql in selects:
+        plan = " | ".join(row[3] for row in nexus._conn.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "SCAN elements" not in plan and "SCAN tx" not in plan, (sql, plan)
+    nexus.close()
