@@ -91,27 +91,25 @@ def local_ids(relay: Relay) -> list[str]:
     return [r.id for r in relay.store.iter_records(0, 1_000_000)]
 
 
-class FakePeer:
-    """A conforming peer over respx; override ``page_hook``/``batch_hook``/``discovery_doc`` to misbehave."""
+class PeerData:
+    """A conforming peer's answers, from a real relay on a memory store, as (status, body) pairs.
 
-    def __init__(self, router: respx.MockRouter, origin: str = "https://peer-a.example", *,
-                 query_path: str = "/v1/knowledge/query", batch_path: str = "/v1/knowledge/batch") -> None:
+    The cursor format is explicit (``checkpoint.as_of.last_seq``) so that tests can
+    make one aspect misbehave while the rest stays conforming; :class:`FakePeer`
+    serves it over respx and ``hostile.HostilePeer`` over a real TLS socket.
+    """
+
+    def __init__(self, origin: str, *, query_path: str = "/v1/knowledge/query",
+                 batch_path: str = "/v1/knowledge/batch") -> None:
         self.origin = origin
         self.relay = make_relay(origin)
         self.query_path = query_path
         self.batch_path = batch_path
-        self.query_calls: list[dict[str, str]] = []
-        self.batch_calls: list[list[str]] = []
-        self.page_hook: Callable[[dict, int], Any] | None = None
-        self.batch_hook: Callable[[dict], Any] | None = None
         self.discovery_doc: dict[str, Any] = {
             "protocol": "agent-knowledge/1.0", "service": origin,
             "endpoints": {"events": origin + "/v1/knowledge/events", "query": origin + query_path,
                           "batch": origin + batch_path},
         }
-        self.discovery_route = router.get(origin + "/.well-known/agent-knowledge").mock(side_effect=self._discovery)
-        self.query_route = router.get(origin + query_path).mock(side_effect=self._query)
-        self.batch_route = router.post(origin + batch_path).mock(side_effect=self._batch)
 
     def add(self, *envelopes: dict) -> None:
         for env in envelopes:
@@ -120,12 +118,7 @@ class FakePeer:
     def seq_of(self, envelope: dict) -> int:
         return self.relay.store.get(envelope["hash"]).seq
 
-    def _discovery(self, request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=self.discovery_doc)
-
-    def _query(self, request: httpx.Request) -> Any:
-        params = dict(request.url.params)
-        self.query_calls.append(params)
+    def query(self, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
         limit = int(params.get("limit", "100"))
         after = int(params.get("after_seq", "0"))
         if "cursor" in params:
@@ -133,26 +126,53 @@ class FakePeer:
         else:
             checkpoint, as_of, last = self.relay.store.checkpoint(), 1_800_000_000_000, after
             if after > checkpoint:
-                return httpx.Response(400, json={"error": {"code": "invalid_request", "message": "after_seq"}})
+                return 400, {"error": {"code": "invalid_request", "message": "after_seq"}}
         records = [r for r in self.relay.store.iter_records(last, 1_000_000)
                    if r.seq <= checkpoint and not r.withheld][:limit + 1]
         body: dict[str, Any] = {"result": [r.to_dict() for r in records[:limit]], "service": self.origin,
                                 "checkpoint": checkpoint, "as_of": as_of}
         if len(records) > limit:
             body["next_cursor"] = f"{checkpoint}.{as_of}.{records[limit - 1].seq}"
-        if self.page_hook is not None:
+        return 200, body
+
+    def batch(self, hashes: list[str]) -> tuple[int, dict[str, Any]]:
+        found = {h: r for h, r in self.relay.store.get_many(hashes).items() if not r.withheld}
+        return 200, {"result": [found[h].to_dict() for h in hashes if h in found],
+                     "missing": [h for h in hashes if h not in found], "service": self.origin,
+                     "checkpoint": self.relay.store.checkpoint(), "as_of": 1_800_000_000_000}
+
+
+class FakePeer(PeerData):
+    """A conforming peer over respx; override ``page_hook``/``batch_hook``/``discovery_doc`` to misbehave."""
+
+    def __init__(self, router: respx.MockRouter, origin: str = "https://peer-a.example", *,
+                 query_path: str = "/v1/knowledge/query", batch_path: str = "/v1/knowledge/batch") -> None:
+        super().__init__(origin, query_path=query_path, batch_path=batch_path)
+        self.query_calls: list[dict[str, str]] = []
+        self.batch_calls: list[list[str]] = []
+        self.page_hook: Callable[[dict, int], Any] | None = None
+        self.batch_hook: Callable[[dict], Any] | None = None
+        self.discovery_route = router.get(origin + "/.well-known/agent-knowledge").mock(side_effect=self._discovery)
+        self.query_route = router.get(origin + query_path).mock(side_effect=self._query)
+        self.batch_route = router.post(origin + batch_path).mock(side_effect=self._batch)
+
+    def _discovery(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=self.discovery_doc)
+
+    def _query(self, request: httpx.Request) -> Any:
+        params = dict(request.url.params)
+        self.query_calls.append(params)
+        status, body = self.query(params)
+        if status == 200 and self.page_hook is not None:
             hooked = self.page_hook(body, len(self.query_calls))
             if hooked is not None:
                 return hooked
-        return httpx.Response(200, json=body)
+        return httpx.Response(status, json=body)
 
     def _batch(self, request: httpx.Request) -> Any:
         hashes = json.loads(request.content)["hashes"]
         self.batch_calls.append(hashes)
-        found = {h: r for h, r in self.relay.store.get_many(hashes).items() if not r.withheld}
-        body = {"result": [found[h].to_dict() for h in hashes if h in found],
-                "missing": [h for h in hashes if h not in found], "service": self.origin,
-                "checkpoint": self.relay.store.checkpoint(), "as_of": 1_800_000_000_000}
+        _, body = self.batch(hashes)
         if self.batch_hook is not None:
             hooked = self.batch_hook(body)
             if hooked is not None:

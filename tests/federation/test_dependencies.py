@@ -152,6 +152,16 @@ def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -
     assert local_ids(local) == [future["hash"]] and state.pending_count(PEER) == 0
 
 
+def sync_with_batch_hook(fake: FakePeer, hook, after: int):
+    """One pass from a fresh relay that starts after ``after``, with ``hook`` spoiling batch answers."""
+    fake.batch_hook = hook
+    local = make_relay()
+    state = FederationState()
+    start_after(state, after)
+    [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    return r, state.get(PEER), state, local
+
+
 def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(router) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
@@ -160,16 +170,11 @@ def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(rou
     fake.add(base, stranger, review)
     cases = {
         "not requested": lambda body: body["result"].__setitem__(0, fake.relay.store.get(stranger["hash"]).to_dict()),
-        "another service": lambda body: body.update(service="https://evil.example"),
+        "differs from the requested origin": lambda body: body.update(service="https://evil.example"),
         "exactly once": lambda body: body["missing"].append(base["hash"]),
     }
     for fragment, hook in cases.items():
-        fake.batch_hook = hook
-        local = make_relay()
-        state = FederationState()
-        start_after(state, 2)
-        [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
-        st = state.get(PEER)
+        r, st, state, local = sync_with_batch_hook(fake, hook, 2)
         assert r.ok and r.pending == 1 and fragment in st.last_batch_error, (fragment, st.last_batch_error)
         assert st.counts["batch_errors"] == 1 and state.pending_count(PEER) == 1
         assert local_ids(local) == [] and st.checkpoint == 3  # nothing accepted, nothing blocked
@@ -234,3 +239,28 @@ def test_a_page_commits_in_groups_and_in_page_dependencies_need_no_batch(router)
     assert fake.batch_calls == []
     assert local_ids(local) == [e["hash"] for e in (base, *others[:2], v2, review, *others[2:])]
     assert sum(groups) == 8 and max(groups) <= 4 and len(groups) < 8
+
+
+def test_a_batch_answer_of_the_wrong_shape_costs_only_the_event_that_needed_it(router) -> None:
+    """``missing: [["id"]]`` once raised TypeError and ended the pass as an internal error."""
+    fake = FakePeer(router)
+    alice = Author("alice")
+    base = alice.publish("Base")
+    review = Author("bob").assess(base)
+    after = alice.publish("After the review")
+    fake.add(base, review, after)
+    cases = {
+        "missing list": lambda body: body.update(missing=[[h] for h in body["missing"]] or [[base["hash"]]],
+                                                 result=[]),
+        "hash list": lambda body: body["result"][0]["envelope"].update(hash=[base["hash"]]),
+        "record list": lambda body: body.update(result=[[body["result"][0]]]),
+        "seq string": lambda body: body["result"][0].update(seq="1"),
+        "result object": lambda body: body.update(result={"0": body["result"][0]}),
+    }
+    for name, hook in cases.items():
+        r, st, _, local = sync_with_batch_hook(fake, hook, 1)
+        assert r.ok and r.error is None, (name, r.error)
+        assert r.accepted == 1 and r.pending == 1, name  # the later event is not held up
+        assert st.counts["batch_errors"] == 1 and st.checkpoint == 3, name
+        assert "invalid batch response" in st.last_batch_error, (name, st.last_batch_error)
+        assert local_ids(local) == [after["hash"]], name

@@ -58,7 +58,7 @@ def test_next_pass_starts_at_the_persisted_checkpoint_and_adds_only_new_events(r
     assert state.get(PEER).checkpoint == 4
 
 
-def test_checkpoint_moves_only_after_the_last_page_and_a_retry_duplicates_nothing(router) -> None:
+def test_checkpoint_moves_only_after_the_last_page_and_a_retry_resumes_after_verified_pages(router) -> None:
     fake, events = seeded(router, 6)
     fake.page_hook = lambda body, n: httpx.Response(500) if n == 3 else None
     local = make_relay()
@@ -66,13 +66,17 @@ def test_checkpoint_moves_only_after_the_last_page_and_a_retry_duplicates_nothin
     engine = make_engine(local, [peer(page_limit=2)], state)
     [first] = engine.run_once()
     assert not first.ok and "500" in first.error
-    assert state.get(PEER).checkpoint == 0  # pages 1-2 were ingested, but the enumeration is unfinished
+    st = state.get(PEER)
+    assert st.checkpoint == 0  # pages 1-2 were ingested, but the enumeration is unfinished
+    assert st.resume_seq == 4 and st.lag == 2  # ... and what they held is not fetched again
     assert len(local_ids(local)) == 4
     fake.page_hook = None
     [second] = engine.run_once(force=True)
-    assert second.ok and second.accepted == 2 and second.duplicates == 4
+    assert fake.query_calls[-1]["after_seq"] == "4"
+    assert second.ok and second.accepted == 2 and second.duplicates == 0
     assert local_ids(local) == [e["hash"] for e in events]
-    assert state.get(PEER).checkpoint == 6
+    st = state.get(PEER)
+    assert st.checkpoint == 6 and st.resume_seq == 0
 
 
 def test_advertised_endpoints_are_used_instead_of_default_paths(router) -> None:
@@ -173,7 +177,7 @@ def test_malformed_cursor_and_inconsistent_pages_are_misbehaviour(router) -> Non
         "out of order": lambda body, n: body["result"].reverse() if n == 1 else None,
         "more than limit": lambda body, n: body["result"].extend(body["result"]) if n == 1 else None,
         "acceptance record": lambda body, n: body["result"].__setitem__(0, "nope") if n == 1 else None,
-        "lacks a valid result": lambda body, n: body.__delitem__("as_of") if n == 1 else None,
+        "missing 'as_of'": lambda body, n: body.__delitem__("as_of") if n == 1 else None,
     }
     for fragment, hook in cases.items():
         router.reset()
@@ -350,6 +354,69 @@ def test_retry_after_is_capped_at_a_day(router) -> None:
     state = FederationState()
     make_engine(make_relay(), [peer()], state, clock=clock).run_once()
     assert state.get(PEER).retry_at == clock.now + 86_400_000
+
+
+def test_retry_after_on_a_500_is_ignored(router) -> None:
+    """Retry-After means something on 429 and 503 (and redirects); a 500 gets the ordinary back-off."""
+    fake, _ = seeded(router, 1)
+    fake.page_hook = lambda body, n: httpx.Response(500, headers={"Retry-After": "3600"})
+    clock = Clock()
+    state = FederationState()
+    make_engine(make_relay(), [peer(interval=10)], state, clock=clock).run_once()
+    assert state.get(PEER).retry_at == clock.now + 10_000
+
+
+class PageFeed:
+    """A stand-in transport: discovery, then endless pages of one duplicate event with fresh 4 KiB cursors."""
+
+    def __init__(self, envelope: dict) -> None:
+        self.envelope = envelope
+        self.after_seqs: list[str] = []
+
+    def __enter__(self) -> "PageFeed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def get_json(self, url: str, params=None, *, max_bytes=None):
+        return {"protocol": "agent-knowledge/1.0", "service": PEER}
+
+    def get_json_sized(self, url: str, params=None, *, max_bytes=None):
+        if "cursor" in params:
+            seq = int(params["cursor"].split(".")[0]) + 1
+        else:
+            self.after_seqs.append(params["after_seq"])
+            seq = int(params["after_seq"]) + 1
+        page = {"result": [{"envelope": self.envelope, "accepted_at": 1, "seq": seq}], "service": PEER,
+                "checkpoint": 2**50, "as_of": 1, "next_cursor": f"{seq}." + f"{seq:x}" * (4000 // len(f"{seq:x}"))}
+        return page, 4200
+
+
+def test_endless_pages_take_constant_memory_and_the_verified_part_is_kept() -> None:
+    """Seen cursors once grew by 4 KiB a page (400 MB over 100,000 pages); and the pass saved nothing."""
+    import tracemalloc
+
+    from akrelay.federation.sync import SyncEngine, SyncOptions
+
+    envelope = Author("looper").publish("On every page")
+    feed = PageFeed(envelope)
+    local = make_relay()
+    state = FederationState()
+    engine = SyncEngine(local, state, [peer(max_pages=3000)], SyncOptions(own_origin="https://local.example"),
+                        transport_factory=lambda p: feed)
+    tracemalloc.start()
+    try:
+        [r] = engine.run_once()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not r.ok and "exceeded 3000 pages" in r.error
+    assert peak < 4 << 20, peak  # 3,000 remembered cursors alone would be 12 MB
+    st = state.get(PEER)
+    assert st.checkpoint == 0 and st.resume_seq == 3000 and local_ids(local) == [envelope["hash"]]
+    [r] = engine.run_once(force=True)
+    assert feed.after_seqs == ["0", "3000"]  # the next pass resumes after what was verified
 
 
 def test_state_survives_reopening(router, tmp_path) -> None:

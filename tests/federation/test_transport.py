@@ -98,3 +98,97 @@ def test_urls_off_the_configured_origin_are_refused_before_any_lookup() -> None:
         with pytest.raises(PeerFetchError, match="refused"):
             t.get_json("https://peer.test.evil.example/x")
     assert looked_up == []
+
+
+# -- a hostile peer at the byte level (see hostile.py) --------------------------
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    from .hostile import HostilePeer
+
+    files = ensure_self_signed(tmp_path / "tls", "https://127.0.0.1:1")
+    peer = HostilePeer(str(files.cert), str(files.key))
+    try:
+        yield peer, str(files.cert)
+    finally:
+        peer.stop()
+
+
+def scripted(answer):
+    def scenario(peer, conn, request) -> bool:
+        answer(conn)
+        return True
+    return scenario
+
+
+def test_a_header_drip_ends_at_the_request_deadline(hostile) -> None:
+    """httpcore's read timeout applies per read; the deadline below it covers the whole request."""
+    import time
+
+    peer, cert = hostile
+
+    def drip(conn) -> None:
+        if conn.write(b"HTTP/1.1 200 OK\r\nx-drip: "):
+            conn.drip((b"a" for _ in range(10**6)), 0.02, limit=30)
+
+    peer.scenario = scripted(drip)
+    started = time.monotonic()
+    with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True, read_timeout=0.5)) as t:
+        with pytest.raises(PeerFetchError) as info:
+            t.get_json(peer.origin + "/.well-known/agent-knowledge")
+    assert info.value.kind == "timeout" and "headers and body" in info.value.message
+    assert time.monotonic() - started < 2.0
+
+
+def test_content_codings_we_did_not_ask_for_are_refused_unread(hostile) -> None:
+    import zlib
+
+    peer, cert = hostile
+    inflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    once = inflater.compress(b"\0" * (64 << 20)) + inflater.flush()
+    for coding in ("gzip", "GZIP, gzip", "identity, br", "deflate"):
+        peer.scenario = scripted(lambda conn, coding=coding: conn.respond(
+            200, once, [("content-type", "application/json"), ("content-encoding", coding)]))
+        with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True)) as t:
+            with pytest.raises(PeerFetchError) as info:
+                t.get_json(peer.origin + "/.well-known/agent-knowledge")
+            assert info.value.kind == "encoding" and coding.lower() in info.value.message, coding
+            assert t.bytes_read == 0
+    # "identity" is what we asked for, and is fine.
+    peer.scenario = scripted(lambda conn: conn.respond(200, b"{}", [("content-encoding", "identity")]))
+    with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True)) as t:
+        assert t.get_json(peer.origin + "/x") == {}
+
+
+def test_a_body_of_too_many_json_values_is_refused_before_parsing(hostile) -> None:
+    peer, cert = hostile
+    body = b"[" + b"{}," * 3000 + b"{}]"  # 6,002 values in 9 KB; the cap allows max(4096, bytes / 64)
+    peer.scenario = scripted(lambda conn: conn.respond(200, body))
+    with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True, max_page_bytes=65536)) as t:
+        with pytest.raises(PeerFetchError) as info:
+            t.get_json(peer.origin + "/x")
+    assert info.value.kind == "too_large" and "JSON values" in info.value.message
+    with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True, max_page_bytes=1 << 20)) as t:
+        assert len(t.get_json(peer.origin + "/x")) == 3001
+
+
+def test_retry_after_is_reported_for_429_and_503_only(hostile) -> None:
+    peer, cert = hostile
+    for status, expected in ((429, "7"), (503, "7"), (500, None), (502, None)):
+        peer.scenario = scripted(lambda conn, status=status: conn.respond(status, b"{}", [("retry-after", "7")]))
+        with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True)) as t:
+            with pytest.raises(PeerFetchError) as info:
+                t.get_json(peer.origin + "/x")
+        assert info.value.status == status and info.value.retry_after == expected, status
+
+
+def test_only_the_start_of_an_error_body_is_read(hostile) -> None:
+    peer, cert = hostile
+    body = b'{"error": {"code": "overloaded", "message": "x"}}' + b" " * (8 << 20)
+    peer.scenario = scripted(lambda conn: conn.respond(503, body))
+    with PeerTransport(Peer(origin=peer.origin, ca_file=cert, allow_private=True)) as t:
+        with pytest.raises(PeerFetchError) as info:
+            t.get_json(peer.origin + "/x")
+        assert info.value.kind == "server" and "overloaded" in info.value.message
+        assert t.bytes_read <= 4096

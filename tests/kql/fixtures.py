@@ -85,6 +85,23 @@ class Log:
             import_record(nexus, record)
         return KipRuntime(config, nexus, cursor_secret=b"kql-tests-cursor-secret")
 
+    def relay_data(self, path: Any, origin: str = ORIGIN) -> Any:
+        """A relay data directory (SQLite store) in which a real relay accepted every event."""
+        import json
+
+        from akrelay.service.config import ServiceConfig
+        from akrelay.service.relay import open_relay
+
+        relay = open_relay(path, ServiceConfig(origin=origin), clock=lambda: self.clock + 1000)
+        try:
+            for record in self.records:
+                env = record.envelope
+                assert relay.submit(json.dumps({"hash": env.id, "event": env.event,
+                                                "signature": env.signature}).encode())
+        finally:
+            relay.close()
+        return path
+
     def extend(self, rt: KipRuntime) -> None:
         """Import records the runtime has not seen yet (the follower catching up)."""
         for record in self.records:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -285,12 +286,43 @@ def test_background_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -
     store.close()
 
 
+class _CheckpointTicks(threading.Event):
+    """The store's stop event, counting the checkpointer's waits (its timeout is the checkpoint interval)."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__()
+        self.interval, self.ticks, self.changed = interval, 0, threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        stopped = super().wait(timeout)
+        if timeout == self.interval:
+            with self.changed:
+                self.ticks += 1
+                self.changed.notify_all()
+        return stopped
+
+    def next_tick(self, limit: float = 2.0) -> None:
+        with self.changed:
+            seen = self.ticks
+            self.changed.wait_for(lambda: self.ticks > seen + 1, timeout=limit)
+
+
 def test_background_checkpoint_bounds_the_wal_under_steady_writes(tmp_path: Path) -> None:
+    """Steady writes: the checkpointer gets its tick between groups, as it does between HTTP submissions.
+
+    Each group waits for one whole checkpointer pass, so the result does not depend on
+    how a loaded machine schedules the two threads.
+    """
     envs = [e for seed in range(20, 60) for e in corpus(seed=seed)]
 
     def wal_bytes(store: SqliteStore) -> int:
+        ticks = None
+        if isinstance(store, _BackgroundCheckpoint):
+            ticks = store._stop = _CheckpointTicks(store._checkpoint_interval)  # noqa: SLF001
         for start in range(0, len(envs), 4):  # steady small groups, as concurrent HTTP submissions give
             store.commit_many([(e, 1) for e in envs[start : start + 4]])
+            if ticks is not None:
+                ticks.next_tick()
         assert store.checkpoint() == len({e.id for e in envs})
         size = Path(f"{store.path}-wal").stat().st_size
         store.close()

@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from akrelay.kip.budget import DEFAULT_BUDGET_MS
+
 DEFAULT_DATA = "./akrelay-data"
 
 
@@ -33,7 +35,7 @@ def register(subparsers: Any) -> None:
 
     r = subparsers.add_parser("kip-reindex", help="alias of `akrelay reindex --kip`: rebuild the KIP nexus",
                               description="Alias of `akrelay reindex --kip`: rebuild the KIP nexus "
-                                          "(DIR/kip-nexus.pickle) from the acceptance log in DIR and persist it. "
+                                          "(DIR/kip-nexus.sqlite3) from the acceptance log in DIR. "
                                           "Run it with the relay stopped.")
     r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                    help=f"the relay's data directory (default {DEFAULT_DATA})")
@@ -103,15 +105,26 @@ def run_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def _params(items: list[str]) -> dict[str, Any]:
+def parse_params(items: list[str], command: str = "akrelay kip") -> dict[str, Any]:
+    """``NAME=VALUE`` bindings: VALUE is strict I-JSON, or else taken as a bare string.
+
+    A value that starts like a JSON array, object or string but is not I-JSON
+    (a duplicate member, too deep) is an error rather than silently a string.
+    """
+    from akrelay.protocol.errors import ProtocolError
+    from akrelay.protocol.ijson import parse_strict
+
     out: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"akrelay: --param wants NAME=VALUE, got {item!r}")
+        name = name.lstrip(":")
+        if not sep or not name:
+            raise SystemExit(f"{command}: --param wants NAME=VALUE, got {item!r}")
         try:
-            out[name] = json.loads(value)
-        except ValueError:
+            out[name] = parse_strict(value, code="invalid_request")
+        except ProtocolError as exc:
+            if value.lstrip()[:1] in ("[", "{", '"'):
+                raise SystemExit(f"{command}: --param {name}: {exc.message}") from None
             out[name] = value
     return out
 
@@ -126,6 +139,18 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
                    help="with --relay: PEM certificate to trust, e.g. the relay's tls-cert.pem [env AKRELAY_CACERT]")
     p.add_argument("--insecure", action="store_true", help="with --relay: do not verify TLS (testing only)")
+    p.add_argument("--budget-ms", type=_budget_ms, default=DEFAULT_BUDGET_MS, metavar="MS",
+                   help=f"with --data: thread CPU milliseconds the command may use before it fails ExecutionTimeout "
+                        f"(default {DEFAULT_BUDGET_MS}; 0: no budget). A relay applies its own --kip-budget-ms")
+
+
+def _budget_ms(text: str) -> int:
+    from akrelay.kip.options import budget_ms
+
+    try:
+        return budget_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: float = 60.0) -> tuple[int, Any]:
@@ -151,7 +176,7 @@ def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: floa
 
 
 def run_kip(args: argparse.Namespace) -> int:
-    request = {"kip": "2.0", "operations": [{"command": args.command_text, "parameters": _params(args.param)}]}
+    request = {"kip": "2.0", "operations": [{"command": args.command_text, "parameters": parse_params(args.param)}]}
     if args.relay:
         status, body = post_kip(args, request, timeout=30)
         if not isinstance(body, dict):
@@ -167,7 +192,8 @@ def run_kip(args: argparse.Namespace) -> int:
     data = args.data or DEFAULT_DATA
     store = open_store(data)
     try:
-        runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False)
+        runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
+                                         budget_ms=args.budget_ms or None)
         try:
             if args.belief:
                 try:

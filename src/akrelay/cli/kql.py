@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_store, origin_of, post_kip
+from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_store, origin_of, parse_params, post_kip
 
 
 
@@ -28,19 +28,6 @@ def register(subparsers: Any) -> None:
     add_target_args(p)
     p.add_argument("--json", action="store_true", help="print the result and context as JSON")
     p.set_defaults(handler=run_kql)
-
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"akrelay kql: --param wants NAME=VALUE, got {item!r}")
-        try:
-            out[name.lstrip(":")] = json.loads(value)
-        except ValueError:
-            out[name.lstrip(":")] = value
-    return out
 
 
 def _cell(value: Any) -> str:
@@ -99,7 +86,7 @@ def _emit(entry: dict[str, Any], as_json: bool) -> int:
 
 
 def run_kql(args: argparse.Namespace) -> int:
-    params = parse_params(args.param)
+    params = parse_params(args.param, "akrelay kql")
     request = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
     if args.relay:
         status, envelope = post_kip(args, request)
@@ -114,7 +101,8 @@ def run_kql(args: argparse.Namespace) -> int:
         data = args.data or DEFAULT_DATA
         store = open_store(data, "akrelay kql")
         try:
-            runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False)
+            runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
+                                             budget_ms=args.budget_ms or None)
             try:
                 _, envelope = runtime.execute(request)
             finally:

@@ -156,6 +156,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for origin, s in sorted(states.items()):
         print(origin)
         print(f"  checkpoint    {s.checkpoint} (peer at {s.peer_checkpoint}, lag {s.lag})")
+        if s.resume_seq:
+            print(f"  resumes after seq {s.resume_seq} (kept from an unfinished pass)")
         print(f"  last success  {_when(s.last_success)}")
         print(f"  last error    {s.last_error or '-'}")
         if s.last_batch_error:

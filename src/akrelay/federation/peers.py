@@ -19,10 +19,12 @@ from akrelay.protocol.discovery import canonical_origin
 #: Defaults applied to a peer entry that omits a field.
 DEFAULT_INTERVAL = 30.0
 DEFAULT_PAGE_LIMIT = 500
-DEFAULT_MAX_PAGE_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_BATCH_BYTES = 8 * 1024 * 1024
+#: With these two, a pass stays within 64 MB of memory whatever a peer sends (docs/federation.md).
+DEFAULT_MAX_PAGE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 30.0
+DEFAULT_MAX_PAGES = 100_000
 
 
 class PeerConfigError(ValueError):
@@ -75,8 +77,10 @@ class Peer:
     #: Allow private, loopback and link-local addresses (test meshes, LANs).
     allow_private: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    #: Budget for one whole response, headers and body, not per chunk.
+    #: Deadline of one whole request: connecting, TLS, sending, headers and body.
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    #: Query pages per pass; a pass that needs more saves its progress and fails.
+    max_pages: int = DEFAULT_MAX_PAGES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", canonical_https_origin(self.origin))
@@ -89,6 +93,8 @@ class Peer:
             object.__setattr__(self, name, float(value))
         if not _is_int(self.page_limit) or not 1 <= self.page_limit <= 1000:
             raise PeerConfigError(f"{self.origin}: page_limit must be an integer from 1 through 1000")
+        if not _is_int(self.max_pages) or self.max_pages < 1:
+            raise PeerConfigError(f"{self.origin}: max_pages must be a positive integer")
         for name in ("max_page_bytes", "max_batch_bytes"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1024:
                 raise PeerConfigError(f"{self.origin}: {name} must be an integer of at least 1024")

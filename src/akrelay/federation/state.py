@@ -34,6 +34,9 @@ class PeerState:
     checkpoint: int = 0
     #: The peer checkpoint most recently observed (first page of the last pass).
     peer_checkpoint: int = 0
+    #: After a failed pass, the ``seq`` of its last fully processed page: every record up to
+    #: it was submitted, so the next enumeration starts after it. 0 once a pass completes.
+    resume_seq: int = 0
     last_attempt: int | None = None
     last_success: int | None = None
     last_error: str | None = None
@@ -46,8 +49,8 @@ class PeerState:
 
     @property
     def lag(self) -> int:
-        """Peer sequence numbers observed but not yet covered by a complete pass."""
-        return max(0, self.peer_checkpoint - self.checkpoint)
+        """Peer sequence numbers observed but not yet processed."""
+        return max(0, self.peer_checkpoint - max(self.checkpoint, self.resume_seq))
 
     def bump(self, counter: str, by: int = 1) -> None:
         self.counts[counter] = self.counts.get(counter, 0) + by

@@ -13,14 +13,17 @@ An event whose dependencies we lack is resolved from the same peer with
 fails it is parked in the bounded pending set and retried on later passes, and
 the enumeration carries on. A misbehaving peer costs at most its own pass: any
 failure is recorded in its state, backs it off, and leaves the other peers and
-the store untouched.
+the store untouched. What a failed pass did verify is kept: the ``seq`` of its
+last fully processed page is saved, and the next enumeration resumes after it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -32,15 +35,21 @@ from akrelay.federation.state import FederationState, PeerState
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.records import check_batch_shape, check_query_shape
 
 log = logging.getLogger("akrelay.federation")
 
 DISCOVERY_PATH = "/.well-known/agent-knowledge"
 DEFAULT_PATHS = {"query": "/v1/knowledge/query", "batch": "/v1/knowledge/batch"}
-MAX_SAFE_INTEGER = 2**53 - 1
 #: Errors after which an envelope might still be accepted later (not a verdict on the event).
 RETRYABLE_CODES = frozenset({"missing_dependency", "timestamp_out_of_window", "rate_limited"})
 BATCH_MAX_IDS = 100
+#: Recent cursors remembered (as digests) to name a cursor loop early; strict ``seq``
+#: progress and the empty-page limit are what make every loop end.
+RECENT_CURSORS = 64
+#: Above this share of ``max_page_bytes`` a page is ingested before the next one is fetched,
+#: so that at most one large page is held in memory at a time.
+PREFETCH_BELOW = 4
 
 
 def encode_json(value: Any) -> bytes:
@@ -70,8 +79,6 @@ class SyncOptions:
     max_depth: int = 32
     #: Most dependency envelopes fetched for one event.
     max_dependency_events: int = 1000
-    #: Pages per enumeration before the peer is considered to be looping.
-    max_pages: int = 100_000
     #: Consecutive empty pages that still carry ``next_cursor``.
     max_empty_pages: int = 8
     #: Pending entries retried per pass and peer.
@@ -115,10 +122,6 @@ class _Budget:
         self.events -= events
         self.nbytes -= nbytes
         return self.events >= 0 and self.nbytes >= 0
-
-
-def _is_int(value: Any, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_SAFE_INTEGER
 
 
 class SyncEngine:
@@ -255,46 +258,67 @@ class SyncEngine:
 
     def _enumerate(self, peer: Peer, transport: PeerTransport, endpoints: dict[str, str],
                    st: PeerState, result: PassResult) -> None:
-        """Follow the query from our checkpoint to its last page; the next page is fetched while
-        the current one is ingested, but nothing is persisted until the last page is done."""
-        after_seq = st.checkpoint
+        """Follow the query from where we stopped to its last page, then persist the peer's checkpoint.
+
+        A small page's successor is fetched while it is ingested. Loop detection
+        takes constant memory: every page must either move ``seq`` forward or be
+        one of at most ``max_empty_pages`` consecutive empty ones, and the last
+        cursors are remembered as digests only. If the pass fails, the ``seq`` of
+        the last fully processed page is saved (``resume_seq``), so verified work
+        is not repeated; the checkpoint itself moves only after the last page (§9.3.2).
+        """
+        after_seq = max(st.checkpoint, st.resume_seq)
         base = {"after_seq": str(after_seq), "limit": str(peer.page_limit)}
-        seen_cursors: set[str] = set()
-        first: dict[str, Any] | None = None
+        recent: deque[bytes] = deque(maxlen=RECENT_CURSORS)
+        scope: tuple[int, int] | None = None  # (checkpoint, as_of) of the first page
         last_seq = after_seq
         empty_run = 0
         pages = 0
         fetcher = ThreadPoolExecutor(1, thread_name_prefix="sync-fetch")
+        query = endpoints["query"]
         try:
-            future = fetcher.submit(transport.get_json, endpoints["query"], dict(base))
+            future = fetcher.submit(transport.get_json_sized, query, dict(base))
             while True:
-                page = future.result()
+                page, size = future.result()
+                future = None
                 pages += 1
                 result.pages += 1
                 st.bump("pages")
-                records, nxt = self._check_page(peer, page, first, after_seq, last_seq)
-                if first is None:
-                    first = page
-                    st.peer_checkpoint = page["checkpoint"]
+                records, nxt = self._check_page(peer, page, scope, after_seq, last_seq)
+                if scope is None:
+                    scope = page["checkpoint"], page["as_of"]
+                    st.peer_checkpoint = scope[0]
+                del page
                 if nxt is not None:
-                    if nxt in seen_cursors:
+                    digest = hashlib.blake2b(nxt.encode(), digest_size=16).digest()
+                    if digest in recent:
                         raise PeerMisbehaved("the peer returned a cursor it had already returned (cursor loop)")
-                    seen_cursors.add(nxt)
+                    recent.append(digest)
                     empty_run = empty_run + 1 if not records else 0
                     if empty_run > self.options.max_empty_pages:
                         raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
-                    if pages >= self.options.max_pages:
-                        raise PeerMisbehaved(f"enumeration exceeded {self.options.max_pages} pages")
-                    future = fetcher.submit(transport.get_json, endpoints["query"], dict(base, cursor=nxt))
+                    if pages < peer.max_pages and size * PREFETCH_BELOW <= peer.max_page_bytes:
+                        future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
                 self._ingest_page(peer, transport, endpoints["batch"], records, st, result)
                 if records:
                     last_seq = records[-1]["seq"]
+                del records
                 if nxt is None:
                     break
+                if pages >= peer.max_pages:  # after ingesting it, so that this page's work is kept too
+                    raise PeerMisbehaved(f"enumeration exceeded {peer.max_pages} pages")
+                if future is None:
+                    future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
+        except BaseException:
+            if last_seq > st.resume_seq and last_seq > st.checkpoint:
+                st.resume_seq = last_seq  # every record up to here was submitted: keep that work
+            raise
         finally:
             fetcher.shutdown(wait=True, cancel_futures=True)
         # Every page has been processed: only now may the checkpoint move (§9.3.2).
-        st.checkpoint = first["checkpoint"]
+        assert scope is not None
+        st.checkpoint = scope[0]
+        st.resume_seq = 0
         result.checkpoint = st.checkpoint
 
     def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, records: list[dict[str, Any]],
@@ -369,37 +393,26 @@ class SyncEngine:
     def close(self) -> None:
         """Nothing to release: passes hold no threads between them."""
 
-    def _check_page(self, peer: Peer, page: Any, first: dict[str, Any] | None, after_seq: int,
+    def _check_page(self, peer: Peer, page: Any, scope: tuple[int, int] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
-        """The §9.3.2 response rules a client can check; anything else is peer misbehaviour."""
-        if not isinstance(page, dict):
-            raise PeerMisbehaved("query response is not an object")
-        if page.get("service") != peer.origin:
-            raise PeerMisbehaved(f"query response names service {page.get('service')!r}, not {peer.origin}")
-        checkpoint, as_of, records = page.get("checkpoint"), page.get("as_of"), page.get("result")
-        if not _is_int(checkpoint) or not _is_int(as_of) or not isinstance(records, list):
-            raise PeerMisbehaved("query response lacks a valid result, checkpoint or as_of")
-        if first is None:
+        """The §9.3.2 response rules a client can check; anything else is peer misbehaviour.
+
+        The shape of one page is the protocol core's (:func:`check_query_shape`);
+        the rules across pages of one enumeration are checked here.
+        """
+        try:
+            records, nxt = check_query_shape(page, peer.origin, after_seq=last_seq, limit=peer.page_limit)
+        except ProtocolError as exc:
+            raise PeerMisbehaved(f"invalid query page: {exc.message}") from None
+        checkpoint, as_of = page["checkpoint"], page["as_of"]
+        if scope is None:
             if checkpoint < after_seq:
-                raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our checkpoint {after_seq} "
+                raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our position {after_seq} "
                                      "(the peer reset its sequence without changing origin)")
-        elif checkpoint != first["checkpoint"] or as_of != first["as_of"]:
+        elif (checkpoint, as_of) != scope:
             raise PeerMisbehaved("checkpoint or as_of changed between pages of one enumeration")
-        if len(records) > peer.page_limit:
-            raise PeerMisbehaved(f"page holds {len(records)} records, more than limit {peer.page_limit}")
-        nxt = page.get("next_cursor")
-        if nxt is not None and (not isinstance(nxt, str) or not nxt or len(nxt) > 4096):
-            raise PeerMisbehaved("next_cursor is not a non-empty string")
-        previous = last_seq
-        for record in records:
-            if not isinstance(record, dict) or not isinstance(record.get("envelope"), dict):
-                raise PeerMisbehaved("a result item is not an acceptance record")
-            seq = record.get("seq")
-            if not _is_int(seq, 1) or not _is_int(record.get("accepted_at")):
-                raise PeerMisbehaved("an acceptance record lacks a valid seq or accepted_at")
-            if not previous < seq <= checkpoint:
-                raise PeerMisbehaved(f"record seq {seq} is out of order or outside ({after_seq}, {checkpoint}]")
-            previous = seq
+        if nxt is not None and len(nxt) > 4096:
+            raise PeerMisbehaved("next_cursor is longer than 4096 characters")
         return records, nxt
 
     # -- ingestion ----------------------------------------------------------
@@ -520,19 +533,11 @@ class SyncEngine:
                     raise
                 # Over our byte budget: the event waits (pending); the peer did nothing wrong.
                 return out, ids[i:]
-            if not isinstance(response, dict) or response.get("service") != peer.origin:
-                raise PeerMisbehaved("batch response names another service")
-            records, missing = response.get("result"), response.get("missing")
-            if not isinstance(records, list) or not isinstance(missing, list):
-                raise PeerMisbehaved("batch response lacks result or missing")
-            got: dict[str, bytes] = {}
-            for record in records:
-                env = record.get("envelope") if isinstance(record, dict) else None
-                if not isinstance(env, dict) or env.get("hash") not in chunk or env.get("hash") in got:
-                    raise PeerMisbehaved("batch returned an envelope that was not requested")
-                got[env["hash"]] = encode_json(env)
-            if set(missing) - set(chunk) or len(got) + len(set(missing)) != len(chunk):
-                raise PeerMisbehaved("batch response does not account for every requested ID exactly once")
+            try:
+                records, _ = check_batch_shape(response, chunk, peer.origin)
+            except ProtocolError as exc:
+                raise PeerMisbehaved(f"invalid batch response: {exc.message}") from None
+            got = {record["envelope"]["hash"]: encode_json(record["envelope"]) for record in records}
             if not budget.charge(len(got), sum(len(v) for v in got.values())):
                 return out, [h for h in chunk if h not in got] or chunk
             out.extend(got[h] for h in chunk if h in got)

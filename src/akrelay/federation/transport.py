@@ -5,8 +5,10 @@ only the peer's own HTTPS origin is contacted, redirects are refused, the
 resolved addresses must be public unless the peer is configured otherwise,
 trust comes from the peer's CA file alone when it has one (environment CA
 variables are ignored: we build the ``ssl.SSLContext`` ourselves and pass
-``trust_env=False``), connect time and the *whole* response time are capped,
-bodies are size-capped while streaming, and JSON is parsed as strict I-JSON.
+``trust_env=False``), and every request has one deadline that covers all of it:
+connecting, TLS, sending, headers and body. Bodies are read raw (no content
+coding is ever undone: a coding we did not ask for is refused), capped in bytes
+as they arrive and in JSON values before parsing, and parsed as strict I-JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import email.utils
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
@@ -28,8 +31,18 @@ from akrelay.protocol.ijson import parse_strict
 
 #: Longest Retry-After we honour; a peer cannot park itself for longer than a day.
 MAX_RETRY_AFTER = 86_400.0
+#: Statuses whose Retry-After is honoured (RFC 6585 §4, RFC 9110 §15.6.4); on any other it is ignored.
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+#: Bytes of a non-200 body that are read (for its error code); the rest is never read.
+MAX_ERROR_BODY = 4096
+#: Bytes per JSON value allowed in a body, at the least: parsed JSON costs about 80 bytes
+#: of memory per value, so this keeps a parsed body within a small multiple of its cap.
+BYTES_PER_VALUE = 64
 
 Resolver = Callable[[str, int], Iterable[str]]
+
+#: The deadline of the request running in this thread (see :class:`_DeadlineStream`).
+_request_deadline = threading.local()
 
 
 class PeerFetchError(Exception):
@@ -86,6 +99,49 @@ def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Reso
     return addresses
 
 
+def _budget(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of this thread's request deadline; ``error`` once it has passed."""
+    at = getattr(_request_deadline, "at", None)
+    if at is None:
+        return timeout
+    left = at - _request_deadline.clock()
+    if left <= 0:
+        raise error("the request deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every socket operation gets only what is left of the request's deadline.
+
+    httpcore applies its timeouts to each read, so a peer sending one header byte
+    per read timeout could hold a request for as long as it likes. Below httpcore
+    the deadline is absolute: connect, TLS handshake, writes and every read of the
+    status line, headers and body share it, and once it has passed the next
+    operation fails at once. Connections are pooled across threads, so the
+    deadline is the one of the request running in the calling thread.
+    """
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _budget(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _budget(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
+                                                     _budget(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
 class _CheckedBackend(httpcore.SyncBackend):
     """Connects only to addresses that passed :func:`check_addresses`, resolved once.
 
@@ -106,7 +162,8 @@ class _CheckedBackend(httpcore.SyncBackend):
         error: Exception | None = None
         for address in addresses:
             try:
-                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                return _DeadlineStream(super().connect_tcp(address, port, _budget(timeout, httpcore.ConnectTimeout),
+                                                           local_address, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 error = exc
         assert error is not None
@@ -191,45 +248,53 @@ class PeerTransport:
         check_addresses(self._host, self._port, allow_private=self.peer.allow_private, resolver=self._resolver)
 
     def get_json(self, url: str, params: dict[str, str] | None = None, *, max_bytes: int | None = None) -> Any:
+        return self.get_json_sized(url, params, max_bytes=max_bytes)[0]
+
+    def get_json_sized(self, url: str, params: dict[str, str] | None = None, *,
+                       max_bytes: int | None = None) -> tuple[Any, int]:
+        """The parsed body and its size in bytes as received."""
         return self._request("GET", url, params=params, body=None, max_bytes=max_bytes)
 
     def post_json(self, url: str, body: bytes, *, max_bytes: int | None = None) -> Any:
-        return self._request("POST", url, params=None, body=body, max_bytes=max_bytes)
+        return self._request("POST", url, params=None, body=body, max_bytes=max_bytes)[0]
 
     def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
-                 max_bytes: int | None) -> Any:
+                 max_bytes: int | None) -> tuple[Any, int]:
         self._check_url(url)
         cap = max_bytes or self.peer.max_page_bytes
         deadline = self._monotonic() + self.peer.read_timeout
         headers = {"content-type": "application/json"} if body is not None else None
+        _request_deadline.at, _request_deadline.clock = deadline, self._monotonic
         try:
             with self._client.stream(method, url, params=params, content=body, headers=headers) as response:
-                if 300 <= response.status_code < 400:
-                    raise PeerFetchError("redirect", f"{method} {url} answered {response.status_code} "
-                                         "(redirects are never followed)", status=response.status_code)
-                declared = response.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > cap:
-                    raise PeerFetchError("too_large", f"{url}: body of {declared} bytes exceeds {cap}",
-                                         status=response.status_code)
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > cap:
-                        raise PeerFetchError("too_large", f"{url}: body exceeds {cap} bytes",
-                                             status=response.status_code)
-                    if self._monotonic() > deadline:
-                        raise PeerFetchError("timeout", f"{url}: response not complete within "
-                                             f"{self.peer.read_timeout:g}s", status=response.status_code)
-                    chunks.append(chunk)
-                if self._monotonic() > deadline:
-                    raise PeerFetchError("timeout", f"{url}: response not complete within "
-                                         f"{self.peer.read_timeout:g}s", status=response.status_code)
-                data = b"".join(chunks)
-                self.bytes_read += size
                 status = response.status_code
-                retry_after = response.headers.get("retry-after")
+                if 300 <= status < 400:
+                    raise PeerFetchError("redirect", f"{method} {url} answered {status} "
+                                         "(redirects are never followed)", status=status)
+                _refuse_content_coding(url, response)
+                declared = response.headers.get("content-length")
+                if status == 200 and declared is not None and declared.isdigit() and int(declared) > cap:
+                    raise PeerFetchError("too_large", f"{url}: body of {declared} bytes exceeds {cap}",
+                                         status=status)
+                limit = cap if status == 200 else MAX_ERROR_BODY
+                data = bytearray()
+                # iter_raw: the bytes as received (chunked framing removed); httpx never decodes them.
+                for chunk in response.iter_raw():
+                    if len(data) + len(chunk) > limit:
+                        if status != 200:  # enough of an error body for its code; the rest is not read
+                            data += chunk[:limit - len(data)]
+                            break
+                        raise PeerFetchError("too_large", f"{url}: body exceeds {cap} bytes", status=status)
+                    data += chunk
+                    if self._monotonic() > deadline:
+                        raise self._timed_out(url, status)
+                if self._monotonic() > deadline:
+                    raise self._timed_out(url, status)
+                self.bytes_read += len(data)
+                retry_after = response.headers.get("retry-after") if status in RETRY_AFTER_STATUSES else None
         except httpx.TimeoutException as exc:
+            if self._monotonic() >= deadline:
+                raise self._timed_out(url, None) from None
             raise PeerFetchError("timeout", f"{method} {url}: {type(exc).__name__}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise PeerFetchError("truncated", f"{method} {url}: incomplete response ({exc})") from None
@@ -237,15 +302,57 @@ class PeerTransport:
             raise PeerFetchError("network", f"{method} {url}: {type(exc).__name__}: {exc}") from None
         except ssl.SSLError as exc:  # pragma: no cover - httpx wraps these as ConnectError
             raise PeerFetchError("tls", f"{method} {url}: {exc}") from None
+        finally:
+            _request_deadline.at = None
+        size = len(data)
         if status != 200:
-            code = _error_code(data)
+            code = _error_code(bytes(data))
             kind = "rate_limited" if status == 429 else ("server" if status >= 500 else "status")
             raise PeerFetchError(kind, f"{method} {url} answered {status}" + (f" ({code})" if code else ""),
                                  status=status, retry_after=retry_after)
-        try:
-            return parse_strict(data, code="invalid_request")
-        except ProtocolError as exc:
-            raise PeerFetchError("invalid", f"{url}: body is not strict I-JSON: {exc.message}") from None
+        return _parse_body(url, data, max_values=max(4096, cap // BYTES_PER_VALUE)), size
+
+    def _timed_out(self, url: str, status: int | None) -> PeerFetchError:
+        return PeerFetchError("timeout", f"{url}: response not complete within {self.peer.read_timeout:g}s "
+                              "(connection, headers and body)", status=status)
+
+
+def _refuse_content_coding(url: str, response: httpx.Response) -> None:
+    """We ask for ``identity``; any other coding is refused before a byte of the body is read.
+
+    Decoding is where a compression bomb explodes (a few KiB of nested gzip
+    inflate to gigabytes in one chunk, before any size check can run), and a
+    peer that ignores ``accept-encoding`` is not worth the risk.
+    """
+    codings = [c.strip().lower() for value in response.headers.get_list("content-encoding")
+               for c in value.split(",")]
+    if any(c and c != "identity" for c in codings):
+        shown = ", ".join(codings)[:100]
+        raise PeerFetchError("encoding", f"{url}: content-encoding {shown!r} was not asked for "
+                             "(we send accept-encoding: identity)", status=response.status_code)
+
+
+def _parse_body(url: str, data: bytearray, *, max_values: int) -> Any:
+    """Strict I-JSON from a body, with the parse bounded in memory as well as the bytes.
+
+    Parsed JSON can take 25 times the memory of its text (``[{},{},...]``), so the
+    JSON values are counted first (an over-estimate: commas and colons inside
+    strings count too) and a body holding more than ``max_values`` is refused.
+    The buffer is released once decoded, so bytes and parsed values are not all held at once.
+    """
+    values = data.count(b",") + data.count(b":") + data.count(b"[") + data.count(b"{")
+    if values > max_values:
+        raise PeerFetchError("too_large", f"{url}: body holds about {values} JSON values, more than {max_values}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PeerFetchError("invalid", f"{url}: body is not strict I-JSON: not valid UTF-8 at byte {exc.start}") \
+            from None
+    data.clear()
+    try:
+        return parse_strict(text, code="invalid_request")
+    except ProtocolError as exc:
+        raise PeerFetchError("invalid", f"{url}: body is not strict I-JSON: {exc.message}") from None
 
 
 def _error_code(data: bytes) -> str | None:

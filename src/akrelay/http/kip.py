@@ -1,31 +1,43 @@
 """``POST /v1/kip``: the read-only KIP 2.0 runtime as a route provider.
 
-Thin: parse the JSON body, hand it to :class:`akrelay.kip.runtime.KipRuntime`,
+Thin: parse the JSON body as strict I-JSON (the protocol core's parser, as
+every other endpoint), hand it to :class:`akrelay.kip.runtime.KipRuntime`,
 return its response envelope. Envelope-level failures are HTTP 400 with a
 ``status: "failed"`` envelope carrying the §86 error; operation failures are
 HTTP 200 with each failed result carrying its own error. Execution runs in a
-worker thread so that a long catch-up or search never stalls the event loop.
+worker thread so that a long catch-up, search or a query spending its CPU
+budget (``--kip-budget-ms``) never stalls the event loop or other routes.
+Everything a request reads from the installed package (request schema,
+grammars, schema packages) is loaded when the route is created.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
 
-from akrelay.kip.config import space_id_for_origin
+import akrelay.kip.options  # noqa: F401  (declares --kip-budget-ms)
+from akrelay.kip.budget import DEFAULT_BUDGET_MS
+from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
-from akrelay.kip.runtime import _kql_executor
+from akrelay.kip.runtime import _kql_executor, load_environment, preload
 from akrelay.kip.service import open_runtime
+from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.ijson import parse_strict
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
+#: Worker threads KIP requests may hold at once. The runtime runs one request at a
+#: time, so more threads would only wait on its lock while taking the shared
+#: thread pool (40) from search; further KIP requests wait in the event loop.
+KIP_THREADS = 4
 
 #: Gateways created by route providers, so embedding code and tests can stop them.
 GATEWAYS: list["Gateway"] = []
@@ -42,13 +54,17 @@ class Gateway:
     store.
     """
 
-    def __init__(self, relay: Any) -> None:
+    def __init__(self, relay: Any, *, budget_ms: int | None = DEFAULT_BUDGET_MS) -> None:
         self.relay = relay
+        self.budget_ms = budget_ms
         self._runtime: Any = None
         self._follower: Any = None
         self._lock = threading.Lock()
         store_path = getattr(relay.store, "path", None)
         self.data_dir = Path(store_path).parent if store_path is not None else None
+        preload()
+        self.config = KipConfig.load(self.data_dir, origin=relay.config.origin)
+        self.environment = load_environment(self.config)
         GATEWAYS.append(self)
         close = relay.close
 
@@ -72,8 +88,9 @@ class Gateway:
     def runtime(self) -> Any:
         with self._lock:
             if self._runtime is None:
-                self._runtime, self._follower = open_runtime(self.relay.store, self.data_dir,
-                                                             origin=self.relay.config.origin)
+                self._runtime, self._follower = open_runtime(
+                    self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
+                    environment=self.environment, budget_ms=self.budget_ms)
                 return self._runtime
         self._follower.catch_up(timeout=1.0)
         return self._runtime
@@ -84,9 +101,10 @@ class Gateway:
         if media != JSON:
             return 400, runtime.failure(None, KipError("InvalidRequestEnvelope", "Content-Type must be application/json"))
         try:
-            doc = json.loads(body, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
-            return 400, runtime.failure(None, KipError("InvalidRequestEnvelope", "the body is not a JSON document"))
+            doc = parse_strict(body, code="invalid_request")
+        except ProtocolError as exc:
+            return 400, runtime.failure(None, KipError("InvalidRequestEnvelope",
+                                                       f"the request body is {exc.message}"))
         return runtime.execute(doc)
 
     def stop(self) -> None:
@@ -103,19 +121,17 @@ def stop_followers() -> None:
 
 
 def routes(relay: Any, settings: Any) -> list[Any]:
-    gateway = Gateway(relay)
+    gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
+    limiter = anyio.CapacityLimiter(KIP_THREADS)
 
     @post(KIP_PATH, status_code=200)
     async def kip(request: Request) -> Response[bytes]:
         body = await request.body()
-        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"))
+        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"),
+                                                          limiter=limiter)
         return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
 
     return [kip]
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def discovery(relay: Any, settings: Any) -> dict[str, Any]:

@@ -37,7 +37,12 @@ CODES: dict[str, tuple[str, str]] = {
     "SearchIndexUnavailable": ("search", "safe_same_request"),
     "HistoricalSearchUnavailable": ("search", "requires_different_input"),
     "ResultLimitExceeded": ("resource", "requires_different_input"),
-    "ResourceExhausted": ("resource", "safe_same_request"),
+    # Every resource this runtime refuses is a fixed limit (nesting, request depth,
+    # solutions, path hops, REGEX sizes), never load: the same request fails again.
+    "ResourceExhausted": ("resource", "requires_different_input"),
+    # CPU budget spent (akrelay.kip.budget): thread CPU time does not depend on
+    # load, so the same request would spend it again.
+    "ExecutionTimeout": ("resource", "requires_different_input"),
     "InternalError": ("system", "non_retryable"),
 }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
 from akrelay.kip.errors import KipError
 from akrelay.kip.nexus import NexusBase, tokens
@@ -46,6 +47,7 @@ def top(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | 
     query = tokens(term)
     if not query:
         raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
+    tick = _budget.current().tick
     wanted = None if count is None else skip + count + 1
     hits: list[tuple[float, str]] = []
     for matched, ordinals in nexus.term_buckets(kind, query, seq):
@@ -53,6 +55,7 @@ def top(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | 
         if threshold is not None and score < threshold:
             break
         for ordinal in ordinals:
+            tick()
             element = nexus.at_ordinal(ordinal)
             eid = element.id
             if nexus.withheld is not None and nexus.hidden(element):

@@ -13,6 +13,8 @@ from akrelay import __version__
 from akrelay.kip import grounding
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import meta as ast
+from akrelay.kip.kql.grammar import MAX_NESTING
+from akrelay.kip.kql.regex import MAX_PATTERN, MAX_SUBJECT
 from akrelay.kip.kql.values import check_cursor, check_limit, check_seq, check_string, check_threshold, resolve
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.projection import POLICIES, policy as resolve_policy
@@ -59,7 +61,14 @@ ENGINE_CAPABILITIES: dict[str, Any] = {
 }
 
 LIMITS = {"max_operations_per_request": 32, "max_list_limit": MAX_LIMIT, "max_search_limit": MAX_LIMIT,
-          "default_search_limit": DEFAULT_SEARCH_LIMIT, "max_request_bytes": 1_048_576}
+          "default_search_limit": DEFAULT_SEARCH_LIMIT, "max_request_bytes": 1_048_576,
+          "max_request_depth": 64, "max_nesting_depth": MAX_NESTING, "max_regex_pattern": MAX_PATTERN,
+          "max_regex_subject": MAX_SUBJECT}
+
+
+def _limits(rt: "KipRuntime") -> dict[str, Any]:
+    """The declared limits, with this runtime's CPU budget per request (``None``: unlimited)."""
+    return {**LIMITS, "cpu_budget_ms": rt.budget_ms}
 
 
 def execute(rt: "KipRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
@@ -117,7 +126,7 @@ def _primer(rt, cmd: ast.DescribePrimer, params, seq):
         "domain_map": {"capsules": _count_type(rt, "KnowledgeCapsule", seq), "agents": _count_type(rt, "Agent", seq),
                        "elements": counts},
         "capabilities": {"supported": sorted(SUPPORTED_CAPABILITIES) + sorted(ENGINE_CAPABILITIES),
-                         "conformance_level": None, "limits": LIMITS},
+                         "conformance_level": None, "limits": _limits(rt)},
         "safety_reminders": SAFETY_REMINDERS,
     }
 
@@ -151,7 +160,7 @@ def _capabilities(rt, cmd, params, seq):
         "unsupported": list(UNSUPPORTED_CAPABILITIES),
         "search_modes": {"supported": ["keyword"], "default": "keyword"},
         "epistemic_policies": sorted(POLICIES),
-        "limits": LIMITS,
+        "limits": _limits(rt),
     }
 
 

@@ -27,6 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+from akrelay.kip import budget
+from akrelay.kip import budget
 from akrelay.kip.elements import (
     IMPORT_CHANNEL, IMPORT_ORIGIN_PRINCIPAL, KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition,
 )
@@ -182,7 +184,9 @@ class NexusBase:
         this default computes them all from :meth:`term_matches`.
         """
         buckets: dict[int, list[int]] = {}
+        tick = budget.current().tick
         for ordinal, matched in self.term_matches(kind, terms, seq).items():
+            tick()
             buckets.setdefault(matched, []).append(ordinal)
         for matched in sorted(buckets, reverse=True):
             yield matched, sorted(buckets[matched])
@@ -429,7 +433,9 @@ class Nexus(NexusBase):
 
     def seq_at_time(self, stamp: str, head: int) -> int:
         best = 0
+        tick = budget.current().tick
         for tx in self._transactions:
+            tick()
             if tx.seq > head:
                 break
             if tx.committed_at <= stamp:
@@ -487,7 +493,9 @@ class Nexus(NexusBase):
         if seq is None or seq == self._head:
             return {k: self.kind_counts.get(k, 0) for k in ELEMENT_KINDS}
         out = dict.fromkeys(ELEMENT_KINDS, 0)
+        tick = budget.current().tick
         for element in self.elements.values():
+            tick()
             if element.created_seq <= seq:
                 out[KIND_OF[type(element)]] += 1
         return out
@@ -495,7 +503,12 @@ class Nexus(NexusBase):
     def type_count(self, type_name: str, seq: int | None = None) -> int:
         if seq is None or seq == self._head:
             return self.type_counts.get(type_name, 0)
-        return sum(1 for _ in self.concepts_of_type(type_name, seq))
+        tick = budget.current().tick
+        count = 0
+        for _ in self.concepts_of_type(type_name, seq):
+            tick()
+            count += 1
+        return count
 
     def term_matches(self, kind: str, terms: Iterable[str], seq: int) -> Counter[int]:
         postings = self.index[kind]

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Iterator
 
 import msgspec
 
+from akrelay.kip import budget
 from akrelay.kip.elements import KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.errors import KipError
 from akrelay.kip.nexus import ELEMENT_KINDS, SEARCH_KINDS, NexusBase, Transaction, nfc, object_key, tokens
@@ -555,7 +556,9 @@ class SqliteNexus(NexusBase):
         counter: Counter[int] = Counter()
         with self._lock:
             conn = self._reader()
+            tick = budget.current().tick
             for term in terms:
+                tick()
                 rows = conn.execute(f"SELECT rowid FROM fts_{kind} WHERE fts_{kind} MATCH ? AND rowid < ?",
                                     (f'"{_term(term)}"', cutoff)).fetchall()
                 counter.update(r[0] for r in rows)

@@ -8,14 +8,20 @@ taken when the request starts, so ``results[].context.snapshot_seq`` agree.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import threading
+from pathlib import Path
 from typing import Any, Mapping
 
-from akrelay.kip import meta
+import jsonschema
+
+from akrelay.kip import budget, meta
 from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import classify, parse_meta
+from akrelay.kip.kql.grammar import parser
 from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
 from akrelay.kip.paging import CursorCodec
@@ -24,15 +30,24 @@ from akrelay.kip.projection import POLICIES, project
 #: Request members §71 defines; the schema closes the object.
 MAX_OPERATIONS = meta.LIMITS["max_operations_per_request"]
 KNOWN_CAPABILITIES = set(meta.SUPPORTED_CAPABILITIES) | set(meta.ENGINE_CAPABILITIES) | set(meta.UNSUPPORTED_CAPABILITIES)
+#: Deepest JSON nesting a request may have. Parameter values are compared, sorted
+#: and bound into cursors by recursive code; this bound keeps them far from
+#: Python's recursion limit (a parameter value may nest about 60 levels).
+MAX_REQUEST_DEPTH = meta.LIMITS["max_request_depth"]
+#: The KIP request schema (copied into akrelay/data), read once by :func:`preload`.
+REQUEST_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "kip-request.schema.json"
 
 
 class KipRuntime:
     """In-process KIP reads over one nexus: ``execute(request)``, ``meta(command)``, ``project(...)``."""
 
     def __init__(self, config: KipConfig | None = None, nexus: NexusBase | None = None, *,
-                 cursor_secret: bytes | None = None) -> None:
+                 cursor_secret: bytes | None = None, environment: SchemaEnvironment | None = None,
+                 budget_ms: int | None = budget.DEFAULT_BUDGET_MS) -> None:
         self.config = config or KipConfig()
-        self.environment = SchemaEnvironment([load_package(p) for p in self.config.package_paths])
+        self.environment = environment if environment is not None else load_environment(self.config)
+        #: CPU milliseconds each request may use (``None``: unlimited); see ``akrelay.kip.budget``.
+        self.budget_ms = budget_ms
         if AK_PACKAGE_REF not in {p.ref for p in self.environment.packages}:
             raise ValueError(f"the operator configuration must install {AK_PACKAGE_REF}: the import mapping uses it")
         if self.config.default_policy not in POLICIES:
@@ -43,6 +58,7 @@ class KipRuntime:
         self.cursors = CursorCodec(cursor_secret or os.urandom(32))
         #: held for each read: one request at a time per runtime, at one nexus snapshot
         self.lock = ReadScope(self.nexus)
+        preload()  # compile the grammars now, not inside the first request's budget
 
     # ---- Python API ---------------------------------------------------------------------
 
@@ -115,34 +131,39 @@ class KipRuntime:
         except KipError as exc:  # the nexus itself cannot be read now (being created, or refused)
             return 503, self.failure(request_id, exc)
         try:
-            seq = self.nexus.head
-            results: list[dict[str, Any]] = []
-            stop = False
-            for op in request["operations"]:
-                entry: dict[str, Any] = {}
-                if "op_id" in op:
-                    entry["op_id"] = op["op_id"]
-                if stop:
-                    entry["status"] = "skipped"
+            with budget.scope(budget.Budget(self.budget_ms)) as spent:
+                seq = self.nexus.head
+                results: list[dict[str, Any]] = []
+                stop = False
+                for op in request["operations"]:
+                    entry: dict[str, Any] = {}
+                    if "op_id" in op:
+                        entry["op_id"] = op["op_id"]
+                    if stop:
+                        entry["status"] = "skipped"
+                        results.append(entry)
+                        continue
+                    params = {**shared, **(op.get("parameters") or {})}
+                    try:
+                        spent.check()
+                        result, extra = self._operation(op, params, seq)
+                        entry["status"] = "succeeded"
+                        if isinstance(result, dict) and "next_cursor" in result:
+                            result = dict(result)
+                            entry["next_cursor"] = result.pop("next_cursor")
+                        entry["result"] = result
+                        entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq,
+                                            "schema_environment_version": self.environment.version, **extra}
+                    except (KipError, RecursionError) as exc:
+                        if isinstance(exc, RecursionError):  # a safety net: parse-time bounds keep depth low
+                            exc = KipError("ResourceExhausted", "the operation nests deeper than this runtime allows",
+                                           details={"limit": "recursion"})
+                        entry["status"] = "failed"
+                        entry["error"] = exc.to_wire()
+                        entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq}
+                        if mode == "sequence" and on_error == "stop":
+                            stop = True
                     results.append(entry)
-                    continue
-                params = {**shared, **(op.get("parameters") or {})}
-                try:
-                    result, extra = self._operation(op, params, seq)
-                    entry["status"] = "succeeded"
-                    if isinstance(result, dict) and "next_cursor" in result:
-                        result = dict(result)
-                        entry["next_cursor"] = result.pop("next_cursor")
-                    entry["result"] = result
-                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq,
-                                        "schema_environment_version": self.environment.version, **extra}
-                except KipError as exc:
-                    entry["status"] = "failed"
-                    entry["error"] = exc.to_wire()
-                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq}
-                    if mode == "sequence" and on_error == "stop":
-                        stop = True
-                results.append(entry)
         finally:
             self.lock.__exit__(None, None, None)
         ok = sum(1 for r in results if r["status"] == "succeeded")
@@ -180,6 +201,9 @@ class KipRuntime:
         if kip != "2.0":
             raise KipError("UnsupportedProtocolVersion", f"KIP {kip!r} is not supported; this runtime speaks 2.0",
                            details={"supported": ["2.0"]})
+        if _deeper_than(request, MAX_REQUEST_DEPTH):
+            raise KipError("ResourceExhausted", f"the request nests JSON deeper than {MAX_REQUEST_DEPTH} levels",
+                           details={"limit": "max_request_depth", "max": MAX_REQUEST_DEPTH})
         problems = _schema_problems(request)
         if problems:
             raise KipError("InvalidRequestEnvelope", problems[0], details={"problems": problems[:10]})
@@ -293,20 +317,43 @@ def _kql_executor() -> Any:
     return execute_kql
 
 
-_REQUEST_VALIDATOR: Any = None
+def load_environment(config: KipConfig) -> SchemaEnvironment:
+    """The Schema Environment of the packages ``config`` installs (read from their files now)."""
+    return SchemaEnvironment([load_package(p) for p in config.package_paths])
+
+
+@functools.cache
+def request_validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(REQUEST_SCHEMA.read_text(encoding="utf-8")))
+
+
+def preload() -> None:
+    """Read every file a KIP request needs from the installed package, once, now.
+
+    The route calls it at app start, so a package reinstalled (or a file made
+    unreadable) under a running relay cannot fail requests later.
+    """
+    request_validator()
+    parser("kql")
+    parser("meta")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON ``value`` nests more than ``limit`` arrays/objects deep (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 def _schema_problems(request: dict[str, Any]) -> list[str]:
-    """Static request-shape problems against the KIP request schema (copied into akrelay/data)."""
-    global _REQUEST_VALIDATOR
-    if _REQUEST_VALIDATOR is None:
-        import json
-        from pathlib import Path
-
-        import jsonschema
-
-        path = Path(__file__).resolve().parents[1] / "data" / "kip-request.schema.json"
-        schema = json.loads(path.read_text(encoding="utf-8"))
-        _REQUEST_VALIDATOR = jsonschema.Draft202012Validator(schema)
-    errors = sorted(_REQUEST_VALIDATOR.iter_errors(request), key=lambda e: list(e.absolute_path))
+    """Static request-shape problems against the KIP request schema."""
+    errors = sorted(request_validator().iter_errors(request), key=lambda e: list(e.absolute_path))
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig
 from akrelay.kip.follower import KipFollower, follow as follow_log, legacy_snapshot
 from akrelay.kip.nexus_sqlite import (
@@ -51,15 +52,18 @@ def withheld_predicate(store: Any) -> Any:
 
 
 def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str, follow: bool = True,
-                 backend: str | None = None) -> tuple[KipRuntime, KipFollower]:
+                 backend: str | None = None, config: KipConfig | None = None, environment: Any = None,
+                 budget_ms: int | None = DEFAULT_BUDGET_MS) -> tuple[KipRuntime, KipFollower]:
     """A runtime over ``store`` and the follower that keeps its nexus current.
 
     With a data directory the nexus is the shared file ``<data>/kip-nexus.sqlite3``:
     this process reads it, and imports into it only while it holds the importer
     lock. ``backend="memory"`` (or no data directory) keeps a private in-memory
     nexus built from the log (tests, embedded use; ``AKRELAY_KIP_NEXUS=memory``).
+    ``config`` and ``environment`` are read from their files unless the caller
+    loaded them already (the HTTP route does so at app start).
     """
-    config = KipConfig.load(data_dir, origin=origin)
+    config = config if config is not None else KipConfig.load(data_dir, origin=origin)
     backend = backend or os.environ.get(BACKEND_ENV) or (MEMORY if data_dir is None else DISK)
     if backend not in (MEMORY, DISK):
         raise ValueError(f"unknown KIP nexus backend {backend!r}")
@@ -69,15 +73,18 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
             # a one-shot reader (akrelay kip/kql --data) with another origin than the relay's:
             # answer for its own Space from a private nexus, and leave the relay's file alone
             backend = MEMORY
-    if backend == MEMORY:
-        runtime = KipRuntime(config, None, cursor_secret=cursor_secret(store))
-        follower = KipFollower(store, runtime)
-    else:
+    nexus = None
+    if backend == DISK:
         assert data_dir is not None
         data = Path(data_dir)
         path = nexus_path(data)
         legacy_snapshot(data).unlink(missing_ok=True)
-        runtime = KipRuntime(config, SqliteNexus(path, config.space_id), cursor_secret=cursor_secret(store))
+        nexus = SqliteNexus(path, config.space_id)
+    runtime = KipRuntime(config, nexus, cursor_secret=cursor_secret(store), environment=environment,
+                         budget_ms=budget_ms)
+    if backend == MEMORY:
+        follower = KipFollower(store, runtime)
+    else:
         follower = KipFollower(store, runtime, leader=LeaderLock(data / IMPORTER_LOCK),
                                open_writer=lambda: open_writer(path, config.space_id, checkpoint=store.checkpoint()))
     runtime.nexus.withheld = withheld_predicate(store)

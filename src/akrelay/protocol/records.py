@@ -36,19 +36,28 @@ def make_record(envelope: Any, accepted_at: int, seq: int) -> dict[str, Any]:
     return {"envelope": envelope.to_dict(), "accepted_at": accepted_at, "seq": seq}
 
 
-def validate_record(record: Any, expected_id: str | None = None, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Any:
-    """Check one acceptance record and verify its envelope; returns the ``Envelope``."""
-    from akrelay.protocol import envelope as envelope_module  # the identity half's step-1 verifier
+def check_record_shape(record: Any) -> dict[str, Any]:
+    """An acceptance record's shape, without verifying its envelope; returns the envelope object.
 
+    Shared by clients that verify envelopes here (:func:`validate_record`) and by
+    sync, which leaves verification to the relay's acceptance pipeline.
+    """
     if type(record) is not dict or not {"envelope", "accepted_at", "seq"} <= record.keys():
         raise _bad("acceptance record must have envelope, accepted_at and seq")
     if not _safe_int(record["accepted_at"], 0):
         raise _bad("accepted_at must be a non-negative safe integer")
     if not _safe_int(record["seq"], 1):
         raise _bad("seq must be a positive safe integer")
-    item = record["envelope"]
-    if type(item) is not dict:
+    if type(record["envelope"]) is not dict:
         raise _bad("record envelope must be an object")
+    return record["envelope"]
+
+
+def validate_record(record: Any, expected_id: str | None = None, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Any:
+    """Check one acceptance record and verify its envelope; returns the ``Envelope``."""
+    from akrelay.protocol import envelope as envelope_module  # the identity half's step-1 verifier
+
+    item = check_record_shape(record)
     try:
         raw = json.dumps(item, ensure_ascii=False, allow_nan=False).encode("utf-8")
         verified = envelope_module.verify_envelope(raw, options=options)
@@ -62,8 +71,12 @@ def validate_record(record: Any, expected_id: str | None = None, *, options: Val
     return verified
 
 
-def _scoped_records(response: Any, service: str, *, hits: bool, max_items: int) -> list[tuple[dict[str, Any], Any]]:
-    """Common checks of a list response; returns (record, verified envelope) pairs."""
+def check_list_shape(response: Any, service: str, *, max_items: int, hits: bool = False) -> list[dict[str, Any]]:
+    """Scope and shape of a list response (§9.3.2); returns its acceptance records, not yet verified.
+
+    ``service`` must be the origin that was asked; every record has a valid shape
+    and ``seq <= checkpoint``. With ``hits`` the items are search hits holding a record.
+    """
     if type(response) is not dict:
         raise _bad("response must be an object")
     for key in ("result", "service", "checkpoint", "as_of"):
@@ -80,60 +93,97 @@ def _scoped_records(response: Any, service: str, *, hits: bool, max_items: int) 
     result = response["result"]
     if type(result) is not list or len(result) > max_items:
         raise _bad(f"result must be an array of at most {max_items} items")
-    out = []
-    seen = set()
+    records = []
     for item in result:
         if hits:
             if type(item) is not dict or "record" not in item:
                 raise _bad("search hits must be objects with a record")
             if "explanation" in item and not is_nonempty_text(item["explanation"]):
                 raise _bad("a search explanation must be non-empty text")
-            record = item["record"]
-        else:
-            record = item
+            item = item["record"]
+        check_record_shape(item)
+        if item["seq"] > response["checkpoint"]:
+            raise _bad(f"record seq {item['seq']} is beyond the checkpoint")
+        records.append(item)
+    return records
+
+
+def _scoped_records(response: Any, service: str, *, hits: bool, max_items: int) -> list[tuple[dict[str, Any], Any]]:
+    """:func:`check_list_shape`, then every envelope verified; returns (record, verified envelope) pairs."""
+    return _verified(check_list_shape(response, service, max_items=max_items, hits=hits))
+
+
+def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+    out = []
+    seen = set()
+    for record in records:
         verified = validate_record(record)
         if verified.id in seen:
             raise _bad(f"event {verified.id} is repeated")
         seen.add(verified.id)
-        if record["seq"] > response["checkpoint"]:
-            raise _bad(f"record seq {record['seq']} is beyond the checkpoint")
         out.append((record, verified))
     return out
 
 
+def check_query_shape(response: Any, service: str, *, after_seq: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """One query page's shape: at most ``limit`` records in ascending ``seq`` after ``after_seq``.
+
+    Returns the records (not verified) and ``next_cursor`` (``None`` on the last page).
+    """
+    records = check_list_shape(response, service, hits=False, max_items=1000)
+    cursor = response.get("next_cursor")
+    if "next_cursor" in response and not is_nonempty_text(cursor):
+        raise _bad("next_cursor must be a non-empty string")
+    if len(records) > limit:
+        raise _bad(f"query page holds {len(records)} records, more than limit {limit}")
+    previous = after_seq
+    for record in records:
+        if record["seq"] <= previous:
+            raise _bad(f"query results are out of order: seq {record['seq']} does not follow {previous}")
+        previous = record["seq"]
+    return records, cursor
+
+
 def validate_query_response(response: Any, request: QueryRequest, service: str) -> list[Any]:
     """One query page: ascending ``seq`` after ``after_seq``, at most ``limit``, every record matching."""
-    pairs = _scoped_records(response, service, hits=False, max_items=1000)
-    if "next_cursor" in response and not is_nonempty_text(response["next_cursor"]):
-        raise _bad("next_cursor must be a non-empty string")
-    if len(pairs) > request.limit:
-        raise _bad("query page exceeds the requested limit")
-    previous = request.after_seq
-    for record, verified in pairs:
-        if record["seq"] <= previous:
-            raise _bad("query results are not in ascending seq after after_seq")
+    records, _ = check_query_shape(response, service, after_seq=request.after_seq, limit=request.limit)
+    pairs = _verified(records)
+    for _, verified in pairs:
         if not query_matches(verified, request):
             raise _bad(f"record {verified.id} does not match the exact filters")
-        previous = record["seq"]
     return [verified for _, verified in pairs]
 
 
-def validate_batch_response(response: Any, requested: Iterable[str], service: str) -> list[Any]:
-    """A batch is an ordered, complete, disjoint partition of the requested IDs."""
-    pairs = _scoped_records(response, service, hits=False, max_items=100)
+def check_batch_shape(response: Any, requested: Iterable[str], service: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A batch answer's shape (§9.4): ``result`` and ``missing`` partition the requested IDs,
+    each in request order, by the hashes the returned envelopes claim (not yet verified).
+
+    Returns the records and the missing IDs.
+    """
+    records = check_list_shape(response, service, hits=False, max_items=100)
     if "next_cursor" in response:
         raise _bad("a batch response has no next_cursor")
     missing = response.get("missing")
     if type(missing) is not list or not all(is_hash_shape(m) for m in missing) or len(set(missing)) != len(missing):
         raise _bad("missing must be an array of distinct event IDs")
+    ids = [record["envelope"].get("hash") for record in records]
+    if not all(is_hash_shape(i) for i in ids):
+        raise _bad("a returned envelope lacks a valid hash")
     requested = list(requested)
-    ids = [verified.id for _, verified in pairs]
-    present, absent = set(ids), set(missing)
-    if (present & absent or present | absent != set(requested)
-            or ids != [i for i in requested if i in present]
-            or missing != [i for i in requested if i in absent]):
-        raise _bad("batch result and missing must partition the request in request order")
-    return [verified for _, verified in pairs]
+    wanted, present, absent = set(requested), set(ids), set(missing)
+    if not present <= wanted or not absent <= wanted:
+        raise _bad("batch result or missing names an ID that was not requested")
+    if len(present) != len(ids) or present & absent or present | absent != wanted:
+        raise _bad("batch result and missing must account for every requested ID exactly once")
+    if ids != [i for i in requested if i in present] or missing != [i for i in requested if i in absent]:
+        raise _bad("batch result and missing must each keep the order of the request")
+    return records, missing
+
+
+def validate_batch_response(response: Any, requested: Iterable[str], service: str) -> list[Any]:
+    """A batch is an ordered, complete, disjoint partition of the requested IDs, every envelope verified."""
+    records, _ = check_batch_shape(response, requested, service)
+    return [validate_record(record, record["envelope"]["hash"]) for record in records]
 
 
 def validate_search_response(response: Any, request: SearchRequest, service: str) -> list[Any]:

@@ -39,6 +39,7 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
+from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, KIND_OF, Proposition
 from akrelay.kip.nexus import SEARCH_KINDS
 from akrelay.kip.grounding import top as keyword_top
@@ -141,6 +142,9 @@ class Context:
     views: dict[str, Any] = field(default_factory=dict)
     used_search: bool = False
     used_projection: bool = False
+    #: The request's CPU budget (``akrelay.kip.budget``), ticked by every candidate
+    #: read, unification step, expression node, path visit and sort comparison.
+    tick: Any = field(default_factory=lambda: _budget.current().tick)
 
     @property
     def nexus(self) -> Any:
@@ -154,6 +158,7 @@ class Context:
         raise AssertionError(v)  # pragma: no cover
 
     def get(self, eid: Any) -> Any:
+        self.tick()
         if not isinstance(eid, str):
             return None
         return self.nexus.get(eid, self.seq)
@@ -209,6 +214,7 @@ def _deref(stored: Any, ctx: Context) -> Any:
 
 def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     """Match one pattern value against a stored value, extending ``sol``."""
+    ctx.tick()
     if isinstance(pv, A.Var):
         value = _deref(stored, ctx)
         if pv.name in sol:
@@ -470,6 +476,7 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
                          if p.predicate in predicates] if isinstance(node, str) else []
                 targets = [p.subject for p in props]
             for target in targets:
+                ctx.tick()
                 visits += 1
                 if visits > LIMITS["max_path_visits"]:
                     raise KqlError("ResourceExhausted", "the raw path visits more nodes than this runtime allows",
@@ -776,6 +783,7 @@ def _step(value: Any, step: str, ctx: Context) -> Any:
 
 
 def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
+    ctx.tick()
     if isinstance(expr, (Param, Literal)):
         return ctx.value(expr)
     if isinstance(expr, A.Var):
@@ -1128,6 +1136,7 @@ def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offse
     solutions = eval_block(query.where, [{}], ctx)
     unique: dict[Any, dict[str, Any]] = {}
     for s in solutions:
+        ctx.tick()
         unique.setdefault(solution_key(s), s)
     solutions = list(unique.values())
 
@@ -1161,7 +1170,11 @@ def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offse
             sort_values = [eval_expr(o.expr, s, ctx) for o in query.order_by]
             keyed.append((sort_values, _order_text(solution_key(s)), cells))
 
-    keyed.sort(key=functools.cmp_to_key(lambda a, b: _compare_rows(a[:2], b[:2], descending)))
+    def compare(a: tuple[list[Any], str, list[Any]], b: tuple[list[Any], str, list[Any]]) -> int:
+        ctx.tick()
+        return _compare_rows(a[:2], b[:2], descending)
+
+    keyed.sort(key=functools.cmp_to_key(compare))
     total = len(keyed)
     cap = LIMITS["result_cap"]
     page_size = limit if limit is not None else cap

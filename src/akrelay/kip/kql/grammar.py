@@ -17,8 +17,15 @@ from typing import Any
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError, syntax_error
 from akrelay.kip.kql.values import Literal, Param, Value, decode_number, decode_string
+
+#: The deepest parse tree a KQL or META command may have. Every later stage
+#: (AST builder, semantic checks, evaluator, rendering) recurses along the tree,
+#: so this one bound keeps all of them far inside Python's recursion limit; the
+#: LALR parser itself is iterative and never recurses. Docs: docs/kql.md "Limits".
+MAX_NESTING = 128
 
 #: The grammar files, in composition order for each language.
 GRAMMAR_FILES = ("kip_common.lark", "kql.lark", "meta.lark")
@@ -64,9 +71,44 @@ def parse_tree(text: str, language: str) -> Tree:
         raise KqlError("InvalidSyntax", "command must be a string")
     lark = parser(language)
     try:
-        return lark.parse(text)
+        tree = lark.parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(lark, text, exc, language) from None
+    # Parsing cannot be interrupted, but its time counts: bounded by the body size
+    # (about 5 us per character), it is charged to the request's budget here.
+    budget.current().check()
+    _check_nesting(tree, language)
+    return tree
+
+
+def _check_nesting(tree: Tree, language: str) -> None:
+    """``ResourceExhausted`` when ``tree`` is deeper than :data:`MAX_NESTING` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            where = "KQL query" if language == "kql" else "META command"
+            position = _first_token_position(node)
+            raise KqlError(
+                "ResourceExhausted",
+                f"the {where} nests deeper than this runtime allows ({MAX_NESTING} levels)",
+                hint="flatten nested blocks and literals; use IN(...) instead of a long chain of || or &&",
+                details={"limit": "max_nesting_depth", "max": MAX_NESTING, **position},
+            )
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+
+
+def _first_token_position(node: Any) -> dict[str, int]:
+    """Line and column of the first token under ``node`` (none for an empty subtree)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Token):
+            return token_position(item)
+        if isinstance(item, Tree):
+            stack.extend(reversed(item.children))
+    return {}
 
 
 # ------------------------------------------------------------------- errors

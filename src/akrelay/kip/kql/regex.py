@@ -1,85 +1,78 @@
 """The REGEX dialect of KQL FILTER (KIP §44.2 requires it to be documented).
 
-Dialect: Python ``re`` syntax, matched with ``search`` semantics (unanchored;
-use ``^``/``$`` to anchor), Unicode-aware, case-sensitive unless the pattern
-starts with the inline flag ``(?i)``. To keep matching time linear-ish on
-hostile input, these constructs are rejected with ``InvalidSyntax``:
+Dialect: RE2 syntax (``google-re2``), matched with *search* semantics
+(unanchored; use ``^``/``$``), on Unicode text, case-sensitive unless the
+pattern sets ``(?i)``. RE2 matches in time linear in the subject whatever the
+pattern, so no pattern can stall a worker: ``(a|a)*c``, ``(a+)+`` or
+``^(a|a){1,27}c`` cost what ``a*c`` costs. Measured (bench/kql_regex.py): the
+hostile patterns of issue 11 take microseconds with RE2; Python ``re`` took 11 s,
+and the ``regex`` package's timeout could only stop each match at its budget.
+The constructs that need backtracking (backreferences, lookaround, atomic or
+possessive groups, conditionals) are not RE2 syntax and fail ``InvalidSyntax``.
 
-* backreferences (``\\1``, ``(?P=name)``) and conditional groups;
-* lookahead/lookbehind assertions;
-* an unbounded repetition nested inside another unbounded repetition
-  (``(a+)+``, ``(a*)*``), the classic catastrophic-backtracking shape;
-* inline flags other than ``i``, ``m``, ``s``.
-
-Limits: a pattern is at most ``MAX_PATTERN`` characters; a subject string
-longer than ``MAX_SUBJECT`` characters fails ``ResourceExhausted`` rather than
-being truncated. A non-string subject is unknown (the filter does not pass).
+Limits: a pattern is at most ``MAX_PATTERN`` characters and each counted
+repetition at most ``{1000}`` (RE2's own bound); a pattern whose compiled program
+outgrows ``MAX_PROGRAM_BYTES`` fails ``ResourceExhausted``, as does a subject
+longer than ``MAX_SUBJECT`` characters (never truncated). Every match is linear,
+but a long subject costs tens of milliseconds (21 ms measured on 64 KiB with a
+thrashing DFA), so it is preceded by a check of the request's CPU budget. A
+non-string subject is unknown (the filter does not pass).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
-try:  # Python 3.11 moved the parser; keep the old name as fallback.
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-    from re import _constants as _sre_c  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
-    import sre_constants as _sre_c  # type: ignore[no-redef]
+import re2
 
+from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError
 
 MAX_PATTERN = 512
 MAX_SUBJECT = 65536
-_ALLOWED_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL
-_UNBOUNDED = _sre_c.MAXREPEAT
+#: RE2's memory budget for one compiled pattern (program and DFA cache). A hostile
+#: pattern fills its DFA cache, and compiled patterns are cached (``CACHED``), so
+#: this bounds the memory REGEX can hold: about 0.7 MiB measured per such pattern.
+MAX_PROGRAM_BYTES = 2 << 20
+CACHED = 64
+#: Subjects at least this long are matched after an immediate budget check: one
+#: such match costs tens of milliseconds when RE2's DFA cache thrashes, too much to
+#: leave to the amortised tick.
+LONG_SUBJECT = 4096
+_HINT = "REGEX uses RE2 syntax; see the REGEX dialect in docs/kql.md"
+
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = MAX_PROGRAM_BYTES
+_OPTIONS.log_errors = False  # a refused pattern is the client's error, not a log line
 
 
-def _walk(parsed: Any, inside_unbounded: bool) -> None:
-    for op, arg in parsed:
-        if op in (_sre_c.GROUPREF, _sre_c.GROUPREF_EXISTS):
-            raise KqlError("InvalidSyntax", "REGEX does not support backreferences or conditional groups",
-                           hint="see the REGEX dialect in docs/kql.md")
-        if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
-            raise KqlError("InvalidSyntax", "REGEX does not support lookahead/lookbehind",
-                           hint="see the REGEX dialect in docs/kql.md")
-        if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT, getattr(_sre_c, "POSSESSIVE_REPEAT", None)):
-            lo, hi, sub = arg
-            unbounded = hi == _UNBOUNDED or hi > 1000
-            if unbounded and inside_unbounded:
-                raise KqlError("InvalidSyntax", "REGEX rejects nested unbounded repetition such as (a+)+",
-                               hint="rewrite the pattern without a repeated group of repeats")
-            _walk(sub, inside_unbounded or unbounded)
-        elif op == _sre_c.SUBPATTERN:
-            _walk(arg[-1], inside_unbounded)
-        elif op == _sre_c.BRANCH:
-            for branch in arg[1]:
-                _walk(branch, inside_unbounded)
-        elif op == getattr(_sre_c, "ATOMIC_GROUP", None):
-            _walk(arg, inside_unbounded)
-
-
-@functools.lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """Validate ``pattern`` against the dialect and compile it."""
+@functools.lru_cache(maxsize=CACHED)
+def compile_regex(pattern: str) -> Any:
+    """Check ``pattern`` against the dialect and compile it once (cached)."""
     if not isinstance(pattern, str):
         raise KqlError("TypeMismatch", "REGEX pattern must be a string")
     if len(pattern) > MAX_PATTERN:
-        raise KqlError("InvalidSyntax", f"REGEX pattern longer than {MAX_PATTERN} characters")
+        raise KqlError("InvalidSyntax", f"REGEX pattern longer than {MAX_PATTERN} characters", hint=_HINT)
     try:
-        parsed = _sre_parse.parse(pattern)
-    except re.error as exc:
-        raise KqlError("InvalidSyntax", f"invalid REGEX pattern: {exc}") from None
-    if parsed.state.flags & ~(_ALLOWED_FLAGS | re.UNICODE):
-        raise KqlError("InvalidSyntax", "REGEX allows only the inline flags i, m and s")
-    _walk(parsed, False)
-    return re.compile(pattern)
+        return re2.compile(pattern, _OPTIONS)
+    except UnicodeEncodeError:
+        raise KqlError("InvalidSyntax", "REGEX pattern is not Unicode scalar values", hint=_HINT) from None
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        if "pattern too large" in reason:
+            raise KqlError("ResourceExhausted", "REGEX pattern compiles to more than this runtime allows",
+                           details={"max_program_bytes": MAX_PROGRAM_BYTES}, hint=_HINT) from None
+        raise KqlError("InvalidSyntax", f"invalid REGEX pattern: {reason}", hint=_HINT) from None
 
 
 def regex_match(text: str, pattern: str) -> bool:
     compiled = compile_regex(pattern)
     if len(text) > MAX_SUBJECT:
         raise KqlError("ResourceExhausted", f"REGEX subject longer than {MAX_SUBJECT} characters")
-    return compiled.search(text) is not None
+    if len(text) >= LONG_SUBJECT:
+        budget.current().check()
+    try:
+        return compiled.search(text) is not None
+    except UnicodeEncodeError:
+        raise KqlError("TypeMismatch", "REGEX subject is not Unicode scalar values") from None

@@ -1,0 +1,21 @@
+"""``akrelay serve`` options of the KIP endpoint (one ``option`` call each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from akrelay.kip.budget import DEFAULT_BUDGET_MS
+from akrelay.settings import _int, option
+
+
+def budget_ms(text: Any) -> int:
+    """A CPU budget in milliseconds; 0 turns the budget off."""
+    value = _int(text)
+    if value < 0:
+        raise ValueError("must be a non-negative integer (0: no budget)")
+    return value
+
+
+option("kip_budget_ms", budget_ms, DEFAULT_BUDGET_MS,
+       "thread CPU milliseconds one /v1/kip request (KQL and META) may use; beyond it the operation fails "
+       "ExecutionTimeout (0: no budget)", metavar="MS")
