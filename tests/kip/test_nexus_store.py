@@ -282,11 +282,16 @@ def test_kill_9_during_import_leaves_a_prefix_and_catches_up(tmp_path: Path, sql
     store.close()
 
 
-def test_one_importer_per_data_directory_and_readers_follow_it(tmp_path: Path, sqlite_only: None) -> None:
-    world = random_world(13, events=30)
+def _two_workers(tmp_path: Path, seed: int, events: int):
+    """A data directory and two runtimes on it, as two Granian workers open them (the first leads)."""
+    world = random_world(seed, events=events)
     store = _sqlite_store(tmp_path, world)
-    first, first_follower = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
-    second, second_follower = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
+    return world, store, open_runtime(store, tmp_path, origin=ORIGIN, follow=False), \
+        open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
+
+
+def test_one_importer_per_data_directory_and_readers_follow_it(tmp_path: Path, sqlite_only: None) -> None:
+    world, store, (first, first_follower), (second, second_follower) = _two_workers(tmp_path, 13, 30)
     assert first_follower.writer is not None and second_follower.writer is None
     assert first.nexus.head == second.nexus.head == len(world.records)
     assert isinstance(second.nexus, SqliteNexus) and not second.nexus.writer
@@ -303,10 +308,7 @@ def test_one_importer_per_data_directory_and_readers_follow_it(tmp_path: Path, s
 
 
 def test_a_reader_waits_for_the_importer_on_request(tmp_path: Path, sqlite_only: None) -> None:
-    world = random_world(17, events=10)
-    store = _sqlite_store(tmp_path, world)
-    leader_rt, leader = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
-    reader_rt, reader = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
+    world, store, (_, leader), (reader_rt, reader) = _two_workers(tmp_path, 17, 10)
     env = world.publish("bob", title="Fresh")
     store.commit(env, world.records[-1].accepted_at)
     threading.Timer(0.1, leader.catch_up).start()
