@@ -219,7 +219,7 @@ class SqliteNexus(NexusBase):
         self.space_id = space_id
         self.writer = writer
         self.withheld = None
-        # the importer inserts into every index: keep them in cache (about 1 MB per 10k events)
+        # the importer inserts into every index: a larger cache keeps their hot pages (import rate)
         self._cache_mb = cache_mb if cache_mb is not None else (WRITER_CACHE_MB if writer else READER_CACHE_MB)
         self._conn: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
