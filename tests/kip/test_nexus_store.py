@@ -73,6 +73,9 @@ def _probe(nexus, seq: int) -> dict:
     for kind in SEARCH_KINDS:
         for term in ("title", "words", "summary", "support", "agent", "nothing-here"):
             out[("terms", kind, term)] = sorted(nexus.term_matches(kind, tokens(term + " 1 2"), seq).items())
+        for words in ("title", "title words", "summary title", "title words summary", "support agent nothing"):
+            buckets = [(m, list(o)) for m, o in nexus.term_buckets(kind, tokens(words), seq)]
+            out[("buckets", kind, words)] = [(m, o) for m, o in buckets if o]
     return out
 
 

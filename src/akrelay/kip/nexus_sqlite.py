@@ -174,6 +174,16 @@ def stored_space(path: str | os.PathLike[str]) -> str | None:
         conn.close()
 
 
+def _minus(items: Iterator[int], removed: Iterator[int]) -> Iterator[int]:
+    """``items`` without ``removed``; both ascending (a merge, so neither is held in memory)."""
+    current = next(removed, None)
+    for item in items:
+        while current is not None and current < item:
+            current = next(removed, None)
+        if item != current:
+            yield item
+
+
 def create_file(path: Path, space_id: str) -> None:
     """Write an empty nexus of the current format at ``path`` (atomically: a temporary file, then rename)."""
     tmp = path.with_name(path.name + f".{os.getpid()}.new")
@@ -565,20 +575,18 @@ class SqliteNexus(NexusBase):
         return counter
 
     def term_buckets(self, kind: str, terms: Iterable[str], seq: int) -> Iterator[tuple[int, Iterable[int]]]:
-        """The all-terms bucket from one FTS5 ``AND``; for two terms the other bucket streams from
-        an ``OR`` in rowid order, so a page of hits never reads every posting of a common word."""
+        """The all-terms bucket streams from one FTS5 ``AND`` and, for two terms, the other
+        bucket from an ``OR`` minus that ``AND``, both in rowid order, a page at a time: a page
+        of hits never reads every posting of a common word."""
         if kind not in SEARCH_KINDS:
             raise KeyError(kind)
         ordered = sorted(terms)
         phrases = [f'"{_term(t)}"' for t in ordered]
         cutoff = self._ordinal_limit(seq)
-        with self._lock:
-            every = [r[0] for r in self._reader().execute(
-                f"SELECT rowid FROM fts_{kind} WHERE fts_{kind} MATCH ? AND rowid < ? ORDER BY rowid",
-                (" AND ".join(phrases), cutoff)).fetchall()]
-        yield len(ordered), every
+        every = " AND ".join(phrases)
+        yield len(ordered), self._fts_stream(kind, every, cutoff)
         if len(ordered) == 2:
-            yield 1, self._fts_stream(kind, " OR ".join(phrases), cutoff, set(every))
+            yield 1, _minus(self._fts_stream(kind, " OR ".join(phrases), cutoff), self._fts_stream(kind, every, cutoff))
         elif len(ordered) > 2:
             rest: dict[int, list[int]] = {}
             for ordinal, matched in self.term_matches(kind, ordered, seq).items():
@@ -587,14 +595,15 @@ class SqliteNexus(NexusBase):
             for matched in sorted(rest, reverse=True):
                 yield matched, sorted(rest[matched])
 
-    def _fts_stream(self, kind: str, match: str, cutoff: int, exclude: set[int]) -> Iterator[int]:
+    def _fts_stream(self, kind: str, match: str, cutoff: int) -> Iterator[int]:
+        """Rowids matching ``match`` below ``cutoff``, ascending, one complete statement per page."""
         after = -1
         while True:
             with self._lock:
                 rows = self._reader().execute(
                     f"SELECT rowid FROM fts_{kind} WHERE fts_{kind} MATCH ? AND rowid > ? AND rowid < ? "
                     f"ORDER BY rowid LIMIT {PAGE}", (match, after, cutoff)).fetchall()
-            yield from (r[0] for r in rows if r[0] not in exclude)
+            yield from (r[0] for r in rows)
             if len(rows) < PAGE:
                 return
             after = rows[-1][0]
