@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
-from akrelay.kip import KipConfig, Nexus, import_record
+from akrelay.kip import KipConfig, NexusBase, import_record
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
 from akrelay.store.base import Record
+
+from nexus_backends import new_nexus, nexus_backend  # noqa: F401  (autouse: every test runs on both backends)
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "agent-knowledge-1.0.vectors.json"
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -85,8 +87,8 @@ class World:
         self.accept(env)
         return env
 
-    def nexus(self, upto: int | None = None) -> Nexus:
-        nexus = Nexus(KipConfig(origin=ORIGIN).space_id)
+    def nexus(self, upto: int | None = None) -> NexusBase:
+        nexus = new_nexus(KipConfig(origin=ORIGIN).space_id)
         for record in self.records[:upto]:
             import_record(nexus, record)
         return nexus

@@ -32,7 +32,7 @@ def test_reindex_then_describe(tmp_path, capsys) -> None:
     assert main(["kip-reindex", "--data", str(tmp_path), "--origin", ORIGIN]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["space_seq"] == 3 and summary["space_id"] == "akrelay:relay.example.org"
-    assert (tmp_path / "kip-nexus.pickle").is_file()
+    assert (tmp_path / "kip-nexus.sqlite3").is_file()
     assert main(["kip", "DESCRIBE SNAPSHOT", "--data", str(tmp_path), "--origin", ORIGIN]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "succeeded" and out["results"][0]["result"]["space_seq"] == 3
@@ -63,4 +63,4 @@ def test_reindex_kip_flag_rebuilds_the_nexus(tmp_path, capsys) -> None:
     assert main(["reindex", "--kip", "--data", str(tmp_path), "--origin", ORIGIN]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["space_seq"] == 2 and summary["transactions"] == 2
-    assert (tmp_path / "kip-nexus.pickle").is_file()
+    assert (tmp_path / "kip-nexus.sqlite3").is_file()

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from akrelay.kip import KipConfig, Nexus
-from akrelay.kip.follower import KipFollower, follow, load_nexus, rebuild, save_nexus
+from akrelay.kip import KipConfig
+from akrelay.kip.follower import KipFollower, follow, rebuild
 from akrelay.kip.runtime import KipRuntime
 from akrelay.store.memory import MemoryStore
 
-from .conftest import ORIGIN, World
+from .conftest import ORIGIN, World, new_nexus
 
 VERDICTS = ("supports", "challenges", "reproduced", "not_reproduced", "applied", "inconclusive")
 KINDS = ("observation", "hypothesis", "question", "inference", "collection", "negative_result")
@@ -68,7 +68,7 @@ def test_incremental_equals_rebuild(seed: int) -> None:
     world = random_world(seed)
     store = store_of(world)
     space = KipConfig(origin=ORIGIN).space_id
-    incremental = Nexus(space)
+    incremental = new_nexus(space)   # each backend, against the in-memory rebuild
     rng = random.Random(seed)
     while incremental.head < store.checkpoint():
         follow(store, incremental, batch=rng.randint(1, 7), max_records=rng.randint(1, 9))
@@ -77,35 +77,15 @@ def test_incremental_equals_rebuild(seed: int) -> None:
     assert rebuilt.head == len(world.records)
 
 
-def test_persisted_snapshot_resumes_to_the_same_state(tmp_path) -> None:
-    world = random_world(7, events=40)
-    store = store_of(world)
-    space = KipConfig(origin=ORIGIN).space_id
-    partial = Nexus(space)
-    follow(store, partial, max_records=17)
-    path = tmp_path / "kip-nexus.pickle"
-    save_nexus(partial, path)
-    resumed = load_nexus(path, space, store.checkpoint())
-    assert resumed is not None and resumed.head == 17
-    follow(store, resumed)
-    assert resumed.fingerprint() == rebuild(store, space).fingerprint()
-    # a snapshot of another Space, ahead of the store, or garbage is discarded
-    assert load_nexus(path, "akrelay:other.example", store.checkpoint()) is None
-    assert load_nexus(path, space, 3) is None
-    path.write_bytes(b"not a pickle")
-    assert load_nexus(path, space, store.checkpoint()) is None
-
-
-def test_follower_catches_up_and_persists(tmp_path) -> None:
+def test_follower_catches_up_into_the_runtime_nexus() -> None:
     world = random_world(11, events=20)
     store = store_of(world)
-    rt = KipRuntime(KipConfig(origin=ORIGIN))
-    follower = KipFollower(store, rt, snapshot=tmp_path / "n.pickle", save_every=0)
+    rt = KipRuntime(KipConfig(origin=ORIGIN), new_nexus(KipConfig(origin=ORIGIN).space_id))
+    follower = KipFollower(store, rt)
     n = len(world.records)
     assert follower.catch_up() == n and rt.nexus.head == n
-    follower.stop()
-    assert load_nexus(tmp_path / "n.pickle", rt.nexus.space_id, n).head == n
     assert follower.catch_up() == 0
+    follower.stop()
 
 
 COMMANDS = ['DESCRIBE SNAPSHOT', 'SEARCH CONCEPT "title words"', 'SEARCH ASSERTION "summary"',
@@ -116,7 +96,7 @@ COMMANDS = ['DESCRIBE SNAPSHOT', 'SEARCH CONCEPT "title words"', 'SEARCH ASSERTI
 def test_as_of_seq_reproduces_earlier_answers(seed: int) -> None:
     world = random_world(seed, events=45)
     store = store_of(world)
-    rt = KipRuntime(KipConfig(origin=ORIGIN), cursor_secret=b"c" * 32)
+    rt = KipRuntime(KipConfig(origin=ORIGIN), new_nexus(KipConfig(origin=ORIGIN).space_id), cursor_secret=b"c" * 32)
     then: dict[int, dict] = {}
     capsules: list[str] = []
     for record in world.records:
@@ -159,31 +139,3 @@ def test_element_views_as_of(world: World) -> None:
     with pytest.raises(Exception) as exc:
         rt.element(assertion.id, as_of=0)
     assert exc.value.code == "NotFoundOrNotVisible"
-
-
-def test_only_the_snapshot_leader_writes_the_shared_snapshot(tmp_path) -> None:
-    """Two workers on one data directory: the one without the lock never writes."""
-    from akrelay.kip.follower import KipFollower
-    from akrelay.kip.service import SNAPSHOT_LOCK
-    from akrelay.leader import LeaderLock
-
-    class _Runtime:
-        def __init__(self) -> None:
-            import threading
-
-            from akrelay.kip.nexus import Nexus
-            self.nexus = Nexus("space")
-            self.lock = threading.Lock()
-
-    snap = tmp_path / "kip-nexus.pickle"
-    leader_lock = LeaderLock(tmp_path / SNAPSHOT_LOCK)
-    assert leader_lock.acquire()
-    other = KipFollower(None, _Runtime(), snapshot=snap, writer_lock=LeaderLock(tmp_path / SNAPSHOT_LOCK))
-    other.runtime.nexus.head = 5  # as if it had imported five transactions
-    other.save()
-    assert not snap.exists()
-    leader = KipFollower(None, _Runtime(), snapshot=snap, writer_lock=leader_lock)
-    leader.runtime.nexus.head = 5
-    leader.save()
-    assert snap.exists()
-    leader_lock.release()

@@ -18,7 +18,7 @@ EXPECTED_STANCE = {"hypothesis": "uncertain", "question": None, "collection": No
 
 
 def _created(nexus: Nexus, seq: int, cls: type) -> list:
-    return [e for e in nexus.elements.values() if e.created_seq == seq and isinstance(e, cls)]
+    return [e for e in nexus.all_elements() if e.created_seq == seq and isinstance(e, cls)]
 
 
 def test_space_id_comes_from_the_origin_only() -> None:
@@ -32,7 +32,7 @@ def test_space_id_comes_from_the_origin_only() -> None:
 def test_publish_of_each_kind(world: World, kind: str) -> None:
     env = world.publish("alice", kind, f"A {kind}", tags=["t1"])
     nexus = world.nexus()
-    assert nexus.head == 1 and nexus.transactions[0].status == "committed"
+    assert nexus.head == 1 and nexus.transactions()[0].status == "committed"
     agent = nexus.agent(world.did("alice"))
     capsule = nexus.capsule(env.id)
     assert isinstance(agent, Concept) and agent.schema_ref.endswith("@1.0.0/Agent") and agent.key == env.actor
@@ -70,7 +70,7 @@ def test_evidence_holds_the_exact_envelope_and_activity_records_it(world: World)
     assert facet["event_id"] == env.id and facet["seq"] == 1 and facet["event_type"] == "knowledge.publish"
     (act,) = _created(nexus, 1, Activity)
     assert act.activity_class == "import" and nexus.view(act)["inputs"] == []
-    assert set(act.outputs) == {e.id for e in nexus.elements.values() if e.created_seq == 1} - {act.id}
+    assert set(act.outputs) == {e.id for e in nexus.all_elements() if e.created_seq == 1} - {act.id}
     (a,) = _created(nexus, 1, Assertion)
     assert a.evidence == [{"id": ev.id, "role": "support"}]
 
@@ -141,7 +141,7 @@ def test_retract_publish_moves_only_the_authors_own_assertions(world: World) -> 
         world.records[3].envelope.created_at)
     # nothing else changed: the capsule, the propositions and the target's assertions stay
     assert nexus.assertions_on(nexus.holds(target.id).id)[0].status_at(4) == "active"
-    assert nexus.transactions[-1].status == "committed"
+    assert nexus.transactions()[-1].status == "committed"
 
 
 def test_retract_of_an_assessment(world: World) -> None:
@@ -164,8 +164,8 @@ def test_redelivery_is_idempotent(world: World) -> None:
     again = Record(seq=2, accepted_at=world.clock + 99, envelope=env)
     result = import_record(nexus, again)
     assert result.status == "no_effect" and result.created == ()
-    assert len(nexus.elements) == len(world.nexus().elements)
-    assert nexus.head == 2 and nexus.transactions[-1].status == "no_effect"
+    assert len(list(nexus.all_elements())) == len(list(world.nexus().all_elements()))
+    assert nexus.head == 2 and nexus.transactions()[-1].status == "no_effect"
 
 
 def test_signed_vector_fixtures_import(world: World) -> None:
@@ -206,7 +206,7 @@ def test_relayed_retraction_of_an_assessment_after_redelivery(world: World) -> N
     (bob_assertion,) = [a for a in nexus.assertions_on(nexus.holds(cap.id).id) if a.actor == world.did("bob")]
     assert result.retracted == (bob_assertion.id,)
     assert bob_assertion.status_at(2) == "active" and bob_assertion.status_at(4) == "retracted"
-    assert len(nexus.assertions_by_event[assessment.id]) == 1
+    assert len(nexus.assertions_from_event(assessment.id)) == 1
     # a second copy of the retraction (another peer) changes nothing
     again = Record(seq=5, accepted_at=world.clock + 70, envelope=retraction)
     assert import_record(nexus, again).status == "no_effect"
@@ -226,7 +226,7 @@ def test_content_never_gains_authority_or_installs_schema(world: World) -> None:
     rt = KipRuntime(KipConfig(origin=ORIGIN), world.nexus())
     assert [p.ref for p in rt.environment.packages] == ["kip://akrelay/agent-knowledge@1.0.0"]
     assert rt.config.trust.of(world.did("mallory")) == "unknown"
-    views = [rt.nexus.view(e) for e in rt.nexus.elements.values()]
+    views = [rt.nexus.view(e) for e in rt.nexus.all_elements()]
     assert {v["governance"]["authority_class"] for v in views} == {"descriptive"}
     assert {v["_system"]["origin"]["principal_id"] for v in views} == {"akrelay:importer"}
     assert rt.meta("DESCRIBE PRIMER")["execution_context"]["self"] is None
@@ -237,6 +237,8 @@ def test_content_never_gains_authority_or_installs_schema(world: World) -> None:
 
 # -- keyword terms -------------------------------------------------------------------
 from hypothesis import given as _given  # noqa: E402
+from hypothesis import HealthCheck as _HealthCheck  # noqa: E402
+from hypothesis import settings as _settings  # noqa: E402
 from hypothesis import strategies as _st  # noqa: E402
 
 from akrelay.kip.nexus import _TOKEN, tokens  # noqa: E402
@@ -247,6 +249,7 @@ def _reference_tokens(text: str) -> set[str]:
     return {t.casefold() for t in _TOKEN.findall(text)}
 
 
+@_settings(suppress_health_check=[_HealthCheck.function_scoped_fixture])  # the autouse backend fixture
 @_given(_st.text(alphabet=_st.characters(max_codepoint=127)) | _st.text())
 def test_tokens_equal_the_per_word_casefold_definition(text: str) -> None:
     assert tokens(text) == _reference_tokens(text)

@@ -325,7 +325,7 @@ def test_withheld_events_are_hidden_from_reads(world: World) -> None:
     assert evidence["content_digest"] == "sha3-256:" + cap.id
     out = rt.project_capsule(other.id)
     assert out["status"] == "accepted"
-    assert {"assertion_id": nexus.assertions_by_event[challenge.id][0], "reason": "withheld"} in \
+    assert {"assertion_id": nexus.assertions_from_event(challenge.id)[0].id, "reason": "withheld"} in \
         out["explanation"]["ledger"]["eligibility_exclusions"]
     # the state itself is untouched: visibility is a read-time filter
     nexus.withheld = None

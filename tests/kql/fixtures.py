@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from akrelay.kip import KipConfig, Nexus, TrustState, import_record
+from akrelay.kip import KipConfig, TrustState, import_record
 from akrelay.kip.kql.evaluate import run
 from akrelay.kip.runtime import KipRuntime
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
 from akrelay.store.base import Record
+
+from nexus_backends import new_nexus
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 ORIGIN = "https://kql.relay.example"
@@ -78,7 +80,7 @@ class Log:
                 policy: str | None = None) -> KipRuntime:
         config = KipConfig(origin=ORIGIN, trust=TrustState(dict(trust or {})),
                            **({"default_policy": policy} if policy else {}))
-        nexus = Nexus(config.space_id)
+        nexus = new_nexus(config.space_id)
         for record in self.records[:upto]:
             import_record(nexus, record)
         return KipRuntime(config, nexus, cursor_secret=b"kql-tests-cursor-secret")

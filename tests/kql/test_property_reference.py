@@ -52,8 +52,9 @@ class Model:
     """The nexus flattened to lists, as the reference evaluator sees it."""
 
     def __init__(self, nexus: Any) -> None:
-        self.concepts = {e.id: e for e in nexus.elements.values() if isinstance(e, Concept)}
-        self.props = [e for e in nexus.elements.values() if isinstance(e, Proposition)]
+        elements = list(nexus.all_elements())
+        self.concepts = {e.id: e for e in elements if isinstance(e, Concept)}
+        self.props = [e for e in elements if isinstance(e, Proposition)]
         self.struct = [(c.id, f, t) for c in self.concepts.values() for f, t in c.structural.items()]
 
 
@@ -283,7 +284,8 @@ def visible_vars(block: list[Any]) -> set[str]:
 # ---------------------------------------------------------------------- property
 
 @settings(max_examples=120, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
 @given(log=logs(), block=blocks(2), find=finds())
 def test_evaluator_agrees_with_reference(log: Log, block: list[Any], find: list[Any]) -> None:
     assume({item[1] for item in find} <= visible_vars(block))
@@ -301,7 +303,8 @@ def test_evaluator_agrees_with_reference(log: Log, block: list[Any], find: list[
     assert Counter(map(tuple, got)) == Counter(expected), text
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(log=logs(), block=blocks(1), desc=st.booleans())
 def test_order_by_nulls_last_and_pages_partition_the_result(log: Log, block: list[Any], desc: bool) -> None:
     assume("x" in visible_vars(block))

@@ -3,7 +3,7 @@
 ``reindex`` itself is the search area's command; this module adds ``--kip`` to it.
 
 ``akrelay kip 'DESCRIBE PRIMER' --data DIR`` reads the nexus of a local relay data
-directory (resumed from its snapshot, caught up from the store); ``--relay URL``
+directory (its ``kip-nexus.sqlite3``, caught up from the store); ``--relay URL``
 sends the command to a running relay's ``POST /v1/kip`` instead.
 """
 
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
 
     r = subparsers.add_parser("kip-reindex", help="alias of `akrelay reindex --kip`: rebuild the KIP nexus",
                               description="Alias of `akrelay reindex --kip`: rebuild the KIP nexus "
-                                          "(DIR/kip-nexus.pickle) from the acceptance log in DIR and persist it. "
+                                          "(DIR/kip-nexus.sqlite3) from the acceptance log in DIR. "
                                           "Run it with the relay stopped.")
     r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                    help=f"the relay's data directory (default {DEFAULT_DATA})")
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     existing = getattr(subparsers, "choices", {}).get("reindex")
     if existing is not None:
         existing.add_argument("--kip", action="store_true",
-                              help="rebuild the KIP nexus (kip-nexus.pickle) instead of the search index")
+                              help="rebuild the KIP nexus (kip-nexus.sqlite3) instead of the search index")
         if not any("--origin" in a.option_strings for a in existing._actions):
             existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
         search_handler = existing.get_default("handler")
@@ -96,6 +96,9 @@ def run_reindex(args: argparse.Namespace) -> int:
     store = open_store(args.data)
     try:
         summary = reindex(store, args.data, origin=origin_of(args))
+    except RuntimeError as exc:
+        print(f"akrelay reindex --kip: {exc}", file=sys.stderr)
+        return 1
     finally:
         store.close()
     print(json.dumps(summary, indent=2))
@@ -191,16 +194,18 @@ def run_kip(args: argparse.Namespace) -> int:
     try:
         runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
                                          budget_ms=args.budget_ms or None)
-        if args.belief:
-            try:
-                out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
-                status = 0
-            except KipError as exc:
-                out, status = {"error": exc.to_wire()}, 1
-        else:
-            _, out = runtime.execute(request)
-            status = 0 if out["status"] == "succeeded" else 1
-        follower.save()
+        try:
+            if args.belief:
+                try:
+                    out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
+                    status = 0
+                except KipError as exc:
+                    out, status = {"error": exc.to_wire()}, 1
+            else:
+                _, out = runtime.execute(request)
+                status = 0 if out["status"] == "succeeded" else 1
+        finally:
+            follower.stop()
     finally:
         store.close()
     json.dump(out, sys.stdout, indent=2, ensure_ascii=False)

@@ -103,8 +103,10 @@ def run_kql(args: argparse.Namespace) -> int:
         try:
             runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
                                              budget_ms=args.budget_ms or None)
-            _, envelope = runtime.execute(request)
-            follower.save()
+            try:
+                _, envelope = runtime.execute(request)
+            finally:
+                follower.stop()
         finally:
             store.close()
     if envelope.get("results"):

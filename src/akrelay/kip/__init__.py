@@ -9,10 +9,10 @@ from __future__ import annotations
 from akrelay.kip.config import KipConfig, TrustState, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.mapping import ImportResult, import_record
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.projection import POLICIES, project
 
 __all__ = [
-    "ImportResult", "KipConfig", "KipError", "Nexus", "POLICIES", "TrustState", "import_record", "project",
+    "ImportResult", "KipConfig", "KipError", "Nexus", "NexusBase", "POLICIES", "TrustState", "import_record", "project",
     "space_id_for_origin",
 ]

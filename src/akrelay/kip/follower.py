@@ -1,159 +1,169 @@
-"""The follower that keeps the nexus in step with the acceptance log.
+"""The importer: a follower that keeps the nexus in step with the acceptance log.
 
 Import never sits on the acceptance hot path: acceptance commits to the store and
-returns; this follower tails ``store.iter_records(after_seq, limit)`` in its own
-thread, imports each record as one transaction and persists the nexus together
-with the seq it has caught up to, so a restart resumes instead of rebuilding.
+returns; the follower tails ``store.iter_records(after_seq, limit)`` in its own
+thread and imports each record as one KIP transaction.
 
-The snapshot is a pickle of the nexus in the operator's data directory (trusted
-local state, like the SQLite file beside it), written atomically. A snapshot for
-another Space, of an unknown format, or ahead of the store is discarded and the
-nexus is rebuilt from the log — which is always correct, because the nexus is a
-deterministic function of the log.
+With the on-disk nexus (:mod:`akrelay.kip.nexus_sqlite`) exactly one process per
+data directory imports: the holder of the importer's leader lock. Its position is
+the nexus head, committed in the same SQLite transaction as the records of each
+batch, so a killed importer leaves the nexus of a prefix of the log and the next
+leader (another worker, or the restarted relay) resumes from there. Every other
+process only reads the file. With the in-memory nexus (tests, a relay without a
+data directory) the follower imports into the runtime's own nexus.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
-import pickle
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from akrelay.kip.mapping import import_record
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.nexus import Nexus, NexusBase
 
 log = logging.getLogger("akrelay.kip")
-SNAPSHOT_FORMAT = "akrelay-kip-nexus-1"
-SNAPSHOT_FILE = "kip-nexus.pickle"
+#: records per lock hold of the in-memory nexus: a read waits for at most this many imports
 LOCK_CHUNK = 64
-
-
-def snapshot_path(data_dir: str | os.PathLike[str]) -> Path:
-    return Path(data_dir) / SNAPSHOT_FILE
-
-
-def save_nexus(nexus: Nexus, path: str | os.PathLike[str]) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump({"format": SNAPSHOT_FORMAT, "space_id": nexus.space_id, "head": nexus.head, "nexus": nexus},
-                    fh, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
-
-
-def load_nexus(path: str | os.PathLike[str], space_id: str, checkpoint: int) -> Nexus | None:
-    """A persisted nexus for ``space_id`` no further ahead than the store, else ``None``."""
-    try:
-        with open(path, "rb") as fh:
-            doc = pickle.load(fh)
-    except FileNotFoundError:
-        return None
-    except Exception as exc:  # a torn or foreign file is discarded, never trusted
-        log.warning("discarding unreadable KIP snapshot %s: %s", path, exc)
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT or doc.get("space_id") != space_id:
-        return None
-    nexus = doc.get("nexus")
-    if not isinstance(nexus, Nexus) or nexus.head > checkpoint:
-        return None
-    return nexus
+#: records per SQLite transaction of the on-disk nexus (a commit makes them visible to every worker)
+DISK_BATCH = 500
+#: a request-time catch-up imports at most this many records; a longer backlog is the thread's job
+REQUEST_CATCH_UP = 2000
 
 
 def rebuild(store: Any, space_id: str, batch: int = 2000) -> Nexus:
-    """A fresh nexus from the whole acceptance log."""
+    """A fresh in-memory nexus from the whole acceptance log."""
     nexus = Nexus(space_id)
     follow(store, nexus, batch=batch)
     return nexus
 
 
-def follow(store: Any, nexus: Nexus, *, batch: int = 2000, lock: Any = None, max_records: int | None = None) -> int:
-    """Import every record after ``nexus.head``; returns how many records were read."""
+def follow(store: Any, nexus: NexusBase, *, batch: int = 2000, lock: Any = None, chunk: int | None = None,
+           max_records: int | None = None, stop: threading.Event | None = None) -> int:
+    """Import every record after ``nexus.head``; returns how many records were read.
+
+    Records are imported ``chunk`` at a time, each chunk in one ``nexus.batch()``
+    (one durable transaction on disk) and, when ``lock`` is given, under it.
+    """
+    if chunk is None:
+        chunk = LOCK_CHUNK if lock is not None else DISK_BATCH
     done = 0
     while max_records is None or done < max_records:
+        if stop is not None and stop.is_set():
+            break
         size = batch if max_records is None else min(batch, max_records - done)
         records = store.iter_records(nexus.head, size)
         if not records:
             break
-        if lock is not None:
-            # short lock holds: a read waits for at most LOCK_CHUNK imports, not a batch
-            for start in range(0, len(records), LOCK_CHUNK):
-                with lock:
-                    for record in records[start:start + LOCK_CHUNK]:
-                        import_record(nexus, record)
-        else:
-            for record in records:
-                import_record(nexus, record)
-        done += len(records)
+        for start in range(0, len(records), chunk):
+            if stop is not None and stop.is_set():  # a graceful stop waits for one chunk at most
+                return done
+            with lock if lock is not None else contextlib.nullcontext(), nexus.batch():
+                for record in records[start:start + chunk]:
+                    import_record(nexus, record)
+            done += len(records[start:start + chunk])
     return done
 
 
 class KipFollower:
-    """Tails the store into a runtime's nexus; persists to ``snapshot`` when given.
+    """Keeps a runtime's nexus current: imports (memory, or as the on-disk leader) or waits for the leader.
 
-    Two locks: ``runtime.lock`` is held by readers and by each short chunk of
-    imports; ``_mutate`` serializes the mutators (the follower thread, request-time
-    catch-ups) and the snapshot writer. Pickling holds only ``_mutate``, so reads go
-    on while a snapshot is written; a request-time catch-up that finds the follower
-    busy for more than a second skips and reads the (consistent, slightly older) current snapshot.
+    ``open_writer`` (disk mode) opens the importer's own connection to the nexus file;
+    it is called once this process holds ``leader`` (a :class:`akrelay.leader.LeaderLock`).
+    Without it, the follower imports into ``runtime.nexus`` under ``runtime.lock``.
+    ``_mutate`` serializes the importing callers (the thread, request-time catch-ups).
     """
 
-    def __init__(self, store: Any, runtime: Any, *, snapshot: str | os.PathLike[str] | None = None,
-                 interval: float = 0.2, save_every: float = 30.0, writer_lock: Any = None) -> None:
+    def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
+                 leader: Any = None, interval: float = 0.2) -> None:
         self.store, self.runtime = store, runtime
-        self.snapshot = Path(snapshot) if snapshot is not None else None
-        self.interval, self.save_every = interval, save_every
-        # Several workers follow one data directory; only the holder of
-        # ``writer_lock`` (a LeaderLock) writes the shared snapshot file.
-        self.writer_lock = writer_lock
+        self.interval = interval
+        self._open_writer = open_writer
+        self.leader = leader
+        self.writer: NexusBase | None = None
+        self._refused: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._mutate = threading.Lock()
-        self._saved_head = runtime.nexus.head
-        self._last_save = time.monotonic()
 
-    def catch_up(self, *, timeout: float | None = None) -> int:
-        """Import what the log has beyond the nexus head; ``-1`` if the follower stayed
-        busy (importing or writing a snapshot) for longer than ``timeout`` seconds."""
+    @property
+    def disk(self) -> bool:
+        return self._open_writer is not None
+
+    def _lead(self) -> bool:
+        """Whether this process imports: the memory mode always; on disk, the leader with an open writer."""
+        if not self.disk:
+            return True
+        if self.writer is not None:
+            return True
+        if self._refused is not None or (self.leader is not None and not self.leader.acquire()):
+            return False
+        try:
+            self.writer = self._open_writer()  # type: ignore[misc]
+        except Exception as exc:  # a nexus of an unknown format: refuse clearly, once, and serve nothing wrong
+            self._refused = str(exc)
+            log.error("KIP importer: %s", exc)
+            return False
+        log.info("KIP importer: this process (%s) imports into %s at head %d",
+                 getattr(self.leader, "path", "-"), getattr(self.writer, "path", "-"), self.writer.head)
+        return True
+
+    def catch_up(self, *, timeout: float | None = None, max_records: int | None = None) -> int:
+        """Bring the nexus to the store's checkpoint; records imported here, ``-1`` if that did not happen
+        within ``timeout`` seconds (the importer was busy, or, in a reader process, the leader is behind).
+
+        A caller with a ``timeout`` is a request: it imports at most ``REQUEST_CATCH_UP``
+        records itself and leaves a longer backlog to the thread.
+        """
+        if timeout is not None and max_records is None:
+            max_records = REQUEST_CATCH_UP
+        if not self._lead():
+            return self._wait_for_leader(timeout)
         if not self._mutate.acquire(timeout=-1 if timeout is None else timeout):
             return -1
         try:
-            count = follow(self.store, self.runtime.nexus, lock=self.runtime.lock)
-            if self.snapshot is not None and time.monotonic() - self._last_save >= self.save_every:
-                self._save_locked()
-            return count
+            if self.writer is not None:
+                return follow(self.store, self.writer, max_records=max_records)
+            return follow(self.store, self.runtime.nexus, lock=self._runtime_mutex(), max_records=max_records)
         finally:
             self._mutate.release()
 
-    def save(self) -> None:
-        with self._mutate:
-            self._save_locked()
+    def _runtime_mutex(self) -> Any:
+        lock = self.runtime.lock
+        return getattr(lock, "mutex", lock)
 
-    def _save_locked(self) -> None:
-        if self.snapshot is None or self.runtime.nexus.head == self._saved_head:
-            return
-        if self.writer_lock is not None and not self.writer_lock.acquire():
-            return
-        started = time.monotonic()
-        save_nexus(self.runtime.nexus, self.snapshot)
-        self._saved_head = self.runtime.nexus.head
-        self._last_save = time.monotonic()
-        # A large nexus takes seconds to pickle: keep snapshots to a small share
-        # of the follower's time instead of a fixed cadence.
-        self.save_every = max(self.save_every, 20 * (self._last_save - started))
+    def _wait_for_leader(self, timeout: float | None) -> int:
+        target = self.store.checkpoint()
+        deadline = time.monotonic() + (5.0 if timeout is None else timeout)
+        while True:
+            try:
+                if self.runtime.nexus.head >= target:
+                    return 0
+            except Exception:  # the file is not there yet: the leader is creating it
+                pass
+            if time.monotonic() >= deadline or self._stop.is_set():
+                return -1
+            time.sleep(0.01)
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="akrelay-kip-follower", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="akrelay-kip-importer", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
         delay = self.interval
         while not self._stop.is_set():
             try:
-                self.catch_up()
+                if self._lead() and self._mutate.acquire(timeout=self.interval):
+                    try:
+                        target = self.writer if self.writer is not None else self.runtime.nexus
+                        lock = None if self.writer is not None else self._runtime_mutex()
+                        follow(self.store, target, lock=lock, stop=self._stop)
+                    finally:
+                        self._mutate.release()
                 delay = self.interval
             except Exception:  # keep following (the log is the truth and is re-read), backing off
                 log.exception("KIP import failed; retrying in %.1f s", delay)
@@ -161,11 +171,20 @@ class KipFollower:
             self._stop.wait(delay)
 
     def stop(self) -> None:
+        """Stop importing and release the file and the leadership (nothing to write: each batch is durable)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=10)
             self._thread = None
-        try:
-            self.save()
-        except OSError:  # the data directory went away; the log still rebuilds it
-            log.warning("could not persist the KIP nexus to %s", self.snapshot)
+        with self._mutate:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+            if self.leader is not None:
+                self.leader.release()
+        self.runtime.nexus.close()
+
+
+def legacy_snapshot(data_dir: Path) -> Path:
+    """Where releases before the on-disk nexus kept a pickled snapshot (deleted on sight)."""
+    return Path(data_dir) / "kip-nexus.pickle"

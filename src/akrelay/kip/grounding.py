@@ -18,67 +18,53 @@ in [0, 1]; it is computed per query and never stored (§66.4).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
 from akrelay.kip.errors import KipError
-from akrelay.kip.nexus import Nexus, tokens
+from akrelay.kip.nexus import NexusBase, tokens
 
 SCORE_SEMANTICS = "matched_query_term_fraction"
 
 
-def search(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None = None,
+def search(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | None = None,
            predicate_filter: str | None = None, threshold: float | None = None) -> list[tuple[float, str]]:
     """All hits ``(score, id)`` at ``seq``, best first, ties in creation order."""
     return top(nexus, kind, term, seq, type_filter=type_filter, predicate_filter=predicate_filter,
                threshold=threshold)[0]
 
 
-def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None = None,
+def top(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | None = None,
         predicate_filter: str | None = None, threshold: float | None = None, skip: int = 0,
         count: int | None = None) -> tuple[list[tuple[float, str]], bool]:
     """Hits ``skip .. skip+count`` in rank order, and whether more follow.
 
-    Candidates are counted per ordinal at C speed, bucketed by how many query terms
-    they match, and only the buckets needed for the page are sorted and filtered, so
-    a page costs little more than the number of candidates.
+    Candidates come bucketed by how many query terms they match (``term_buckets``),
+    and only the buckets needed for the page are read and filtered, so a page costs
+    little more than the candidates it looks at.
     """
     query = tokens(term)
     if not query:
         raise KipError("ConstraintViolation", "the SEARCH term has no searchable words")
-    postings = nexus.index[kind]
     tick = _budget.current().tick
-    counter: Counter[int] = Counter()
-    for q in query:
-        tick()
-        entry = postings.get(q)
-        if entry is not None:
-            counter.update(entry)
-    cutoff = nexus.ordinal_limit(seq)
-    buckets: dict[int, list[int]] = {}
-    for ordinal, matched in counter.items():
-        tick()
-        if ordinal < cutoff:
-            buckets.setdefault(matched, []).append(ordinal)
     wanted = None if count is None else skip + count + 1
     hits: list[tuple[float, str]] = []
-    for matched in sorted(buckets, reverse=True):
+    for matched, ordinals in nexus.term_buckets(kind, query, seq):
         score = round(matched / len(query), 6)
         if threshold is not None and score < threshold:
             break
-        for ordinal in sorted(buckets[matched]):
+        for ordinal in ordinals:
             tick()
-            eid = nexus.order[ordinal]
-            if nexus.withheld is not None and nexus.hidden(nexus.elements[eid]):
+            element = nexus.at_ordinal(ordinal)
+            eid = element.id
+            if nexus.withheld is not None and nexus.hidden(element):
                 continue
             if type_filter is not None or predicate_filter is not None:
-                element = nexus.elements[eid]
                 if type_filter is not None and (not isinstance(element, Concept) or element.type != type_filter):
                     continue
                 if predicate_filter is not None:
-                    prop = element if isinstance(element, Proposition) else nexus.elements[element.proposition]  # type: ignore[union-attr]
+                    prop = element if isinstance(element, Proposition) else nexus.get(element.proposition)  # type: ignore[union-attr]
                     if prop.predicate != predicate_filter:  # type: ignore[union-attr]
                         continue
             hits.append((score, eid))
@@ -89,19 +75,19 @@ def top(nexus: Nexus, kind: str, term: str, seq: int, *, type_filter: str | None
     return hits[skip: skip + count], False
 
 
-def hit(nexus: Nexus, eid: str, score: float) -> dict[str, Any]:
+def hit(nexus: NexusBase, eid: str, score: float) -> dict[str, Any]:
     """One §66.4 hit: exact id, kind, schema identity, a safe snippet, retrieval info."""
-    element = nexus.elements[eid]
+    element = nexus.get(eid)
     out: dict[str, Any] = {"id": eid}
     if isinstance(element, Concept):
         out.update(kind="concept", schema_ref=element.schema_ref, key=element.key, name=element.name, aliases=[],
                    snippet=_clip(element.attributes.get("statement") or element.name))
     elif isinstance(element, Proposition):
-        subject = nexus.elements[element.subject]
+        subject = nexus.get(element.subject)
         out.update(kind="proposition", predicate_ref=element.predicate_ref,
                    snippet=_clip(f"({subject.name}, {element.predicate}, {_name(nexus, element.object)})"))  # type: ignore[union-attr]
     elif isinstance(element, Assertion):
-        prop = nexus.elements[element.proposition]
+        prop = nexus.get(element.proposition)
         facet = next(iter(element.facets.values()), {})
         out.update(kind="assertion", predicate_ref=prop.predicate_ref, stance=element.stance,  # type: ignore[union-attr]
                    asserted_by={"id": element.asserted_by},
@@ -114,9 +100,9 @@ def hit(nexus: Nexus, eid: str, score: float) -> dict[str, Any]:
     return out
 
 
-def _name(nexus: Nexus, obj: Any) -> str:
+def _name(nexus: NexusBase, obj: Any) -> str:
     if isinstance(obj, dict):
-        element = nexus.elements.get(obj["id"])
+        element = nexus.get(obj["id"])
         return getattr(element, "name", obj["id"])
     return str(obj).lower() if isinstance(obj, bool) else str(obj)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
-from akrelay.kip.nexus import Nexus, Transaction
+from akrelay.kip.nexus import NexusBase, Transaction
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.timefmt import kip_timestamp
 
@@ -51,7 +51,7 @@ class ImportResult:
 class _Tx:
     """Allocates deterministic element ids ``<prefix><seq>.<n>`` inside one transaction."""
 
-    def __init__(self, nexus: Nexus, seq: int, at: str, event_id: str) -> None:
+    def __init__(self, nexus: NexusBase, seq: int, at: str, event_id: str) -> None:
         self.nexus, self.seq, self.at, self.event_id = nexus, seq, at, event_id
         self.n = 0
         self.created: list[str] = []
@@ -66,17 +66,23 @@ class _Tx:
         return element
 
 
-def import_record(nexus: Nexus, record: Any) -> ImportResult:
+def import_record(nexus: NexusBase, record: Any) -> ImportResult:
     """Apply one acceptance record (``seq``, ``accepted_at``, ``envelope``) to ``nexus``.
 
     Records at or below the head are skipped (a follower re-reading a batch); a
-    re-delivered event whose Evidence already exists commits nothing (§23.1).
+    re-delivered event whose Evidence already exists commits nothing (§23.1). The
+    record is one write unit of the backend, or part of the caller's ``nexus.batch()``.
     """
+    with nexus.batch():
+        return _import(nexus, record)
+
+
+def _import(nexus: NexusBase, record: Any) -> ImportResult:
     envelope = record.envelope
     if record.seq <= nexus.head:
         return ImportResult(record.seq, envelope.id, "skipped")
     committed_at = kip_timestamp(record.accepted_at)
-    if ("ak:" + envelope.id) in nexus.evidence_by_client_key:
+    if nexus.evidence_by_key("ak:" + envelope.id) is not None:
         nexus.commit(Transaction(record.seq, f"tx-{record.seq}", committed_at, envelope.id, envelope.type, "no_effect"))
         return ImportResult(record.seq, envelope.id, "no_effect")
 
@@ -105,7 +111,6 @@ def _agent(tx: _Tx, actor: str) -> Concept:
         return existing
     concept = Concept(id=tx.new_id("c"), type="Agent", schema_ref=ref("Agent"), key=actor, name=actor,
                       attributes={}, structural={}, created_seq=tx.seq, created_at=tx.at, import_id=tx.event_id)
-    tx.nexus.concept_by_key[("Agent", actor)] = concept.id
     return tx.add(concept, f"{actor} agent")
 
 
@@ -118,7 +123,6 @@ def _evidence(tx: _Tx, record: Any, agent: Concept) -> Evidence:
                         content_digest="sha3-256:" + env.id, observed_at=tx.at, source=agent.id,
                         client_key="ak:" + env.id, facets={ref("AkEvent"): facet}, created_seq=tx.seq,
                         created_at=tx.at, import_id=env.id)
-    tx.nexus.evidence_by_client_key[evidence.client_key] = evidence.id
     text = " ".join([env.id, env.type] + [str(payload[k]) for k in
                     ("title", "statement", "summary", "reason", "verdict", "kind", "basis") if k in payload])
     return tx.add(evidence, text)
@@ -132,7 +136,6 @@ def _capsule_concept(tx: _Tx, event_id: str) -> Concept:
     concept = Concept(id=tx.new_id("c"), type="KnowledgeCapsule", schema_ref=ref("KnowledgeCapsule"),
                       key=event_id, name=event_id, attributes={}, structural={}, created_seq=tx.seq,
                       created_at=tx.at, import_id=tx.event_id)
-    tx.nexus.concept_by_key[("KnowledgeCapsule", event_id)] = concept.id
     return tx.add(concept, event_id)
 
 
@@ -143,9 +146,6 @@ def _proposition(tx: _Tx, subject: Concept, predicate: str, obj: Any, object_nam
         return existing
     prop = Proposition(id=tx.new_id("p"), subject=subject.id, predicate=predicate, predicate_ref=ref(predicate),
                        object=obj, created_seq=tx.seq, created_at=tx.at, import_id=tx.event_id)
-    key = ("ref", obj["id"]) if isinstance(obj, dict) else ("lit", type(obj).__name__, obj)
-    nexus.prop_by_tuple[(subject.id, predicate, key)] = prop.id
-    nexus.props_by_subject.setdefault(subject.id, []).append(prop.id)
     return tx.add(prop, f"{predicate.replace('_', ' ')} {subject.name} {object_name}")
 
 
@@ -155,8 +155,6 @@ def _assertion(tx: _Tx, prop: Proposition, agent: Concept, stance: str, asserted
                           stance=stance, asserted_at=asserted_at,
                           evidence=[{"id": evidence.id, "role": "support"}], facets=facets or {},
                           created_seq=tx.seq, created_at=tx.at, import_id=tx.event_id)
-    tx.nexus.assertions_by_prop.setdefault(prop.id, []).append(assertion.id)
-    tx.nexus.assertions_by_event.setdefault(tx.event_id, []).append(assertion.id)
     return tx.add(assertion, f"{stance} {prop.predicate} {text}")
 
 
@@ -176,7 +174,6 @@ def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
                           key=env.id, name=p["title"], attributes=attributes,
                           structural={"ak_published_by": agent.id}, created_seq=tx.seq, created_at=tx.at,
                           import_id=env.id)
-        nexus.concept_by_key[("KnowledgeCapsule", env.id)] = capsule.id
         text = " ".join([env.id, p["title"], p["statement"], p["kind"], str(ctx.get("scope", "")),
                          " ".join(p.get("tags", []))])
         tx.add(capsule, text)
@@ -211,9 +208,8 @@ def _retract(tx: _Tx, env: Any, agent: Concept) -> list[str]:
     nexus = tx.nexus
     at = kip_timestamp(env.created_at)
     moved = []
-    for aid in nexus.assertions_by_event.get(env.payload["target"], ()):
-        assertion = nexus.elements[aid]
-        if assertion.asserted_by == agent.id and assertion.status_at(tx.seq) == "active":  # type: ignore[union-attr]
-            assertion.transitions.append((tx.seq, "retracted", at))  # type: ignore[union-attr]
-            moved.append(aid)
+    for assertion in nexus.assertions_from_event(env.payload["target"]):
+        if assertion.asserted_by == agent.id and assertion.status_at(tx.seq) == "active":
+            nexus.add_transition(assertion, tx.seq, "retracted", at)
+            moved.append(assertion.id)
     return moved

@@ -25,7 +25,7 @@ from typing import Any
 from akrelay.kip.config import TrustState
 from akrelay.kip.elements import Assertion, Concept, Proposition
 from akrelay.kip.errors import KipError
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.nexus import NexusBase
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def _groups(assertions: list[Assertion]) -> list[dict[str, Any]]:
     return [{"root": f"actor:{actor}", "assertion_ids": ids} for actor, ids in sorted(by_actor.items())]
 
 
-def project(nexus: Nexus, proposition_id: str, *, trust: TrustState, policy_name: str | None = None,
+def project(nexus: NexusBase, proposition_id: str, *, trust: TrustState, policy_name: str | None = None,
             default_policy: str = "akrelay:corroborated", as_of: int | None = None,
             schema_environment_version: int = 1, purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
     """The §27.2 projection of one Proposition at ``as_of`` (head by default)."""
@@ -94,10 +94,10 @@ def project(nexus: Nexus, proposition_id: str, *, trust: TrustState, policy_name
     prop = nexus.get(proposition_id, seq)
     if not isinstance(prop, Proposition):
         raise KipError("NotFoundOrNotVisible", f"no Proposition {proposition_id!r} at space_seq {seq}")
-    subject = nexus.elements[prop.subject]
+    subject = nexus.get(prop.subject)
     author = None
     if isinstance(subject, Concept) and "ak_published_by" in subject.structural:
-        author = nexus.elements[subject.structural["ak_published_by"]].key  # type: ignore[union-attr]
+        author = nexus.get(subject.structural["ak_published_by"]).key  # type: ignore[union-attr]
 
     support: list[Assertion] = []
     opposition: list[Assertion] = []

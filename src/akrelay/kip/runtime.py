@@ -22,7 +22,7 @@ from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import classify, parse_meta
 from akrelay.kip.kql.grammar import parser
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
 from akrelay.kip.paging import CursorCodec
 from akrelay.kip.projection import POLICIES, project
@@ -41,7 +41,7 @@ REQUEST_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "kip-request.sch
 class KipRuntime:
     """In-process KIP reads over one nexus: ``execute(request)``, ``meta(command)``, ``project(...)``."""
 
-    def __init__(self, config: KipConfig | None = None, nexus: Nexus | None = None, *,
+    def __init__(self, config: KipConfig | None = None, nexus: NexusBase | None = None, *,
                  cursor_secret: bytes | None = None, environment: SchemaEnvironment | None = None,
                  budget_ms: int | None = budget.DEFAULT_BUDGET_MS) -> None:
         self.config = config or KipConfig()
@@ -56,7 +56,8 @@ class KipRuntime:
         if self.nexus.space_id != self.config.space_id:
             raise ValueError("the nexus belongs to another Space")
         self.cursors = CursorCodec(cursor_secret or os.urandom(32))
-        self.lock = threading.RLock()
+        #: held for each read: one request at a time per runtime, at one nexus snapshot
+        self.lock = ReadScope(self.nexus)
         preload()  # compile the grammars now, not inside the first request's budget
 
     # ---- Python API ---------------------------------------------------------------------
@@ -108,16 +109,7 @@ class KipRuntime:
 
     def snapshot_at_time(self, at_ms: int, head: int) -> int:
         from akrelay.kip.timefmt import kip_timestamp
-        stamp = kip_timestamp(at_ms)
-        best = 0
-        tick = budget.current().tick
-        for tx in self.nexus.transactions:
-            tick()
-            if tx.seq > head:
-                break
-            if tx.committed_at <= stamp:
-                best = tx.seq
-        return best
+        return self.nexus.seq_at_time(kip_timestamp(at_ms), head)
 
     # ---- the wire runtime -------------------------------------------------------------
 
@@ -134,39 +126,46 @@ class KipRuntime:
         mode = execution.get("mode", "independent")
         on_error = execution.get("on_error", "stop")
         shared = request.get("parameters") or {}
-        with self.lock, budget.scope(budget.Budget(self.budget_ms)) as spent:
-            seq = self.nexus.head
-            results: list[dict[str, Any]] = []
-            stop = False
-            for op in request["operations"]:
-                entry: dict[str, Any] = {}
-                if "op_id" in op:
-                    entry["op_id"] = op["op_id"]
-                if stop:
-                    entry["status"] = "skipped"
+        try:
+            self.lock.__enter__()
+        except KipError as exc:  # the nexus itself cannot be read now (being created, or refused)
+            return 503, self.failure(request_id, exc)
+        try:
+            with budget.scope(budget.Budget(self.budget_ms)) as spent:
+                seq = self.nexus.head
+                results: list[dict[str, Any]] = []
+                stop = False
+                for op in request["operations"]:
+                    entry: dict[str, Any] = {}
+                    if "op_id" in op:
+                        entry["op_id"] = op["op_id"]
+                    if stop:
+                        entry["status"] = "skipped"
+                        results.append(entry)
+                        continue
+                    params = {**shared, **(op.get("parameters") or {})}
+                    try:
+                        spent.check()
+                        result, extra = self._operation(op, params, seq)
+                        entry["status"] = "succeeded"
+                        if isinstance(result, dict) and "next_cursor" in result:
+                            result = dict(result)
+                            entry["next_cursor"] = result.pop("next_cursor")
+                        entry["result"] = result
+                        entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq,
+                                            "schema_environment_version": self.environment.version, **extra}
+                    except (KipError, RecursionError) as exc:
+                        if isinstance(exc, RecursionError):  # a safety net: parse-time bounds keep depth low
+                            exc = KipError("ResourceExhausted", "the operation nests deeper than this runtime allows",
+                                           details={"limit": "recursion"})
+                        entry["status"] = "failed"
+                        entry["error"] = exc.to_wire()
+                        entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq}
+                        if mode == "sequence" and on_error == "stop":
+                            stop = True
                     results.append(entry)
-                    continue
-                params = {**shared, **(op.get("parameters") or {})}
-                try:
-                    spent.check()
-                    result, extra = self._operation(op, params, seq)
-                    entry["status"] = "succeeded"
-                    if isinstance(result, dict) and "next_cursor" in result:
-                        result = dict(result)
-                        entry["next_cursor"] = result.pop("next_cursor")
-                    entry["result"] = result
-                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq,
-                                        "schema_environment_version": self.environment.version, **extra}
-                except (KipError, RecursionError) as exc:
-                    if isinstance(exc, RecursionError):  # a safety net: parse-time bounds keep depth low
-                        exc = KipError("ResourceExhausted", "the operation nests deeper than this runtime allows",
-                                       details={"limit": "recursion"})
-                    entry["status"] = "failed"
-                    entry["error"] = exc.to_wire()
-                    entry["context"] = {"space_id": self.nexus.space_id, "snapshot_seq": seq}
-                    if mode == "sequence" and on_error == "stop":
-                        stop = True
-                results.append(entry)
+        finally:
+            self.lock.__exit__(None, None, None)
         ok = sum(1 for r in results if r["status"] == "succeeded")
         status = "succeeded" if ok == len(results) else "failed" if ok == 0 else "partial"
         response: dict[str, Any] = {"kip": "2.0"}
@@ -271,6 +270,42 @@ class KipRuntime:
             return executor(self, command, params, seq)
         raise KipError("InvalidSyntax", "the command does not start with a KQL, KML or META keyword",
                        details={"line": 1, "column": 1})
+
+
+class ReadScope:
+    """The runtime lock: a re-entrant lock that also holds one nexus read snapshot.
+
+    Every operation of a request (META, KQL, projections) runs inside it, so all of
+    them see the same committed state even while an importer in another process
+    commits (``NexusBase.reading``).
+    """
+
+    def __init__(self, nexus: NexusBase) -> None:
+        self._lock = threading.RLock()
+        self._nexus = nexus
+        self._scopes: list[Any] = []
+
+    @property
+    def mutex(self) -> Any:
+        """The bare lock, for an in-process importer: it excludes readers without opening a snapshot."""
+        return self._lock
+
+    def __enter__(self) -> "ReadScope":
+        self._lock.acquire()
+        try:
+            scope = self._nexus.reading()
+            scope.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._scopes.append(scope)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._scopes.pop().__exit__(*exc)
+        finally:
+            self._lock.release()
 
 
 def _kql_executor() -> Any:

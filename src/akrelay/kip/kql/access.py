@@ -1,78 +1,20 @@
-"""Read accessors the KQL evaluator needs beyond the nexus's own API.
+"""The element views KQL paths and object patterns read.
 
-The nexus indexes what import needs (concept by key, Propositions by subject,
-Assertions by Proposition). Query evaluation also walks edges backwards and
-selects by type or predicate, so this module keeps secondary indexes over the
-append-only element map, extended incrementally as new elements appear. As
-elements never change once created, an index entry is valid at every snapshot
-at or after its element's ``created_seq``; readers filter by snapshot.
+Lookups (by type, predicate, object, author, structural field, ...) are the
+nexus storage interface's own (:class:`akrelay.kip.nexus.NexusBase`), index
+lookups in every backend.
 """
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
-from akrelay.kip.nexus import Nexus
+from akrelay.kip.elements import Assertion, Concept, Proposition
+from akrelay.kip.nexus import NexusBase
 
 
-class Indexes:
-    """Secondary indexes of one nexus (see module docstring)."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-        self.by_type: dict[str, list[str]] = {}
-        self.struct_sources: dict[tuple[str, str], list[str]] = {}
-        self.struct_by_field: dict[str, list[str]] = {}
-        self.props_by_object: dict[str, list[str]] = {}
-        self.props_by_predicate: dict[str, list[str]] = {}
-        self.assertions_by_author: dict[str, list[str]] = {}
-        self.by_kind: dict[str, list[str]] = {k: [] for k in ("concept", "proposition", "assertion",
-                                                                  "evidence", "activity")}
-
-    def update(self, nexus: Nexus) -> None:
-        total = len(nexus.elements)
-        if total == self.seen:
-            return
-        for element in itertools.islice(nexus.elements.values(), self.seen, None):
-            eid = element.id
-            if isinstance(element, Concept):
-                self.by_kind["concept"].append(eid)
-                self.by_type.setdefault(element.type, []).append(eid)
-                for field, target in element.structural.items():
-                    self.struct_sources.setdefault((field, target), []).append(eid)
-                    self.struct_by_field.setdefault(field, []).append(eid)
-            elif isinstance(element, Proposition):
-                self.by_kind["proposition"].append(eid)
-                self.props_by_predicate.setdefault(element.predicate, []).append(eid)
-                if isinstance(element.object, dict):
-                    self.props_by_object.setdefault(element.object["id"], []).append(eid)
-            elif isinstance(element, Assertion):
-                self.by_kind["assertion"].append(eid)
-                self.assertions_by_author.setdefault(element.asserted_by, []).append(eid)
-            elif isinstance(element, Evidence):
-                self.by_kind["evidence"].append(eid)
-            elif isinstance(element, Activity):
-                self.by_kind["activity"].append(eid)
-        self.seen = total
-
-
-_INDEXES: "weakref.WeakKeyDictionary[Nexus, Indexes]" = weakref.WeakKeyDictionary()
-
-
-def indexes(nexus: Nexus) -> Indexes:
-    """The up-to-date secondary indexes of ``nexus`` (built on first use)."""
-    found = _INDEXES.get(nexus)
-    if found is None:
-        found = _INDEXES[nexus] = Indexes()
-    found.update(nexus)
-    return found
-
-
-def _fast_fields(nexus: Nexus, element: Any) -> dict[str, Any]:
+def _fast_fields(nexus: NexusBase, element: Any) -> dict[str, Any]:
     """View members readable straight from the element, identical to the full view's.
 
     A capsule withheld by the operator is redacted by the nexus's view (no attributes,
@@ -107,7 +49,7 @@ class ElementView(Mapping):
 
     __slots__ = ("_nexus", "_element", "_seq", "_fast", "_full")
 
-    def __init__(self, nexus: Nexus, element: Any, seq: int) -> None:
+    def __init__(self, nexus: NexusBase, element: Any, seq: int) -> None:
         self._nexus, self._element, self._seq = nexus, element, seq
         self._fast = _fast_fields(nexus, element)
         self._full: dict[str, Any] | None = None
@@ -139,6 +81,6 @@ class ElementView(Mapping):
         return len(self._materialize())
 
 
-def query_view(nexus: Nexus, element: Any, seq: int) -> ElementView:
+def query_view(nexus: NexusBase, element: Any, seq: int) -> ElementView:
     """The lazily built query view of ``element`` at ``seq`` (see :class:`ElementView`)."""
     return ElementView(nexus, element, seq)

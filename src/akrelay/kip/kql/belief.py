@@ -113,7 +113,7 @@ def slot(rt: Any, subject_id: str, predicate_local: str, predicate_ref: str, seq
         status = "uncertain"
     else:
         status = "insufficient"
-    accepted_values = [rt.nexus.elements[c["proposition"]["id"]].object for c in candidates
+    accepted_values = [rt.nexus.get(c["proposition"]["id"]).object for c in candidates
                        if c["status"] == "accepted"]
     b = basis(rt, seq, settings)
     data = {

@@ -41,11 +41,12 @@ from typing import Any, Iterator, Mapping
 
 from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, KIND_OF, Proposition
-from akrelay.kip.grounding import search as keyword_search
+from akrelay.kip.nexus import SEARCH_KINDS
+from akrelay.kip.grounding import top as keyword_top
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql import cursor as C
 from akrelay.kip.kql import nodes as A
-from akrelay.kip.kql.access import indexes, query_view
+from akrelay.kip.kql.access import query_view
 from akrelay.kip.kql.check import parameter_names
 from akrelay.kip.kql.errors import KqlError
 from akrelay.kip.kql.query import parse_kql
@@ -341,6 +342,13 @@ def _visible(ids: Any, ctx: Context, cls: Any) -> Iterator[Any]:
             yield element
 
 
+def _of(elements: Any, cls: Any) -> Iterator[Any]:
+    """The ``cls`` elements of a nexus lookup (already filtered to the snapshot)."""
+    for element in elements:
+        if isinstance(element, cls):
+            yield element
+
+
 def _fixed_candidate(cls: Any, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
                      ctx: Context) -> tuple[bool, Any]:
     """The one element ``var`` is already bound to, or the pattern's grounded id names:
@@ -363,7 +371,7 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
             yield element
         return
     members = dict(pattern.members)
-    type_pv, key_pv = members.get("type"), members.get("key")
+    type_pv, key_pv, name_pv = members.get("type"), members.get("key"), members.get("name")
     if isinstance(type_pv, (Param, Literal)):
         local = ctx.resolve_symbol(ctx.value(type_pv), "ConceptType")
         if isinstance(key_pv, (Param, Literal)) and isinstance(ctx.value(key_pv), str):
@@ -371,9 +379,24 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
             if element is not None:
                 yield element
             return
-        yield from _visible(indexes(ctx.nexus).by_type.get(local, ()), ctx, Concept)
+        if isinstance(name_pv, (Param, Literal)) and isinstance(ctx.value(name_pv), str):
+            # an index lookup; a withheld capsule shows its key as its name, so that
+            # concept is a candidate too (match_element decides)
+            name = ctx.value(name_pv)
+            named = ctx.nexus.concepts_named(local, name, ctx.seq)
+            by_key = ctx.nexus.concept(local, name, ctx.seq)
+            if by_key is not None and all(c.id != by_key.id for c in named):
+                named = sorted([*named, by_key], key=lambda c: (c.created_seq, _id_order(c.id)))
+            yield from named
+            return
+        yield from _of(ctx.nexus.concepts_of_type(local, ctx.seq), Concept)
         return
-    yield from _visible(indexes(ctx.nexus).by_kind["concept"], ctx, Concept)
+    yield from _of(ctx.nexus.of_kind("concept", ctx.seq), Concept)
+
+
+def _id_order(eid: str) -> int:
+    """Creation order inside one transaction: ids are ``<prefix><seq>.<n>``."""
+    return int(eid.rpartition(".")[2])
 
 
 def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
@@ -391,15 +414,15 @@ def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, so
             return
         ok, author = _grounded_id(members["asserted_by"], sol, ctx) if "asserted_by" in members else (False, None)
         if ok:
-            yield from _visible(indexes(ctx.nexus).assertions_by_author.get(author, ()), ctx, Assertion)
+            yield from (_of(ctx.nexus.assertions_by(author, ctx.seq), Assertion) if isinstance(author, str) else ())
             return
     if cls is Evidence and isinstance(members.get("client_key"), (Param, Literal)):
         key = ctx.value(members["client_key"])
-        eid = ctx.nexus.evidence_by_client_key.get(key) if isinstance(key, str) else None
-        if eid is not None:
-            yield from _visible((eid,), ctx, Evidence)
+        evidence = ctx.nexus.evidence_by_key(key, ctx.seq) if isinstance(key, str) else None
+        if evidence is not None:
+            yield evidence
         return
-    yield from _visible(indexes(ctx.nexus).by_kind[kind], ctx, cls)
+    yield from _of(ctx.nexus.of_kind(kind, ctx.seq), cls)
 
 
 def _proposition_candidates(tup: A.TripleTuple, sol: Mapping[str, Any], ctx: Context) -> Iterator[Proposition]:
@@ -409,21 +432,20 @@ def _proposition_candidates(tup: A.TripleTuple, sol: Mapping[str, Any], ctx: Con
             yield from ctx.nexus.propositions_about(subject, ctx.seq)
         return
     ok, obj = _grounded_id(tup.object, sol, ctx)
-    idx = indexes(ctx.nexus)
     if ok and isinstance(obj, str) and not isinstance(tup.object, Literal):
-        yield from _visible(idx.props_by_object.get(obj, ()), ctx, Proposition)
+        yield from ctx.nexus.propositions_to(obj, ctx.seq)
         return
     locals_: list[str] = []
     for step in tup.path:
         if isinstance(step.predicate, A.Var):
             if step.predicate.name not in sol:
-                yield from _visible(idx.by_kind["proposition"], ctx, Proposition)
+                yield from _of(ctx.nexus.of_kind("proposition", ctx.seq), Proposition)
                 return
             locals_.append(ctx.resolve_symbol(sol[step.predicate.name], "Predicate"))
         else:
             locals_.append(ctx.resolve_symbol(ctx.value(step.predicate), "Predicate"))
     for local in dict.fromkeys(locals_):
-        yield from _visible(idx.props_by_predicate.get(local, ()), ctx, Proposition)
+        yield from ctx.nexus.propositions_with(local, ctx.seq)
 
 
 # ----------------------------------------------------------------- raw paths
@@ -433,7 +455,6 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
           forward: bool) -> list[Any]:
     """Endpoints reachable from ``start`` in ``lo..hi`` hops over ``predicates`` (§45)."""
     max_hops = LIMITS["max_path_hops"]
-    idx = indexes(ctx.nexus)
     reached: dict[Any, None] = {}
     if lo == 0:
         reached[start] = None
@@ -451,7 +472,7 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
                     if isinstance(node, str) else []
                 targets = [p.object["id"] if isinstance(p.object, dict) else ("lit", p.object) for p in props]
             else:
-                props = [p for p in _visible(idx.props_by_object.get(node, ()), ctx, Proposition)
+                props = [p for p in ctx.nexus.propositions_to(node, ctx.seq)
                          if p.predicate in predicates] if isinstance(node, str) else []
                 targets = [p.subject for p in props]
             for target in targets:
@@ -489,12 +510,11 @@ def _path_solutions(tup: A.TripleTuple, sol: dict[str, Any], ctx: Context) -> It
         elif o_ok and isinstance(obj, str) and not isinstance(tup.object, Literal):
             starts, forward = [obj], False
         else:
-            idx = indexes(ctx.nexus)
             if lo == 0:
-                starts = [e.id for e in _visible(idx.by_kind["concept"], ctx, Concept)]
+                starts = [e.id for e in _of(ctx.nexus.of_kind("concept", ctx.seq), Concept)]
             else:
                 starts = list(dict.fromkeys(p.subject for local in predicates
-                                            for p in _visible(idx.props_by_predicate.get(local, ()), ctx, Proposition)))
+                                            for p in ctx.nexus.propositions_with(local, ctx.seq)))
             forward = True
             if len(starts) > LIMITS["max_path_visits"]:
                 raise KqlError("ResourceExhausted", "the raw path has more start nodes than this runtime visits",
@@ -540,15 +560,13 @@ def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: C
     ref = ctx.exact_ref(local, "StructuralField")
     s_ok, subject = _grounded_id(clause.subject, sol, ctx)
     o_ok, obj = _grounded_id(clause.object, sol, ctx)
-    idx = indexes(ctx.nexus)
     if s_ok:
-        sources = [subject]
+        sources: Any = [ctx.get(subject)]
     elif o_ok and isinstance(obj, str):
-        sources = idx.struct_sources.get((local, obj), [])
+        sources = ctx.nexus.structural_sources(local, obj, ctx.seq)
     else:
-        sources = idx.struct_by_field.get(local, [])
-    for source in sources:
-        element = ctx.get(source)
+        sources = ctx.nexus.structural_sources(local, None, ctx.seq)
+    for element in sources:
         if not isinstance(element, Concept) or local not in element.structural:
             continue
         target = element.structural[local]
@@ -648,9 +666,9 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
         raise KqlError("SearchModeUnsupported", f"search mode {mode!r} is not supported; this runtime serves keyword",
                        details={"mode": mode, "supported": ["keyword"]})
     kind = clause.kind.lower()
-    if kind not in ctx.nexus.index:
+    if kind not in SEARCH_KINDS:
         raise KqlError("SearchIndexUnavailable", f"{clause.kind} is not indexed for search",
-                       details={"kind": kind, "indexed": sorted(ctx.nexus.index)})
+                       details={"kind": kind, "indexed": sorted(SEARCH_KINDS)})
     term = ctx.value(clause.term)
     if not isinstance(term, str):
         raise KqlError("TypeMismatch", "the search term is a string")
@@ -664,12 +682,13 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
         raise KqlError("ConstraintViolation", "WITH PREDICATE applies to PROPOSITION and ASSERTION searches")
     threshold = check_threshold(ctx.value(clause.threshold)) if clause.threshold is not None else None
     limit = check_limit(ctx.value(clause.limit), "Search Pattern LIMIT")
-    hits = keyword_search(ctx.nexus, kind, term, ctx.seq, type_filter=type_filter,
-                          predicate_filter=predicate_filter, threshold=threshold)[:limit]
+    hits, _ = keyword_top(ctx.nexus, kind, term, ctx.seq, type_filter=type_filter,
+                          predicate_filter=predicate_filter, threshold=threshold, count=limit)
     for score, eid in hits:
-        element = ctx.nexus.elements[eid]
+        element = ctx.get(eid)
         if clause.var in sol:
-            if _element_of(sol[clause.var]) is element:
+            bound = _element_of(sol[clause.var])
+            if bound is not None and bound.id == element.id:
                 yield {**sol, clause.var: Hit(element, score, mode)}
             continue
         yield {**sol, clause.var: Hit(element, score, mode)}
@@ -1079,9 +1098,9 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             symbol(clause.predicate, "Predicate")
             term(clause.subject)
         elif isinstance(clause, A.SearchPattern):
-            if clause.kind.lower() not in ctx.nexus.index:
+            if clause.kind.lower() not in SEARCH_KINDS:
                 raise KqlError("SearchIndexUnavailable", f"{clause.kind} is not indexed for search",
-                               details={"kind": clause.kind.lower(), "indexed": sorted(ctx.nexus.index)})
+                               details={"kind": clause.kind.lower(), "indexed": sorted(SEARCH_KINDS)})
             symbol(clause.with_type, "ConceptType")
             symbol(clause.with_predicate, "Predicate")
             if clause.threshold is not None:
