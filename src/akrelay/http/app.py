@@ -41,7 +41,8 @@ RouteProvider = Callable[[Any, Settings], list[Any]]
 DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
 
 #: Modules that contribute routes; a module that does not exist yet is skipped.
-ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql")
+ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql",
+                                   "akrelay.explorer.routes")
 #: Extra programmatic providers (tests, embedding applications).
 ROUTE_PROVIDERS: list[RouteProvider] = []
 DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []

@@ -1,0 +1,1 @@
+"""The web explorer: server-rendered, read-only HTML pages over the relay (``/explorer/``)."""

@@ -1,0 +1,233 @@
+"""The explorer's routes (listed in ``akrelay.http.app.ROUTE_MODULES``): thin handlers over views.
+
+Each handler gathers plain data from the relay (and the KIP runtime, the search
+index, the KnowQL service) in a worker thread and renders a page from
+:mod:`akrelay.explorer.views`. GET only, except the Ask form's POST, which runs a
+KnowQL turn like ``POST /query`` does. Handlers carry no ``rate`` option, so the
+shared middleware charges them to the *read* bucket like every API read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl
+
+import anyio.to_thread
+from litestar import Request, get, post
+from litestar.response.base import ASGIResponse
+
+import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
+from akrelay.explorer import views
+from akrelay.explorer.html import BASE, SECURITY_HEADERS
+from akrelay.http.app import query_pairs
+from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
+
+HTML = "text/html; charset=utf-8"
+#: Assets served from the package (no CDN); anything else under static/ is 404.
+STATIC = {"explorer.css": "text/css; charset=utf-8", "ask.js": "text/javascript; charset=utf-8"}
+RECENT = 50
+#: How far back (in seq) the Recent page looks for publications.
+RECENT_WINDOW = 2000
+LIST_LIMIT = 100
+ASK_TIMEOUT_S = 60
+
+
+def html_response(body: str, status: int = 200) -> ASGIResponse:
+    return ASGIResponse(body=body.encode("utf-8"), status_code=status, media_type=HTML, headers=SECURITY_HEADERS)
+
+
+def _records(page: Any) -> list[dict[str, Any]]:
+    return [r.to_dict() for r in page.records]
+
+
+def _policies(relay: Any) -> list[str]:
+    """The offered projection policies, the relay's default first."""
+    from akrelay.kip import POLICIES
+
+    default = _runtime_default(relay)
+    return sorted(POLICIES, key=lambda p: (p != default, p))
+
+
+def _runtime(relay: Any) -> Any:
+    from akrelay.http.knowql import _gateway
+
+    return _gateway(relay).runtime()
+
+
+def _runtime_default(relay: Any) -> str | None:
+    from akrelay.http import kip
+
+    for gateway in kip.GATEWAYS:
+        if gateway.relay is relay:
+            return gateway.config.default_policy
+    return None
+
+
+def recent(relay: Any) -> str:
+    checkpoint = relay.checkpoint()
+    after = max(0, checkpoint - RECENT_WINDOW)
+    page = relay.query([("type", PUBLISH), ("after_seq", str(after)), ("limit", "1000")])
+    records = _records(page)[-RECENT:][::-1]
+    return views.recent_page(records, checkpoint)
+
+
+def capsule(relay: Any, event_id: str) -> str:
+    """Everything the capsule page shows; a ProtocolError (not found, malformed) propagates."""
+    record = relay.get(event_id).to_dict()
+    event = record["envelope"]["event"]
+    payload = event.get("payload", {})
+    related = _records(relay.query([("target", event_id), ("limit", "1000")]))
+    incoming = [r for r in related if r["envelope"]["event"]["type"] == PUBLISH]
+    assessments = [r for r in related if r["envelope"]["event"]["type"] == ASSESS]
+    retractions = [r for r in related if r["envelope"]["event"]["type"] == RETRACT
+                   and r["envelope"]["event"]["actor"] == event.get("actor")]
+    outgoing = []
+    for rel in payload.get("relations", []) or []:
+        title = None
+        try:
+            target = relay.get(rel["target"]).to_dict()["envelope"]["event"]
+            title = target.get("payload", {}).get("title")
+        except ProtocolError:
+            pass
+        outgoing.append((rel["relation"], rel["target"], title))
+    beliefs: list[tuple[str, Any, Any]] = []
+    if event.get("type") == PUBLISH:
+        beliefs = _beliefs(relay, event_id)
+    return views.capsule_page(record, outgoing=outgoing, incoming=incoming, beliefs=beliefs,
+                              retractions=retractions, assessments=assessments)
+
+
+def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
+    try:
+        runtime = _runtime(relay)
+    except Exception as exc:  # KIP not available: the page still renders
+        return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(relay)]
+    out: list[tuple[str, Any, Any]] = []
+    for policy in _policies(relay):
+        try:
+            out.append((policy, runtime.project_capsule(event_id, policy=policy), None))
+        except Exception as exc:  # KipError: not imported yet, retracted
+            out.append((policy, None, getattr(exc, "message", None) or str(exc)))
+    return out
+
+
+def agent(relay: Any, agent_id: str) -> str:
+    capsules = _records(relay.query([("actor", agent_id), ("type", PUBLISH), ("limit", str(LIST_LIMIT))]))
+    assessed = _records(relay.query([("actor", agent_id), ("type", ASSESS), ("limit", str(LIST_LIMIT))]))
+    more = len(capsules) >= LIST_LIMIT or len(assessed) >= LIST_LIMIT
+    return views.agent_page(agent_id, capsules, assessed, more)
+
+
+def search(relay: Any, raw_query: bytes) -> tuple[str, int]:
+    allowed = {"q", "cursor", *views.SEARCH_FILTERS}
+    try:
+        pairs = query_pairs(raw_query)
+    except ProtocolError as exc:
+        return views.search_page({}, None, exc.message, None), 400
+    params = {k: v for k, v in pairs if k in allowed}
+    wanted = [(k, v) for k, v in params.items() if v.strip()]
+    if not wanted:
+        return views.search_page(params, None, None, None), 200
+    try:
+        page = relay.query(wanted + [("limit", "50")])
+    except ProtocolError as exc:
+        return views.search_page(params, None, exc.message, None), 400
+    return views.search_page(params, _records(page), None, page.next_cursor), 200
+
+
+def status(relay: Any, settings: Any) -> str:
+    from akrelay.observability.status import relay_status
+
+    return views.status_page(relay_status(relay, settings), relay.config.origin)
+
+
+async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """One synchronous KnowQL turn, as ``POST /query`` runs it (the no-script Ask form)."""
+    from akrelay.http.knowql import knowql_service
+    from akrelay.knowql import API_VERSIONS
+    from akrelay.knowql.errors import KnowqlError
+    from akrelay.knowql.request import parse_document
+
+    doc_value: dict[str, Any] = {"ask": ask, "scope": ["knowledge"]}
+    if policy:
+        doc_value["vars"] = {"policy": policy}
+    try:
+        service = knowql_service(relay, settings)
+        doc = parse_document(doc_value)
+        _accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, API_VERSIONS[0])
+        future = asyncio.wrap_future(service.start(turn))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout=min(ASK_TIMEOUT_S, max(0.0, turn.deadline - time.time())))
+        except asyncio.TimeoutError:
+            return None, "the answer took too long; try again"
+        return await anyio.to_thread.run_sync(service.query, turn.query_id), None
+    except KnowqlError as exc:
+        return None, exc.message
+
+
+def routes(relay: Any, settings: Any) -> list[Any]:
+    if getattr(settings, "no_explorer", False):
+        return []
+    assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}
+
+    async def render(call: Any, *args: Any) -> ASGIResponse:
+        try:
+            return html_response(await anyio.to_thread.run_sync(call, relay, *args))
+        except ProtocolError as exc:
+            status_code = 404 if exc.code == "not_found" else 400
+            return html_response(views.not_found_page(exc.message), status_code)
+
+    @get("/", sync_to_thread=False, include_in_schema=False)
+    def root() -> ASGIResponse:
+        return ASGIResponse(body=b"", status_code=302, headers={"location": f"{BASE}/"})
+
+    @get([BASE, f"{BASE}/"], include_in_schema=False)
+    async def recent_page() -> ASGIResponse:
+        return await render(recent)
+
+    @get(f"{BASE}/capsules/{{event_id:str}}", include_in_schema=False)
+    async def capsule_page(request: Request) -> ASGIResponse:
+        return await render(capsule, request.path_params["event_id"])
+
+    @get(f"{BASE}/agents/{{agent_id:str}}", include_in_schema=False)
+    async def agent_page(request: Request) -> ASGIResponse:
+        return await render(agent, request.path_params["agent_id"])
+
+    @get(f"{BASE}/search", include_in_schema=False)
+    async def search_page(request: Request) -> ASGIResponse:
+        body, code = await anyio.to_thread.run_sync(search, relay, request.scope["query_string"])
+        return html_response(body, code)
+
+    @get(f"{BASE}/status", include_in_schema=False)
+    async def status_page() -> ASGIResponse:
+        return html_response(await anyio.to_thread.run_sync(status, relay, settings))
+
+    @get(f"{BASE}/ask", sync_to_thread=False, include_in_schema=False)
+    def ask_form() -> ASGIResponse:
+        return html_response(views.ask_page(_policies(relay)))
+
+    @post(f"{BASE}/ask", status_code=200, include_in_schema=False)
+    async def ask_post(request: Request) -> ASGIResponse:
+        raw = await request.body()
+        try:
+            form = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=8))
+        except (UnicodeDecodeError, ValueError):
+            form = {}
+        ask, policy = form.get("ask", ""), form.get("policy") or None
+        answer, error = await _ask(relay, settings, ask, policy)
+        page = views.ask_page(_policies(relay), ask=ask, policy=policy, answer=answer, error=error)
+        return html_response(page, 200 if error is None else 400)
+
+    @get(f"{BASE}/static/{{name:str}}", sync_to_thread=False, include_in_schema=False)
+    def static(request: Request) -> ASGIResponse:
+        name = request.path_params["name"]
+        if name not in assets:
+            return html_response(views.not_found_page("no such asset"), 404)
+        return ASGIResponse(body=assets[name], status_code=200, media_type=STATIC[name],
+                            headers={**SECURITY_HEADERS, "Cache-Control": "public, max-age=3600"})
+
+    return [root, recent_page, capsule_page, agent_page, search_page, status_page, ask_form, ask_post, static]

@@ -1,0 +1,238 @@
+"""The explorer's pages as pure functions of plain data (acceptance records as dicts, projections).
+
+Nothing here does I/O, so each page can be rendered and checked in isolation;
+:mod:`akrelay.explorer.routes` gathers the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from akrelay.explorer.html import (BASE, agent_url, capsule_url, definition, h, items, link, page, search_url, short,
+                                   when)
+
+#: The §9.3 filters the search page offers, in the API's own names.
+SEARCH_FILTERS = ("actor", "type", "kind", "tag", "language", "verdict", "relation", "target", "profile")
+
+
+def _event(record: dict[str, Any]) -> dict[str, Any]:
+    return record["envelope"]["event"]
+
+
+def _title(record: dict[str, Any]) -> str:
+    event = _event(record)
+    payload = event.get("payload", {})
+    if event.get("type") == "knowledge.publish":
+        return str(payload.get("title", ""))
+    if event.get("type") == "knowledge.assess":
+        return f"assessment: {payload.get('verdict', '')}"
+    return f"{event.get('type', 'event')}"
+
+
+def record_row(record: dict[str, Any]) -> str:
+    """One line of a list: title link, kind, author and time."""
+    event = _event(record)
+    payload = event.get("payload", {})
+    eid = record["envelope"]["hash"]
+    kind = payload.get("kind") or payload.get("verdict") or event.get("type", "")
+    return (f'{link(capsule_url(eid), _title(record) or eid, "title")} <span class="tag">{h(kind)}</span> '
+            f'<span class="muted">by {link(agent_url(event.get("actor", "")), short(event.get("actor", "")))} · '
+            f'{when(event.get("created_at"))} · seq {h(record.get("seq"))}</span>')
+
+
+def recent_page(records: Sequence[dict[str, Any]], checkpoint: int) -> str:
+    body = (f"<h1>Recent capsules</h1><p class=\"muted\">The latest accepted capsules; checkpoint {h(checkpoint)}.</p>"
+            + items(record_row(r) for r in records))
+    return page("Recent", body)
+
+
+def _context(ctx: Any) -> str:
+    if not isinstance(ctx, dict):
+        return '<p class="muted">none</p>'
+    rows = [("scope", h(ctx.get("scope", "")))]
+    for name in ("conditions", "limitations"):
+        rows.append((name, items(h(v) for v in ctx.get(name, []) or [])))
+    return definition(rows)
+
+
+def _evidence(evidence: Any) -> str:
+    out = []
+    for e in evidence or []:
+        url = e.get("url", "")
+        target = link(url, url) if isinstance(url, str) and url.startswith("https://") else h(url)
+        extra = " · ".join(h(e[k]) for k in ("role", "media_type", "digest") if e.get(k))
+        out.append(f"{target} {h(e.get('description', ''))} <span class=\"muted\">{extra}</span>")
+    return items(out)
+
+
+def _reproduction(rep: Any) -> str:
+    if not isinstance(rep, dict):
+        return '<p class="muted">none</p>'
+    steps = "".join(f"<li>{h(s)}</li>" for s in rep.get("steps", []) or [])
+    rows = [(k, h(rep[k])) for k in ("environment", "expected", "observed") if rep.get(k) is not None]
+    return (definition(rows) if rows else "") + (f"<ol>{steps}</ol>" if steps else "")
+
+
+def belief_block(policy: str, projection: dict[str, Any] | None, error: str | None = None) -> str:
+    """The BELIEF status under one policy, with the ledger that explains it."""
+    if projection is None:
+        return f'<section class="belief"><h3>{h(policy)}</h3><p class="muted">unavailable: {h(error)}</p></section>'
+    ledger = projection.get("explanation", {}).get("ledger", {})
+    status = projection.get("status", "")
+    reasons = projection.get("uncertainty", {}).get("reasons", []) or projection.get("conflict_reasons", [])
+    rows = [(name, h(", ".join(str(x) for x in ledger.get(name, []) or [])) or '<span class="muted">none</span>')
+            for name in ("contributing", "opposing", "uncertain")]
+    exclusions = ledger.get("eligibility_exclusions", []) or []
+    rows.append(("exclusions", items(h(x) for x in exclusions)))
+    trust = ", ".join(f"{short(t.get('actor', ''))}: {t.get('class', '')}" for t in ledger.get("trust_decisions", []))
+    rows.append(("trust", h(trust)))
+    rows.append(("snapshot", h(projection.get("basis", {}).get("snapshot_seq"))))
+    rules = items(h(r) for r in ledger.get("rules", []))
+    return (f'<section class="belief"><h3>{h(policy)}: <span class="status status-{h(status)}">{h(status)}</span>'
+            f'{" <span class=muted>(" + h(", ".join(reasons)) + ")</span>" if reasons else ""}</h3>'
+            f"{definition(rows)}<details><summary>rules</summary>{rules}</details></section>")
+
+
+def _assessments(records: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for r in records:
+        event = _event(r)
+        payload = event.get("payload", {})
+        rows.append(f'<span class="verdict verdict-{h(payload.get("verdict"))}">{h(payload.get("verdict"))}</span> '
+                    f'by {link(agent_url(event.get("actor", "")), short(event.get("actor", "")))}: '
+                    f'{h(payload.get("summary", ""))} <span class="muted">{link(capsule_url(r["envelope"]["hash"]), "event")}'
+                    f" · {when(event.get('created_at'))}</span>")
+    return items(rows)
+
+
+def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, str | None]],
+                 incoming: Sequence[dict[str, Any]], beliefs: Sequence[tuple[str, dict[str, Any] | None, str | None]],
+                 retractions: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]]) -> str:
+    """A capsule (or any event) with its relations both ways, assessments and beliefs.
+
+    ``outgoing`` is ``(relation, target id, target title or None)``; ``incoming`` the
+    publications that name this one in their relations.
+    """
+    event = _event(record)
+    payload = event.get("payload", {})
+    eid = record["envelope"]["hash"]
+    etype = event.get("type", "")
+    parts = [f"<h1>{h(_title(record) or eid)}</h1>"]
+    if retractions:
+        parts.append('<p class="warning">Retracted by its author.</p>')
+    meta = [("event ID", f"<code>{h(eid)}</code>"), ("seq", h(record.get("seq"))), ("type", h(etype)),
+            ("author", link(agent_url(event.get("actor", "")), event.get("actor", ""))),
+            ("created", when(event.get("created_at"))), ("accepted", when(record.get("accepted_at"))),
+            ("licence", h(payload.get("license", ""))),
+            ("raw envelope", link(f"/v1/knowledge/events/{eid}", "signed envelope (JSON)"))]
+    if payload.get("kind"):
+        meta.insert(3, ("kind", h(payload["kind"])))
+    if payload.get("language"):
+        meta.append(("language", h(payload["language"])))
+    if payload.get("target"):
+        meta.append(("target", link(capsule_url(payload["target"]), payload["target"])))
+    parts.append(definition(meta))
+    for label, key in (("Statement", "statement"), ("Summary", "summary"), ("Reason", "reason"), ("Basis", "basis")):
+        if payload.get(key) is not None:
+            parts.append(f'<h2>{label}</h2><p class="text">{h(payload[key])}</p>')
+    if "context" in payload:
+        parts.append("<h2>Context</h2>" + _context(payload.get("context")))
+    parts.append("<h2>Evidence</h2>" + _evidence(payload.get("evidence")))
+    parts.append("<h2>Reproduction</h2>" + _reproduction(payload.get("reproduction")))
+    tags = " ".join(link(search_url(tag=t), t, "tag") for t in payload.get("tags", []) or [])
+    parts.append("<h2>Tags</h2>" + (f"<p>{tags}</p>" if tags else '<p class="muted">none</p>'))
+    parts.append("<h2>Relations</h2><h3>From this capsule</h3>" + items(
+        f'<span class="rel">{h(rel)}</span> {link(capsule_url(target), title or target, "relation")}'
+        for rel, target, title in outgoing))
+    incoming_rows = []
+    for r in incoming:
+        for rel in _event(r).get("payload", {}).get("relations", []) or []:
+            if rel.get("target") == eid:
+                incoming_rows.append(f'{link(capsule_url(r["envelope"]["hash"]), _title(r), "relation")} '
+                                     f'<span class="rel">{h(rel.get("relation"))}</span> this capsule')
+    parts.append("<h3>To this capsule</h3>" + items(incoming_rows))
+    parts.append("<h2>Assessments</h2>" + _assessments(assessments))
+    if beliefs:
+        parts.append("<h2>Belief</h2>" + "".join(belief_block(p, proj, err) for p, proj, err in beliefs))
+    return page(_title(record) or eid, "".join(parts))
+
+
+def agent_page(agent_id: str, capsules: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]],
+               more: bool) -> str:
+    body = (f"<h1>Agent</h1><p><code>{h(agent_id)}</code></p>"
+            f"<h2>Capsules</h2>{items(record_row(r) for r in capsules)}"
+            f"<h2>Assessments</h2>{_assessments(assessments)}")
+    if more:
+        body += f'<p class="muted">Showing the first ones; {link(search_url(actor=agent_id), "search for more")}.</p>'
+    return page("Agent", body)
+
+
+def search_page(params: dict[str, str], records: Sequence[dict[str, Any]] | None, error: str | None,
+                next_cursor: str | None) -> str:
+    fields = [f'<label>words <input type="search" name="q" value="{h(params.get("q", ""))}" autofocus></label>']
+    for name in SEARCH_FILTERS:
+        fields.append(f'<label>{h(name)} <input name="{h(name)}" value="{h(params.get(name, ""))}"></label>')
+    form = f'<form class="search" method="get" action="{BASE}/search">{"".join(fields)}<button>Search</button></form>'
+    result = ""
+    if error:
+        result = f'<p class="error">{h(error)}</p>'
+    elif records is not None:
+        result = f"<h2>{len(records)} result(s)</h2>" + items(record_row(r) for r in records)
+        if next_cursor:
+            keep = {k: v for k, v in params.items() if v and k != "cursor"}
+            result += f"<p>{link(search_url(**keep, cursor=next_cursor), 'next page')}</p>"
+    return page("Search", f"<h1>Search</h1>{form}{result}")
+
+
+def ask_page(policies: Sequence[str], *, ask: str = "", policy: str | None = None,
+             answer: dict[str, Any] | None = None, error: str | None = None) -> str:
+    """The question box; without script it posts the form and shows the synchronous answer."""
+    options = "".join(f'<option value="{h(p)}"{" selected" if p == policy else ""}>{h(p)}</option>' for p in policies)
+    form = (f'<form id="ask-form" method="post" action="{BASE}/ask">'
+            f'<textarea name="ask" rows="3" maxlength="4000" required>{h(ask)}</textarea>'
+            f'<label>policy <select name="policy">{options}</select></label> <button>Ask</button></form>')
+    text, cites, status = "", "", ""
+    if answer is not None:
+        status = str(answer.get("status", ""))
+        for out in answer.get("output", []) or []:
+            for content in out.get("content", []) or []:
+                text += str(content.get("text", ""))
+        if answer.get("error"):
+            text = text or str(answer["error"])
+        cites = "".join(citation_item(i, c) for i, c in enumerate(answer.get("citations", []) or [], 1))
+    err = f'<p class="error">{h(error)}</p>' if error else ""
+    body = (f"<h1>Ask</h1><p class=\"muted\">A question over this relay's knowledge (KnowQL); the answer cites "
+            f"capsules with their belief status.</p>{form}{err}"
+            f'<section id="answer-box"><p id="ask-status" class="muted">{h(status)}</p>'
+            f'<pre id="answer">{h(text)}</pre><ol id="citations">{cites}</ol></section>')
+    return page("Ask", body, scripts=("ask.js",))
+
+
+def citation_item(number: int, citation: dict[str, Any]) -> str:
+    source = str(citation.get("source", ""))
+    belief = citation.get("belief", "")
+    return (f'<li value="{number}">{link(capsule_url(source), citation.get("title") or source, "citation")} '
+            f'<span class="status status-{h(belief)}">{h(belief)}</span></li>')
+
+
+def status_page(status: Any, origin: str) -> str:
+    def lag(value: Any) -> str:
+        return h(value) if value is not None else '<span class="muted">not running</span>'
+
+    rows = [("origin", h(origin)), ("checkpoint", h(status.checkpoint)),
+            ("search index seq", lag(status.index_seq)), ("search index lag", lag(status.index_lag)),
+            ("KIP nexus head", lag(status.kip_head)), ("KIP import lag", lag(status.kip_lag)),
+            ("store size", lag(f"{status.store_bytes:,} bytes" if status.store_bytes is not None else None))]
+    peers = "".join(
+        f"<tr><td>{h(p.origin)}</td><td>{h(p.checkpoint)}</td><td>{h(p.peer_checkpoint)}</td><td>{h(p.lag)}</td>"
+        f"<td>{h(p.passes)}</td><td>{h(p.failed_passes)}</td><td>{when(p.last_success) if p.last_success else ''}</td>"
+        f"<td>{h(p.last_error or '')}</td></tr>" for p in status.peers)
+    table = ("<table><thead><tr><th>peer</th><th>synced to</th><th>peer checkpoint</th><th>lag</th><th>passes</th>"
+             f"<th>failed</th><th>last success</th><th>last error</th></tr></thead><tbody>{peers}</tbody></table>"
+             if peers else '<p class="muted">no peers configured</p>')
+    return page("Status", f"<h1>Operator status</h1>{definition(rows)}<h2>Peers</h2>{table}"
+                          f'<p class="muted">Metrics for scraping: <a href="/metrics">/metrics</a>.</p>')
+
+
+def not_found_page(what: str) -> str:
+    return page("Not found", f"<h1>Not found</h1><p>{h(what)}</p>")

@@ -1,0 +1,1 @@
+"""What operators watch: the relay's status (lags, peers), Prometheus metrics and structured logs."""

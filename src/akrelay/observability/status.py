@@ -1,0 +1,107 @@
+"""One snapshot of the relay's operational state, shared by the status page and ``/metrics``.
+
+Every part is best effort: a component that is not installed or not open yet is
+reported as ``None`` rather than failing the page or the scrape.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class PeerStatus:
+    origin: str
+    checkpoint: int
+    peer_checkpoint: int
+    lag: int
+    failed_passes: int
+    passes: int
+    last_error: str | None
+    last_success: int | None
+
+
+@dataclass(slots=True)
+class RelayStatus:
+    checkpoint: int
+    index_seq: int | None = None
+    kip_head: int | None = None
+    store_bytes: int | None = None
+    peers: list[PeerStatus] = field(default_factory=list)
+
+    @property
+    def index_lag(self) -> int | None:
+        return None if self.index_seq is None else max(0, self.checkpoint - self.index_seq)
+
+    @property
+    def kip_lag(self) -> int | None:
+        return None if self.kip_head is None else max(0, self.checkpoint - self.kip_head)
+
+
+def _data_dir(relay: Any) -> Path | None:
+    path = getattr(relay.store, "path", None)
+    return Path(path).parent if path is not None else None
+
+
+def _store_bytes(relay: Any) -> int | None:
+    path = getattr(relay.store, "path", None)
+    if path is None:
+        return None
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += os.stat(str(path) + suffix).st_size
+        except OSError:
+            pass
+    return total
+
+
+def _index_seq(relay: Any, settings: Any) -> int | None:
+    if getattr(settings, "core_only", False):
+        return None
+    try:
+        from akrelay.http.search import search_service
+
+        return int(search_service(relay, settings).index_seq())
+    except Exception:
+        return None
+
+
+def _kip_head(relay: Any) -> int | None:
+    try:
+        from akrelay.http import kip
+
+        for gateway in kip.GATEWAYS:
+            if gateway.relay is relay and gateway._runtime is not None:
+                return int(gateway._runtime.nexus.head)
+    except Exception:
+        return None
+    return None
+
+
+def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
+    data = _data_dir(relay)
+    if data is None or not getattr(settings, "peers", None):
+        return []
+    try:
+        from akrelay.federation.state import STATE_FILE, FederationState
+
+        if not (data / STATE_FILE).exists():
+            return []
+        state = FederationState.open_in(data)
+        try:
+            return [PeerStatus(p.origin, p.checkpoint, p.peer_checkpoint, p.lag, p.counts.get("failed_passes", 0),
+                               p.counts.get("passes", 0), p.last_error, p.last_success) for p in state.all()]
+        finally:
+            state.close()
+    except Exception:
+        return []
+
+
+def relay_status(relay: Any, settings: Any) -> RelayStatus:
+    """The checkpoint, index and KIP positions, store size and peers of ``relay``, now."""
+    return RelayStatus(checkpoint=relay.checkpoint(), index_seq=_index_seq(relay, settings), kip_head=_kip_head(relay),
+                       store_bytes=_store_bytes(relay), peers=_peers(relay, settings))
