@@ -132,6 +132,9 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     check_address_free(settings.host, settings.port)
     settings, cert, key = prepare(settings, out)
     os.environ[RESOLVED_ENV] = settings.to_env()
+    from akrelay.observability.metrics import prepare_multiprocess
+
+    prepare_multiprocess(settings.data_dir)  # before any worker exists: /metrics sums every worker
     print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "
           f"with {settings.workers} worker(s), data in {settings.data_dir}", file=out, flush=True)
     server = Granian(

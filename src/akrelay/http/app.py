@@ -32,6 +32,8 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
+from akrelay.observability.metrics import metrics
+from akrelay.observability.requests import RequestObserver
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
@@ -42,7 +44,7 @@ DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
 
 #: Modules that contribute routes; a module that does not exist yet is skipped.
 ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql",
-                                   "akrelay.explorer.routes")
+                                   "akrelay.explorer.routes", "akrelay.observability.routes")
 #: Extra programmatic providers (tests, embedding applications).
 ROUTE_PROVIDERS: list[RouteProvider] = []
 DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []
@@ -185,16 +187,18 @@ class SubmitEndpoint:
         try:
             check_content_type(content_type)
         except ProtocolError as exc:
+            metrics().refuse(exc.code)
             await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
         raw = await self.read_body(scope, receive, send)
         if raw is None:  # answered by the reader (413, 400, 408)
             return
+        created = False
         try:
             existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
             if existing is None:
                 try:
-                    existing, _created = await self._commit(envelope, accepted_at)
+                    existing, created = await self._commit(envelope, accepted_at)
                 except Exception:
                     # Step 2 was deferred to the commit: if the envelope is already
                     # retained, a failed write must not turn its resubmission into a 500.
@@ -202,8 +206,13 @@ class SubmitEndpoint:
                     if existing is None:
                         raise
         except ProtocolError as exc:
+            metrics().refuse(exc.code)
             await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
+        if created:
+            metrics().accept(envelope.event["type"])
+        else:
+            metrics().duplicates.inc()
         await send_json(send, 200, existing.to_json())
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
@@ -361,8 +370,15 @@ class RelayApp(Litestar):
 
     ingest: "IngestFastPath | None" = None  # set by create_app
     read_body: "BodyReader | None" = None  # set by create_app
+    observer: "RequestObserver | None" = None  # set by create_app: latency metrics, JSON access log
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.observer is not None:
+            await self.observer(self._serve, scope, receive, send)
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             method = scope["method"]
             if method == "HEAD":
@@ -393,6 +409,7 @@ def _headers_only(send: Send) -> Send:
 
 
 async def _refuse(send: Send, retry_after: int, kind: str) -> None:
+    metrics().rate_limited.labels(kind).inc()
     body = error_body("rate_limited", f"Too many {kind} requests from this client; retry after {retry_after} s.")
     await send_json(send, 429, body, [(b"retry-after", str(retry_after).encode())])
 
@@ -446,6 +463,7 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
     app.state.settings = settings
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
+    app.observer = RequestObserver(log_json=getattr(settings, "log_json", False), fast_path=EVENTS_PATH)
     return app
 
 

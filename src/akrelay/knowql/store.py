@@ -152,6 +152,10 @@ class SqliteTurnStore:
         if rows and rows[0][0] is not None:
             self.get_query(rows[0][0], now=now)
 
+    def status_counts(self) -> dict[str, int]:
+        """Turns per status (``/metrics``): one shared count for every worker."""
+        return {status: count for status, count in self._read("SELECT status, COUNT(*) FROM queries GROUP BY status", ())}
+
     def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
         rows = self._read("SELECT status, deadline, doc FROM queries WHERE id = ?", (query_id,))
         if not rows:

@@ -1,0 +1,161 @@
+"""Prometheus metrics (``prometheus-client``), correct across Granian workers.
+
+Counters and histograms are per process; with ``PROMETHEUS_MULTIPROC_DIR`` set
+(by :func:`prepare_multiprocess` in the launcher, before any worker starts) each
+worker writes them to its own memory-mapped files and ``GET /metrics`` sums all
+workers' files (the library's multi-process mode). Without it (tests, embedded
+apps) they live in the process registry. Values that describe the relay rather
+than the requests (checkpoint, lags, store size, peers, KnowQL turns) are read at
+scrape time by :class:`RelayCollector`, so no worker has to keep them current.
+
+``prometheus_client`` is imported lazily: it picks its value class from the
+environment at import, so the launcher must set the directory first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_DIR = "metrics"
+#: Request latency buckets (seconds): ingest answers in well under a millisecond, KnowQL in seconds.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def prepare_multiprocess(data_dir: Path | None) -> Path:
+    """Point the library's multi-process mode at an empty directory (launcher, before workers start).
+
+    Under the data directory when there is one (a restart starts from zero: stale
+    files of dead workers would otherwise be summed), else a new temporary directory.
+    """
+    if data_dir is not None:
+        path = Path(data_dir) / METRICS_DIR
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(tempfile.mkdtemp(prefix="akrelay-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+class _Metrics:
+    """The per-process metric objects, created on first use; children pre-bound for the hot path."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+
+        disable_created_metrics()  # *_created series would double the exposition for no alerting use
+        self.registry = registry = CollectorRegistry()
+        self.accepted = Counter("akrelay_events_accepted", "Events newly accepted (committed with a new seq), by type",
+                                ["type"], registry=registry)
+        self.duplicates = Counter("akrelay_events_duplicate", "Exact resubmissions answered with the retained record",
+                                  registry=registry)
+        self.refused = Counter("akrelay_events_refused", "Submissions refused, by error code", ["code"],
+                               registry=registry)
+        self.rate_limited = Counter("akrelay_rate_limited", "Requests refused with 429, by rate bucket", ["bucket"],
+                                    registry=registry)
+        self.requests = Histogram("akrelay_request_duration_seconds", "Request latency by route template",
+                                  ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=registry)
+        self._accepted: dict[str, Any] = {}
+        self._refused: dict[str, Any] = {}
+        self._requests: dict[tuple[str, str, int], Any] = {}
+
+    def accept(self, event_type: str) -> None:
+        child = self._accepted.get(event_type)
+        if child is None:
+            child = self._accepted[event_type] = self.accepted.labels(event_type)
+        child.inc()
+
+    def refuse(self, code: str) -> None:
+        child = self._refused.get(code)
+        if child is None:
+            child = self._refused[code] = self.refused.labels(code)
+        child.inc()
+
+    def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        key = (route, method, status)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.requests.labels(route, method, str(status))
+        child.observe(seconds)
+
+
+_metrics: _Metrics | None = None
+_create = threading.Lock()
+
+
+def metrics() -> _Metrics:
+    global _metrics
+    if _metrics is None:
+        with _create:
+            if _metrics is None:
+                _metrics = _Metrics()
+    return _metrics
+
+
+def scrape(relay: Any, settings: Any) -> tuple[bytes, str]:
+    """The text exposition of every worker's counters plus the relay's current state."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    own = metrics().registry
+    registry = CollectorRegistry()
+    if os.environ.get(MULTIPROC_ENV):
+        MultiProcessCollector(registry)  # every worker's files, this one's included
+    else:
+        registry.register(own)
+    registry.register(RelayCollector(relay, settings))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class RelayCollector:
+    """Gauges read from the relay at scrape time (one snapshot of :func:`relay_status`)."""
+
+    def __init__(self, relay: Any, settings: Any) -> None:
+        self.relay = relay
+        self.settings = settings
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from akrelay.observability.status import relay_status
+
+        status = relay_status(self.relay, self.settings)
+        yield GaugeMetricFamily("akrelay_checkpoint", "Highest committed acceptance seq", value=status.checkpoint)
+        if status.index_lag is not None:
+            yield GaugeMetricFamily("akrelay_search_index_lag", "Accepted records not yet in the search index (seq)",
+                                    value=status.index_lag)
+        if status.kip_lag is not None:
+            yield GaugeMetricFamily("akrelay_kip_import_lag", "Accepted records not yet imported into the KIP nexus (seq)",
+                                    value=status.kip_lag)
+        if status.store_bytes is not None:
+            yield GaugeMetricFamily("akrelay_store_bytes", "Size of the store's files in bytes", value=status.store_bytes)
+        lag = GaugeMetricFamily("akrelay_peer_sync_lag", "Peer seqs observed but not yet processed", labels=["peer"])
+        errors = CounterMetricFamily("akrelay_peer_sync_failed_passes", "Failed sync passes per peer", labels=["peer"])
+        for peer in status.peers:
+            lag.add_metric([peer.origin], peer.lag)
+            errors.add_metric([peer.origin], peer.failed_passes)
+        yield lag
+        yield errors
+        turns = _knowql_counts(self.relay)
+        if turns is not None:
+            family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",
+                                       labels=["status"])
+            for name in ("in_progress", "completed", "failed", "cancelled"):
+                family.add_metric([name], turns.get(name, 0))
+            yield family
+
+
+def _knowql_counts(relay: Any) -> dict[str, int] | None:
+    try:
+        from akrelay.http.knowql import _SERVICES
+
+        service = _SERVICES.get(relay)
+        return service.store.status_counts() if service is not None else None
+    except Exception:
+        return None

@@ -1,0 +1,9 @@
+"""``akrelay serve`` option of the observability area (one ``option`` call)."""
+
+from __future__ import annotations
+
+from akrelay.settings import _bool, option
+
+option("log_json", _bool, False,
+       "log one JSON object per request on stderr (request_id, method, route, status, duration_ms)", kind="flag",
+       serve_only=True)
