@@ -44,7 +44,7 @@ DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
 
 #: Modules that contribute routes; a module that does not exist yet is skipped.
 ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql",
-                                   "akrelay.explorer.routes", "akrelay.observability.routes")
+                                   "akrelay.explorer.routes", "akrelay.observability.routes", "akrelay.openapi")
 #: Extra programmatic providers (tests, embedding applications).
 ROUTE_PROVIDERS: list[RouteProvider] = []
 DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []
