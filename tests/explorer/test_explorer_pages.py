@@ -48,7 +48,7 @@ def test_capsule_page_escapes_and_links_both_ways(kq) -> None:
     assert "supports" in text and kq.corpus.did("carol")[:18] in text
     for policy in ("akrelay:corroborated", "kip:structural", "kip:memory-default"):
         assert policy in text
-    assert "status-accepted" in text and "contributing" in text
+    assert "status-accepted" in text and "contributing" in text and "(support by" in text
     back = kq.client.get(f"/explorer/capsules/{b}").text
     assert f'href="/explorer/capsules/{a}"' in back  # the outgoing link
     # no script tag at all except the explorer's own files

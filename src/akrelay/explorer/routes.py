@@ -102,6 +102,8 @@ def capsule(relay: Any, event_id: str) -> str:
 
 
 def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
+    """``(policy, projection or None, error)`` per policy; each projection gains ``sources``:
+    assertion id -> (the event it was imported from, its signer, its stance), for the ledger's links."""
     try:
         runtime = _runtime(relay)
     except Exception as exc:  # KIP not available: the page still renders
@@ -109,9 +111,19 @@ def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = []
     for policy in _policies(relay):
         try:
-            out.append((policy, runtime.project_capsule(event_id, policy=policy), None))
+            projection = runtime.project_capsule(event_id, policy=policy)
         except Exception as exc:  # KipError: not imported yet, retracted
             out.append((policy, None, getattr(exc, "message", None) or str(exc)))
+            continue
+        ledger = projection.get("explanation", {}).get("ledger", {})
+        ids = {aid for name in ("contributing", "opposing", "uncertain") for aid in ledger.get(name, []) or []}
+        sources = {}
+        with runtime.lock:
+            for aid in ids:
+                element = runtime.nexus.get(aid)
+                if element is not None and hasattr(element, "import_id"):
+                    sources[aid] = (element.import_id, element.actor, element.stance)
+        out.append((policy, {**projection, "sources": sources}, None))
     return out
 
 

@@ -80,7 +80,15 @@ def belief_block(policy: str, projection: dict[str, Any] | None, error: str | No
     ledger = projection.get("explanation", {}).get("ledger", {})
     status = projection.get("status", "")
     reasons = projection.get("uncertainty", {}).get("reasons", []) or projection.get("conflict_reasons", [])
-    rows = [(name, h(", ".join(str(x) for x in ledger.get(name, []) or [])) or '<span class="muted">none</span>')
+    sources = projection.get("sources", {})
+
+    def assertion(aid: str) -> str:
+        if aid not in sources:
+            return h(aid)
+        event_id, actor, stance = sources[aid]
+        return f"{link(capsule_url(event_id), aid)} <span class=\"muted\">({h(stance)} by {h(short(actor))})</span>"
+
+    rows = [(name, ", ".join(assertion(str(x)) for x in ledger.get(name, []) or []) or '<span class="muted">none</span>')
             for name in ("contributing", "opposing", "uncertain")]
     exclusions = ledger.get("eligibility_exclusions", []) or []
     rows.append(("exclusions", items(h(x) for x in exclusions)))
