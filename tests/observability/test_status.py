@@ -1,0 +1,50 @@
+"""The relay status shared by ``/explorer/status`` and ``/metrics``: lags, store size, peers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from akrelay.explorer.views import status_page
+from akrelay.federation.state import FederationState, PeerState
+from akrelay.observability.metrics import scrape
+from akrelay.observability.status import relay_status
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import open_relay
+from tests.knowql.kq_harness import knowql_app
+
+
+def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
+    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    try:
+        state = FederationState.open_in(tmp_path)
+        peer = PeerState("https://peer.example", checkpoint=5, peer_checkpoint=12, last_error="refused <b>x</b>")
+        peer.bump("failed_passes", 2)
+        state.put(peer)
+        state.close()
+        settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True)
+        status = relay_status(relay, settings)
+        assert [(p.origin, p.lag, p.failed_passes) for p in status.peers] == [("https://peer.example", 7, 2)]
+        assert status.store_bytes and status.store_bytes > 0 and status.index_seq is None
+        text = scrape(relay, settings)[0].decode()
+        assert 'akrelay_peer_sync_lag{peer="https://peer.example"} 7.0' in text
+        assert 'akrelay_peer_sync_failed_passes_total{peer="https://peer.example"} 2.0' in text
+        html = status_page(status, relay.config.origin)
+        assert "refused &lt;b&gt;x&lt;/b&gt;" in html and "<b>x" not in html
+    finally:
+        relay.close()
+
+
+def test_lags_count_records_not_yet_indexed(tmp_path: Path) -> None:
+    with knowql_app(tmp_path) as kq:
+        c = kq.corpus
+        kq.submit(c.publish("alice", "One", "First."))
+        status = relay_status(kq.relay, kq.client.app.state.settings)
+        assert status.checkpoint == 1 and status.index_lag == 0
+
+
+def test_explorer_pages_share_the_read_rate_limit(tmp_path: Path) -> None:
+    with knowql_app(tmp_path, read_rate=0.001, read_burst=2) as kq:
+        codes = [kq.client.get("/explorer/").status_code for _ in range(3)]
+        assert codes[:2] == [200, 200] and codes[2] == 429
+        assert kq.client.get("/v1/knowledge/query").status_code == 429  # the same bucket
