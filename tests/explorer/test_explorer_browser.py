@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -78,6 +79,14 @@ def relay(tmp_path: Path):
             r = client.post(served.origin + "/v1/knowledge/events", content=json.dumps(env),
                             headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
+        # Until the search index and the KIP nexus cover all four events (a turn's snapshot is the lower).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            turn = client.post(served.origin + "/query", json={"ask": "disk", "scope": ["knowledge"],
+                                                               "retrieval_only": True}).json()
+            if turn.get("akrelay", {}).get("snapshot_seq", 0) >= len(events):
+                break
+            time.sleep(0.2)
     try:
         yield served, a["hash"], b["hash"]
     finally:
@@ -86,7 +95,10 @@ def relay(tmp_path: Path):
 
 def _shot(driver, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1200, min(4000, max(900, int(height) + 20)))  # the whole page in one image
     driver.save_screenshot(str(path))
+    driver.set_window_size(1200, 1500)
     assert path.stat().st_size > 1000
     if os.environ.get("AKRELAY_UPDATE_SCREENSHOTS"):
         IMAGES.mkdir(parents=True, exist_ok=True)
