@@ -109,3 +109,11 @@ def test_scraped_during_ingest_across_workers(tmp_path: Path) -> None:
     assert value(final, "akrelay_checkpoint") == 55
     assert value(final, "akrelay_request_duration_seconds_count", route="/v1/knowledge/events", method="POST",
                  status="200") == 60
+
+
+def test_head_requests_are_labelled_with_their_route(tmp_path: Path) -> None:
+    with knowql_app(tmp_path) as kq:
+        assert kq.client.head("/.well-known/agent-knowledge").status_code == 200
+        text = kq.client.get("/metrics").text
+        assert value(text, "akrelay_request_duration_seconds_count", route="/.well-known/agent-knowledge",
+                     method="HEAD", status="200") >= 1

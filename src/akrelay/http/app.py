@@ -382,7 +382,7 @@ class RelayApp(Litestar):
         if scope["type"] == "http":
             method = scope["method"]
             if method == "HEAD":
-                scope = {**scope, "method": "GET"}
+                scope["method"] = "GET"  # in place: the observer reads the matched route from this scope
                 send = _headers_only(send)
             elif method not in BODYLESS_METHODS and self.read_body is not None:
                 body = await self.read_body(scope, receive, send)

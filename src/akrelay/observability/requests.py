@@ -49,6 +49,7 @@ class RequestObserver:
 
     async def __call__(self, call: Callable[..., Awaitable[None]], scope: Any, receive: Any, send: Any) -> None:
         started = time.perf_counter()
+        method = scope.get("method", "")  # before HEAD is served as GET
         status = 0
 
         async def tracked(message: Any) -> None:
@@ -62,7 +63,6 @@ class RequestObserver:
         finally:
             seconds = time.perf_counter() - started
             route = _route(scope, self.fast_path)
-            method = scope.get("method", "")
             metrics().request(route, method, status or 500, seconds)
             if self.log_json:
                 request_id = None
