@@ -117,3 +117,18 @@ def test_head_requests_are_labelled_with_their_route(tmp_path: Path) -> None:
         text = kq.client.get("/metrics").text
         assert value(text, "akrelay_request_duration_seconds_count", route="/.well-known/agent-knowledge",
                      method="HEAD", status="200") >= 1
+
+
+def test_the_launcher_starts_from_an_empty_metrics_directory(tmp_path: Path, monkeypatch) -> None:
+    from akrelay.observability.metrics import MULTIPROC_ENV, prepare_multiprocess
+
+    stale = tmp_path / "metrics" / "counter_12345.db"
+    stale.parent.mkdir()
+    stale.write_bytes(b"old worker")
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    path = prepare_multiprocess(tmp_path)
+    assert path == tmp_path / "metrics" and list(path.iterdir()) == []
+    import os
+
+    assert os.environ[MULTIPROC_ENV] == str(path)
+    monkeypatch.delenv(MULTIPROC_ENV)
