@@ -94,3 +94,21 @@ def test_explorer_can_be_switched_off(tmp_path: Path) -> None:
     with knowql_app(tmp_path, no_explorer=True) as kq:
         assert kq.client.get("/explorer/").status_code == 404
         assert kq.client.get("/", follow_redirects=False).status_code == 404
+
+
+@pytest.mark.parametrize("url", [
+    "/explorer/capsules/%00", "/explorer/capsules/" + "A" * 5000, "/explorer/agents/did:agent:%F0%9F%92%A5",
+    "/explorer/agents/nobody", "/explorer/search?q=%FF", "/explorer/search?cursor=bogus&q=disk",
+    "/explorer/search?" + "&".join(f"tag{i}=x" for i in range(100)), "/explorer/search?created_from=x",
+    "/explorer/static/%2e%2e%2fhtml.py", "/explorer/capsules/" + "é" * 43,
+])
+def test_hostile_urls_get_4xx_pages_not_5xx(kq, url: str) -> None:
+    r = kq.client.get(url)
+    assert 200 <= r.status_code < 500, (url, r.status_code)
+    assert r.headers.get("content-security-policy") == CSP or r.status_code == 404
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe", b"ask=" + b"x" * 5000, b"policy=nope&ask=disk", b"a=1&" * 20, b""])
+def test_hostile_ask_forms_get_400(kq, body: bytes) -> None:
+    r = kq.client.post("/explorer/ask", content=body, headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and 'class="error"' in r.text
