@@ -23,6 +23,7 @@ import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
 from akrelay.explorer import views
 from akrelay.explorer.html import BASE, SECURITY_HEADERS
 from akrelay.http.app import query_pairs
+from akrelay.observability import sources
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
 
@@ -48,23 +49,8 @@ def _policies(relay: Any) -> list[str]:
     """The offered projection policies, the relay's default first."""
     from akrelay.kip import POLICIES
 
-    default = _runtime_default(relay)
+    default = sources.kip_default_policy(relay)
     return sorted(POLICIES, key=lambda p: (p != default, p))
-
-
-def _runtime(relay: Any) -> Any:
-    from akrelay.http.knowql import _gateway
-
-    return _gateway(relay).runtime()
-
-
-def _runtime_default(relay: Any) -> str | None:
-    from akrelay.http import kip
-
-    for gateway in kip.GATEWAYS:
-        if gateway.relay is relay:
-            return gateway.config.default_policy
-    return None
 
 
 def recent(relay: Any) -> str:
@@ -105,7 +91,7 @@ def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
     """``(policy, projection or None, error)`` per policy; each projection gains ``sources``:
     assertion id -> (the event it was imported from, its signer, its stance), for the ledger's links."""
     try:
-        runtime = _runtime(relay)
+        runtime = sources.kip_runtime(relay)
     except Exception as exc:  # KIP not available: the page still renders
         return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(relay)]
     out: list[tuple[str, Any, Any]] = []
@@ -117,13 +103,13 @@ def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
             continue
         ledger = projection.get("explanation", {}).get("ledger", {})
         ids = {aid for name in ("contributing", "opposing", "uncertain") for aid in ledger.get(name, []) or []}
-        sources = {}
+        origins = {}
         with runtime.lock:
             for aid in ids:
                 element = runtime.nexus.get(aid)
                 if element is not None and hasattr(element, "import_id"):
-                    sources[aid] = (element.import_id, element.actor, element.stance)
-        out.append((policy, {**projection, "sources": sources}, None))
+                    origins[aid] = (element.import_id, element.actor, element.stance)
+        out.append((policy, {**projection, "sources": origins}, None))
     return out
 
 
@@ -159,7 +145,6 @@ def status(relay: Any, settings: Any) -> str:
 
 async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """One synchronous KnowQL turn, as ``POST /query`` runs it (the no-script Ask form)."""
-    from akrelay.http.knowql import knowql_service
     from akrelay.knowql import API_VERSIONS
     from akrelay.knowql.errors import KnowqlError
     from akrelay.knowql.request import parse_document
@@ -168,7 +153,7 @@ async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple
     if policy:
         doc_value["vars"] = {"policy": policy}
     try:
-        service = knowql_service(relay, settings)
+        service = sources.knowql_service(relay, settings)
         doc = parse_document(doc_value)
         _accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, API_VERSIONS[0])
         future = asyncio.wrap_future(service.start(turn))

@@ -153,9 +153,8 @@ class RelayCollector:
 
 def _knowql_counts(relay: Any) -> dict[str, int] | None:
     try:
-        from akrelay.http.knowql import _SERVICES
+        from akrelay.observability.sources import knowql_turn_counts
 
-        service = _SERVICES.get(relay)
-        return service.store.status_counts() if service is not None else None
+        return knowql_turn_counts(relay)
     except Exception:
         return None

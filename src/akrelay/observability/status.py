@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from akrelay.observability import sources
+
 
 @dataclass(slots=True)
 class PeerStatus:
@@ -60,26 +62,17 @@ def _store_bytes(relay: Any) -> int | None:
 
 
 def _index_seq(relay: Any, settings: Any) -> int | None:
-    if getattr(settings, "core_only", False):
-        return None
     try:
-        from akrelay.http.search import search_service
-
-        return int(search_service(relay, settings).index_seq())
+        return sources.search_position(relay, settings)
     except Exception:
         return None
 
 
 def _kip_head(relay: Any) -> int | None:
     try:
-        from akrelay.http import kip
-
-        for gateway in kip.GATEWAYS:
-            if gateway.relay is relay and gateway._runtime is not None:
-                return int(gateway._runtime.nexus.head)
+        return sources.kip_head(relay)
     except Exception:
         return None
-    return None
 
 
 def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
