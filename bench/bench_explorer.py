@@ -19,6 +19,7 @@ import argparse
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +73,7 @@ def main() -> None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     print(f"recent page: p50 {pct(recent, 0.5):.1f} ms, p99 {pct(recent, 0.99):.1f} ms")
     print(f"status page: p50 {pct(status, 0.5):.1f} ms, p99 {pct(status, 0.99):.1f} ms")

@@ -206,7 +206,7 @@ def _version() -> str:
         from importlib.metadata import version
 
         return version("akrelay")
-    except Exception:  # pragma: no cover - running from a source tree without metadata
+    except Exception:  # noqa: BLE001 - running from a source tree without metadata
         return "0"
 
 
@@ -221,8 +221,7 @@ def docs_page(doc: dict[str, Any]) -> str:
             body = op.get("requestBody", {}).get("content", {})
             request = ", ".join(f"{media}: {_schema_name(v.get('schema', {}))}" for media, v in body.items())
             responses = "".join(
-                f"<li><code>{h(code)}</code> {h(r.get('description', ''))}"
-                f"{' — ' + h(', '.join(_schema_name(c.get('schema', {})) for c in r.get('content', {}).values())) if r.get('content') else ''}</li>"
+                f"<li><code>{h(code)}</code> {h(r.get('description', ''))}{_media_schemas(r)}</li>"
                 for code, r in op.get("responses", {}).items())
             rows.append(f'<section class="belief" id="{h(op.get("operationId", ""))}"><h3><code>{h(method.upper())}'
                         f" {h(path)}</code></h3><p>{h(op.get('summary', ''))}</p>"
@@ -236,6 +235,13 @@ def docs_page(doc: dict[str, Any]) -> str:
             f'<p>Machine-readable: <a href="{OPENAPI_PATH}">{OPENAPI_PATH}</a> (OpenAPI {h(doc["openapi"])}).</p>'
             f"{''.join(rows)}<h2>Schemas</h2>{schemas}")
     return page("API", body)
+
+
+def _media_schemas(response: dict[str, Any]) -> str:
+    from akrelay.explorer.html import h
+
+    names = [_schema_name(c.get("schema", {})) for c in response.get("content", {}).values()]
+    return " — " + h(", ".join(names)) if names else ""
 
 
 def _schema_name(schema: dict[str, Any]) -> str:

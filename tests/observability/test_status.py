@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from akrelay.explorer.views import status_page
 from akrelay.federation.state import FederationState, PeerState
-from akrelay.observability.metrics import scrape
+from akrelay.observability.routes import scrape
 from akrelay.observability.status import relay_status
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import open_relay

@@ -92,13 +92,13 @@ def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
     assertion id -> (the event it was imported from, its signer, its stance), for the ledger's links."""
     try:
         runtime = sources.kip_runtime(relay)
-    except Exception as exc:  # KIP not available: the page still renders
+    except Exception as exc:  # noqa: BLE001 - KIP not available: the page still renders
         return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(relay)]
     out: list[tuple[str, Any, Any]] = []
     for policy in _policies(relay):
         try:
             projection = runtime.project_capsule(event_id, policy=policy)
-        except Exception as exc:  # KipError: not imported yet, retracted
+        except Exception as exc:  # noqa: BLE001 - KipError (not imported yet, retracted) or a closing nexus
             out.append((policy, None, getattr(exc, "message", None) or str(exc)))
             continue
         ledger = projection.get("explanation", {}).get("ledger", {})

@@ -6,7 +6,8 @@ worker writes them to its own memory-mapped files and ``GET /metrics`` sums all
 workers' files (the library's multi-process mode). Without it (tests, embedded
 apps) they live in the process registry. Values that describe the relay rather
 than the requests (checkpoint, lags, store size, peers, KnowQL turns) are read at
-scrape time by :class:`RelayCollector`, so no worker has to keep them current.
+scrape time (:mod:`akrelay.observability.routes`), so no worker has to keep them current.
+This module depends on nothing of akrelay's: the HTTP layer counts through it.
 
 ``prometheus_client`` is imported lazily: it picks its value class from the
 environment at import, so the launcher must set the directory first.
@@ -96,65 +97,3 @@ def metrics() -> _Metrics:
             if _metrics is None:
                 _metrics = _Metrics()
     return _metrics
-
-
-def scrape(relay: Any, settings: Any) -> tuple[bytes, str]:
-    """The text exposition of every worker's counters plus the relay's current state."""
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    own = metrics().registry
-    registry = CollectorRegistry()
-    if os.environ.get(MULTIPROC_ENV):
-        MultiProcessCollector(registry)  # every worker's files, this one's included
-    else:
-        registry.register(own)
-    registry.register(RelayCollector(relay, settings))
-    return generate_latest(registry), CONTENT_TYPE_LATEST
-
-
-class RelayCollector:
-    """Gauges read from the relay at scrape time (one snapshot of :func:`relay_status`)."""
-
-    def __init__(self, relay: Any, settings: Any) -> None:
-        self.relay = relay
-        self.settings = settings
-
-    def collect(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        from akrelay.observability.status import relay_status
-
-        status = relay_status(self.relay, self.settings)
-        yield GaugeMetricFamily("akrelay_checkpoint", "Highest committed acceptance seq", value=status.checkpoint)
-        if status.index_lag is not None:
-            yield GaugeMetricFamily("akrelay_search_index_lag", "Accepted records not yet in the search index (seq)",
-                                    value=status.index_lag)
-        if status.kip_lag is not None:
-            yield GaugeMetricFamily("akrelay_kip_import_lag", "Accepted records not yet imported into the KIP nexus (seq)",
-                                    value=status.kip_lag)
-        if status.store_bytes is not None:
-            yield GaugeMetricFamily("akrelay_store_bytes", "Size of the store's files in bytes", value=status.store_bytes)
-        lag = GaugeMetricFamily("akrelay_peer_sync_lag", "Peer seqs observed but not yet processed", labels=["peer"])
-        errors = CounterMetricFamily("akrelay_peer_sync_failed_passes", "Failed sync passes per peer", labels=["peer"])
-        for peer in status.peers:
-            lag.add_metric([peer.origin], peer.lag)
-            errors.add_metric([peer.origin], peer.failed_passes)
-        yield lag
-        yield errors
-        turns = _knowql_counts(self.relay)
-        if turns is not None:
-            family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",
-                                       labels=["status"])
-            for name in ("in_progress", "completed", "failed", "cancelled"):
-                family.add_metric([name], turns.get(name, 0))
-            yield family
-
-
-def _knowql_counts(relay: Any) -> dict[str, int] | None:
-    try:
-        from akrelay.observability.sources import knowql_turn_counts
-
-        return knowql_turn_counts(relay)
-    except Exception:
-        return None

@@ -32,7 +32,7 @@ def json_access_log() -> None:
     if not any(getattr(h, "_akrelay_json", False) for h in access_log.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._akrelay_json = True  # type: ignore[attr-defined]
+        handler._akrelay_json = True  # type: ignore[attr-defined] # noqa: SLF001 - our own marker
         access_log.addHandler(handler)
         access_log.setLevel(logging.INFO)
         access_log.propagate = False

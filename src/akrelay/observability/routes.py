@@ -1,7 +1,12 @@
-"""``GET /metrics`` (listed in ``akrelay.http.app.ROUTE_MODULES``): the Prometheus text exposition."""
+"""``GET /metrics`` (listed in ``akrelay.http.app.ROUTE_MODULES``): the Prometheus text exposition.
+
+Every worker's counters (:mod:`akrelay.observability.metrics`) plus gauges read
+from the relay at scrape time by :class:`RelayCollector`.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio.to_thread
@@ -9,9 +14,69 @@ from litestar import get
 from litestar.response.base import ASGIResponse
 
 import akrelay.observability.options  # noqa: F401  (declares --log-json)
-from akrelay.observability.metrics import scrape
+from akrelay.observability import sources
+from akrelay.observability.status import relay_status
+from akrelay.observability.metrics import MULTIPROC_ENV, metrics
 
 METRICS_PATH = "/metrics"
+
+
+def scrape(relay: Any, settings: Any) -> tuple[bytes, str]:
+    """The text exposition of every worker's counters plus the relay's current state."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    own = metrics().registry
+    registry = CollectorRegistry()
+    if os.environ.get(MULTIPROC_ENV):
+        MultiProcessCollector(registry)  # every worker's files, this one's included
+    else:
+        registry.register(own)
+    registry.register(RelayCollector(relay, settings))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class RelayCollector:
+    """Gauges read from the relay at scrape time (one snapshot of :func:`relay_status`)."""
+
+    def __init__(self, relay: Any, settings: Any) -> None:
+        self.relay = relay
+        self.settings = settings
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        status = relay_status(self.relay, self.settings)
+        yield GaugeMetricFamily("akrelay_checkpoint", "Highest committed acceptance seq", value=status.checkpoint)
+        if status.index_lag is not None:
+            yield GaugeMetricFamily("akrelay_search_index_lag", "Accepted records not yet in the search index (seq)",
+                                    value=status.index_lag)
+        if status.kip_lag is not None:
+            yield GaugeMetricFamily("akrelay_kip_import_lag", "Accepted records not yet imported into the KIP nexus (seq)",
+                                    value=status.kip_lag)
+        if status.store_bytes is not None:
+            yield GaugeMetricFamily("akrelay_store_bytes", "Size of the store's files in bytes", value=status.store_bytes)
+        lag = GaugeMetricFamily("akrelay_peer_sync_lag", "Peer seqs observed but not yet processed", labels=["peer"])
+        errors = CounterMetricFamily("akrelay_peer_sync_failed_passes", "Failed sync passes per peer", labels=["peer"])
+        for peer in status.peers:
+            lag.add_metric([peer.origin], peer.lag)
+            errors.add_metric([peer.origin], peer.failed_passes)
+        yield lag
+        yield errors
+        turns = _knowql_counts(self.relay)
+        if turns is not None:
+            family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",
+                                       labels=["status"])
+            for name in ("in_progress", "completed", "failed", "cancelled"):
+                family.add_metric([name], turns.get(name, 0))
+            yield family
+
+
+def _knowql_counts(relay: Any) -> dict[str, int] | None:
+    try:
+        return sources.knowql_turn_counts(relay)
+    except Exception:  # noqa: BLE001 - a scrape reports what it can
+        return None
 
 
 def routes(relay: Any, settings: Any) -> list[Any]:

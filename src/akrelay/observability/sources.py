@@ -22,8 +22,9 @@ def kip_head(relay: Any) -> int | None:
     from akrelay.http import kip
 
     for gateway in kip.GATEWAYS:
-        if gateway.relay is relay and gateway._runtime is not None:
-            return int(gateway._runtime.nexus.head)
+        runtime = gateway._runtime  # noqa: SLF001 - read without opening it
+        if gateway.relay is relay and runtime is not None:
+            return int(runtime.nexus.head)
     return None
 
 

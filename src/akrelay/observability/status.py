@@ -64,14 +64,14 @@ def _store_bytes(relay: Any) -> int | None:
 def _index_seq(relay: Any, settings: Any) -> int | None:
     try:
         return sources.search_position(relay, settings)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the status is best effort: an index that cannot open reads as absent
         return None
 
 
 def _kip_head(relay: Any) -> int | None:
     try:
         return sources.kip_head(relay)
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort, as above
         return None
 
 
@@ -90,7 +90,7 @@ def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
                                p.counts.get("passes", 0), p.last_error, p.last_success) for p in state.all()]
         finally:
             state.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - a federation state that cannot be read shows no peers
         return []
 
 
