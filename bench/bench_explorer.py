@@ -16,10 +16,7 @@ Last line: ``explorer_capsule_p99_<N>: <ms> ms``.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +25,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_knowql import Corpus, build, load, pct, serve, wait_ready  # noqa: E402
+from bench_knowql import Corpus, build, load, pct, serve, stop, wait_ready  # noqa: E402
 
 
 def timed(http: httpx.Client, url: str) -> float:
@@ -70,11 +67,7 @@ def main() -> None:
                 recent = [timed(http, f"{origin}/explorer/") for _ in range(50)]
                 status = [timed(http, f"{origin}/explorer/status") for _ in range(50)]
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop(proc)
     print(f"recent page: p50 {pct(recent, 0.5):.1f} ms, p99 {pct(recent, 0.99):.1f} ms")
     print(f"status page: p50 {pct(status, 0.5):.1f} ms, p99 {pct(status, 0.99):.1f} ms")
     print(f"capsule page ({len(capsule)} requests, load {load()}): p50 {pct(capsule, 0.5):.1f} ms")

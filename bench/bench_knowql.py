@@ -193,6 +193,16 @@ def serve(data: Path, workers: int) -> tuple[subprocess.Popen, str, ssl.SSLConte
     raise RuntimeError("serve did not start")
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Stop the served relay's process group (SIGTERM, then SIGKILL after 30 s)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
 def ask(http: httpx.Client, origin: str, body: dict) -> tuple[float, dict]:
     t = time.perf_counter()
     r = http.post(origin + "/query", json=body)
@@ -319,12 +329,7 @@ def main() -> None:
             print(f"knowql_throughput_{size}: {rate:.0f} extractive turns/s with {args.clients} concurrent clients, "
                   f"{args.workers} workers [load {load()}]")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+            stop(proc)
         baseline_ranked = baseline_bm25(data, questions)
 
     def summary(ranked: list[list[str]]) -> tuple[float, float]:
