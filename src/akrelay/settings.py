@@ -113,25 +113,22 @@ class Option:
 #: Every serve option, in help order. Extend with :func:`option`.
 OPTIONS: dict[str, Option] = {}
 
-#: Modules of other areas that declare their serve options with :func:`option`;
-#: imported (when they exist) before options are listed or resolved.
-OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options", "akrelay.knowql.options")
 _loaded_option_modules = False
 
 
 def load_option_modules() -> None:
+    """Declare the options of every component (each area keeps its own ``options`` module).
+
+    The list is static: a module missing here is an import error, never a silently
+    absent option. Federation's options are declared below, in this module.
+    """
     global _loaded_option_modules
     if _loaded_option_modules:
         return
     _loaded_option_modules = True
-    import importlib
-
-    for name in OPTION_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
+    import akrelay.kip.options  # noqa: F401
+    import akrelay.knowql.options  # noqa: F401
+    import akrelay.search.options  # noqa: F401
 
 
 def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,

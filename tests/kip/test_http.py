@@ -10,7 +10,6 @@ import pytest
 from litestar.testing import TestClient
 
 from akrelay.http.app import create_app
-from akrelay.http.kip import stop_followers
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay
 from akrelay.settings import defaults
@@ -23,12 +22,6 @@ RESPONSE = jsonschema.Draft202012Validator(
     json.loads((Path(__file__).resolve().parent / "schemas" / "kip-response.schema.json").read_text()))
 ORIGIN = "https://localhost:8443"
 JSON_HEADERS = {"content-type": "application/json"}
-
-
-@pytest.fixture(autouse=True)
-def _stop_followers():
-    yield
-    stop_followers()
 
 
 def _client(relay: Relay) -> TestClient:

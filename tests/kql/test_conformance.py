@@ -666,22 +666,18 @@ def test_KIP2_RT_002_invalid_utf8_rejected(log: Log) -> None:
     from litestar.testing import TestClient
 
     from akrelay.http.app import create_app
-    from akrelay.http.kip import stop_followers
     from akrelay.service.config import ServiceConfig
     from akrelay.service.relay import Relay
     from akrelay.settings import defaults
     from akrelay.store.memory import MemoryStore
 
     relay = Relay(MemoryStore(), ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"k" * 32)
-    try:
-        with TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)),
-                        raise_server_exceptions=False) as client:
-            body = b'{"kip": "2.0", "operations": [{"command": "FIND(?c) WHERE { ?c {name: \\"\xff\xfe\\"} }"}]}'
-            r = client.post("/v1/kip", content=body, headers={"content-type": "application/json"})
-            assert r.status_code == 400
-            assert r.json()["error"]["code"] == "InvalidRequestEnvelope"
-    finally:
-        stop_followers()
+    with TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)),
+                    raise_server_exceptions=False) as client:
+        body = b'{"kip": "2.0", "operations": [{"command": "FIND(?c) WHERE { ?c {name: \\"\xff\xfe\\"} }"}]}'
+        r = client.post("/v1/kip", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == "InvalidRequestEnvelope"
 
 
 def test_KIP2_RT_004_structural_binding_prevents_injection(log: Log, scene) -> None:

@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from akrelay.server import open_relay_for
+    from akrelay.node import RelayNode
     from akrelay.settings import SettingsError, load_settings
 
     try:
@@ -60,14 +60,15 @@ def _run(args: argparse.Namespace) -> int:
     if not (settings.data_dir / "relay.sqlite3").exists() and not any(settings.data_dir.glob("*.sqlite3")):
         print(f"akrelay {args.command}: no relay data in {settings.data_dir}", file=sys.stderr)
         return 2
-    relay = open_relay_for(settings)
+    node = RelayNode.open(settings, components=())
+    relay = node.relay
     try:
         record = relay.withhold(args.event_id) if args.withheld else relay.unwithhold(args.event_id)
     except ProtocolError as exc:
         print(f"akrelay {args.command}: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
     finally:
-        relay.close()
+        node.stop()
     state = "withheld" if args.withheld else "visible"
     print(json.dumps({"event_id": record.id, "seq": record.seq, "state": state}))
     return 0

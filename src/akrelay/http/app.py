@@ -5,20 +5,16 @@ every rule and :mod:`akrelay.http.errors` owns every error mapping. No DTOs,
 no OpenAPI, no compression: ingest speed is a goal, and the JSON bodies are
 already produced by splicing stored canonical bytes.
 
-Other areas add endpoints without touching this file: a module listed in
-:data:`ROUTE_MODULES` (or a callable appended to :data:`ROUTE_PROVIDERS`)
-exposes ``routes(relay, settings) -> list[handler]`` and, optionally,
-``discovery(relay, settings) -> dict`` with members merged into the discovery
-document (``features``, ``search_modes`` and ``endpoints`` are merged, other
-members set), and ``shutdown(relay)``, called when the app closes the relay it
-opened, before the store closes. Handlers that write mark themselves with ``opt={"rate": "write"}``.
+The app only mounts routes: the core §9.1 routes here, and those of the
+components of its :class:`akrelay.node.RelayNode` (search, KIP, KnowQL, ...).
+Its lifespan starts the node's components and stops them (in reverse order,
+then the store the node opened). Handlers that write mark themselves with
+``opt={"rate": "write"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -32,19 +28,11 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
+from akrelay.node import Component, RelayNode
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.http")
-
-RouteProvider = Callable[[Any, Settings], list[Any]]
-DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
-
-#: Modules that contribute routes; a module that does not exist yet is skipped.
-ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql")
-#: Extra programmatic providers (tests, embedding applications).
-ROUTE_PROVIDERS: list[RouteProvider] = []
-DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []
 
 #: Threads per worker process for submissions: enough for concurrent requests to
 #: meet at the store's group commit; a plain executor costs less per hop than anyio's.
@@ -111,9 +99,10 @@ def client_ip(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint") -> list[Any]:
+def core_routes(node: RelayNode, submitter: "SubmitEndpoint") -> list[Any]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
-    discovery_body = discovery_document_json(relay, settings)
+    relay = node.relay
+    discovery_body = msgspec.json.encode(node.discovery())
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -244,44 +233,6 @@ class SubmitEndpoint:
             self._draining = False
 
 
-def _load_modules() -> list[Any]:
-    modules = []
-    for name in ROUTE_MODULES:
-        try:
-            modules.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return modules
-
-
-def discovery_document(relay: Any, settings: Settings) -> dict[str, Any]:
-    """The relay's §9.2 document plus extension members from other areas."""
-    doc = dict(relay.discovery())
-    modules = [] if settings.core_only else _load_modules()
-    extensions = [getattr(m, "discovery", None) for m in modules] + list(DISCOVERY_PROVIDERS)
-    for provider in extensions:
-        if provider is None:
-            continue
-        extra = provider(relay, settings) or {}
-        for key, value in extra.items():
-            if key == "endpoints":
-                doc["endpoints"] = {**doc.get("endpoints", {}), **value}
-            elif key in ("features", "search_modes"):
-                merged = list(doc.get(key, []))
-                merged.extend(v for v in value if v not in merged)
-                doc[key] = merged
-            elif key == "limits":
-                doc["limits"] = {**doc.get("limits", {}), **value}
-            else:
-                doc[key] = value
-    return doc
-
-
-def discovery_document_json(relay: Any, settings: Settings) -> bytes:
-    return msgspec.json.encode(discovery_document(relay, settings))
-
-
 def rate_buckets(settings: Settings) -> dict[str, TokenBucket]:
     """One worker's token buckets, shared by the middleware and the ingest fast path."""
     return {
@@ -396,39 +347,28 @@ async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     await send_json(send, 429, body, [(b"retry-after", str(retry_after).encode())])
 
 
-def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "RelayApp":
-    """Build the app from ``Settings`` (opens the relay in ``settings.data``) or from a ``Relay``.
+def create_app(target: Any, settings: Settings | None = None, *, components: Any = None,
+               extra: "list[Component] | tuple[Component, ...]" = ()) -> "RelayApp":
+    """The app over a :class:`~akrelay.node.RelayNode`, or over one built here.
 
-    With a relay, ``settings`` supplies the HTTP-level options (limits, rates);
-    defaults are used when omitted.
+    ``target`` is a node, ``Settings`` (a node opening the relay in
+    ``settings.data``, closed when the app shuts down) or a ``Relay`` (a node
+    over it; the caller closes it). ``components`` and ``extra`` are passed to
+    the node built here. The app's lifespan starts and stops the node.
     """
     from akrelay.settings import defaults
 
-    owns_relay = False
-    if isinstance(settings_or_relay, Settings):
-        settings = settings_or_relay
-        from akrelay.server import open_relay_for
-
-        relay = open_relay_for(settings)
-        owns_relay = True
+    if isinstance(target, RelayNode):
+        node = target
+    elif isinstance(target, Settings):
+        node = RelayNode.open(target, components=components, extra=extra)
     else:
-        relay = settings_or_relay
-        settings = settings if settings is not None else defaults()
-
+        node = RelayNode(target, settings if settings is not None else defaults(), components=components,
+                         extra=extra)
+    relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
-    handlers = core_routes(relay, settings, submitter)
-    modules = [] if settings.core_only else _load_modules()
-    for module in modules:
-        routes = getattr(module, "routes", None)
-        if routes is not None:
-            handlers.extend(routes(relay, settings))
-    for provider in ROUTE_PROVIDERS:
-        handlers.extend(provider(relay, settings))
-
-    # Other areas' background readers stop before the store they read closes.
-    stops = [functools.partial(m.shutdown, relay) for m in modules if hasattr(m, "shutdown")]
-    on_shutdown = stops + [relay.close] if owns_relay else []
+    handlers = core_routes(node, submitter) + node.routes()
     buckets = rate_buckets(settings)
     app = RelayApp(
         route_handlers=handlers,
@@ -439,8 +379,10 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
         compression_config=None,
         logging_config=None,
         debug=False,
-        on_shutdown=on_shutdown,
+        on_startup=[node.start],
+        on_shutdown=[node.stop],
     )
+    app.state.node = node
     app.state.relay = relay
     app.state.settings = settings
     app.ingest = IngestFastPath(submitter, buckets["write"])
@@ -449,7 +391,7 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
 
 
 def create_app_from_env() -> Litestar:
-    """Granian factory target: each worker resolves the launcher's settings."""
+    """Granian factory target: each worker resolves the launcher's settings and owns one node."""
     from akrelay.settings import from_resolved_env
 
     return create_app(from_resolved_env())

@@ -108,7 +108,7 @@ class SearchService:
         self._index = index
         if self.path is None:
             follower.step()  # in memory: searchable before the first request
-        self._indexer = IndexerThread(follower, interval=self.poll_interval, owner=weakref.ref(self))
+        self._indexer = IndexerThread(follower, interval=self.poll_interval)
         self._indexer.start()
         if old is not None and old is not index:
             old.close()
@@ -130,11 +130,14 @@ class SearchService:
             if self._indexer is not None:
                 self._indexer.stop()
                 self._indexer = None
+            elector, self._elector = self._elector, None
             if self._index is not None:
                 self._index.close()
                 self._index = None
             if self._lock is not None:
                 self._lock.release()
+        if elector is not None and elector is not threading.current_thread():
+            elector.join(10.0)
 
     def notify(self) -> None:
         """Hint that the log grew (the indexer polls anyway)."""
@@ -250,8 +253,9 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
                     return
         except Exception:  # noqa: BLE001
             log.exception("search: indexer election failed")
+        closed = service._closed
         del service
-        time.sleep(interval)
+        closed.wait(interval)
 
 
 def reindex(relay: Any, data_dir: str | Path, *, threads: int = 2) -> int:
