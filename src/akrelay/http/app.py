@@ -37,14 +37,6 @@ log = logging.getLogger("akrelay.http")
 #: Threads per worker process for submissions: enough for concurrent requests to
 #: meet at the store's group commit; a plain executor costs less per hop than anyio's.
 SUBMIT_THREADS = 8
-_submit_pool: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _submit_pool
-    if _submit_pool is None:
-        _submit_pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
-    return _submit_pool
 
 
 #: The §9.1 submission path (the routed handler and the fast path share it).
@@ -154,6 +146,12 @@ class SubmitEndpoint:
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
+        #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
+        self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
+
+    def close(self) -> None:
+        """Stop the commit threads (the app's shutdown, after the last request)."""
+        self._pool.shutdown(wait=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
@@ -218,7 +216,7 @@ class SubmitEndpoint:
                     # in a worker thread when the commit point is busy.
                     results = self.relay.try_commit_admitted(items)
                     if results is None:
-                        results = await loop.run_in_executor(_pool(), self.relay.commit_admitted, items)
+                        results = await loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
                 except BaseException as exc:  # every waiter learns of the failure
                     for _, _, future in group:
                         if not future.done():
@@ -380,7 +378,7 @@ def create_app(target: Any, settings: Settings | None = None, *, components: Any
         logging_config=None,
         debug=False,
         on_startup=[node.start],
-        on_shutdown=[node.stop],
+        on_shutdown=[submitter.close, node.stop],
     )
     app.state.node = node
     app.state.relay = relay
