@@ -79,6 +79,11 @@ class KipFollower(LogFollower):
     """
 
     thread_name = "akrelay-kip-importer"
+    #: After a step that imported, wait this long before the next one even when woken:
+    #: under ingest, commits wake the importer constantly, and importing every few
+    #: milliseconds would cost a nexus transaction per tiny batch (the poll-only
+    #: importer batched 0.2 s of acceptances). An idle importer still reacts at once.
+    min_step_interval = 0.2
 
     def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
                  leader: Any = None, interval: float = 0.2) -> None:
