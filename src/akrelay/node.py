@@ -18,17 +18,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
 
+from akrelay.http.kip import KipComponent
+from akrelay.http.knowql import KnowqlComponent
+from akrelay.http.peers import SyncComponent
+from akrelay.http.search import SearchComponent
+from akrelay.protocol.options import ValidationOptions
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import Relay, open_relay
 from akrelay.settings import Settings, defaults, licence_allow_list
-
-if TYPE_CHECKING:
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.peers import SyncComponent
-    from akrelay.http.search import SearchComponent
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import Relay
 
 log = logging.getLogger("akrelay.node")
 
@@ -63,15 +62,12 @@ class Component(Protocol):
 COMPONENTS: tuple[str, ...] = ("search", "kip", "sync", "knowql")
 
 
-def service_config(settings: Settings) -> "ServiceConfig":
+def service_config(settings: Settings) -> ServiceConfig:
     """Translate operator settings into the service's ``ServiceConfig``.
 
     Operator options of other areas (search, peers, KIP) stay in ``Settings``;
     they reach discovery through the components, not through here.
     """
-    from akrelay.protocol.options import ValidationOptions
-    from akrelay.service.config import ServiceConfig
-
     candidates: dict[str, Any] = dict(
         origin=settings.origin,
         max_envelope_bytes=settings.max_envelope_bytes,
@@ -82,10 +78,8 @@ def service_config(settings: Settings) -> "ServiceConfig":
     return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
 
 
-def open_relay_for(settings: Settings) -> "Relay":
+def open_relay_for(settings: Settings) -> Relay:
     """Open the relay on ``settings.data`` (created if needed)."""
-    from akrelay.service.relay import open_relay
-
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
     return open_relay(data, service_config(settings))
@@ -96,10 +90,6 @@ def build_components(relay: Any, settings: Settings, names: Collection[str]) -> 
     unknown = set(names) - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.peers import SyncComponent
-    from akrelay.http.search import SearchComponent
 
     built: list[Component] = []
     search = kip = None
@@ -176,19 +166,19 @@ class RelayNode:
         raise KeyError(f"this relay node runs no {name!r} component")
 
     @property
-    def search(self) -> "SearchComponent":
+    def search(self) -> SearchComponent:
         return self.component("search")  # type: ignore[no-any-return]
 
     @property
-    def kip(self) -> "KipComponent":
+    def kip(self) -> KipComponent:
         return self.component("kip")  # type: ignore[no-any-return]
 
     @property
-    def sync(self) -> "SyncComponent":
+    def sync(self) -> SyncComponent:
         return self.component("sync")  # type: ignore[no-any-return]
 
     @property
-    def knowql(self) -> "KnowqlComponent":
+    def knowql(self) -> KnowqlComponent:
         return self.component("knowql")  # type: ignore[no-any-return]
 
     def routes(self) -> list[Any]:

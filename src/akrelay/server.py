@@ -18,7 +18,7 @@ from typing import TextIO
 from akrelay.node import RelayNode
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
 
-APP_FACTORY = "akrelay.http.app:create_app_from_env"
+APP_FACTORY = "akrelay.app:create_app_from_env"
 
 
 def check_origin(settings: Settings) -> str:

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from litestar.testing import TestClient
 
-from akrelay.http.app import create_app
+from akrelay.app import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay
 from akrelay.settings import defaults

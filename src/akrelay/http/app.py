@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -28,7 +28,6 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
-from akrelay.node import Component, RelayNode
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
@@ -91,7 +90,19 @@ def client_ip(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def core_routes(node: RelayNode, submitter: "SubmitEndpoint") -> list[Any]:
+class Node(Protocol):
+    """What the app needs of its owner (:class:`akrelay.node.RelayNode`): no import upwards."""
+
+    relay: Any
+    settings: Settings
+
+    def routes(self) -> list[Any]: ...
+    def discovery(self) -> dict[str, Any]: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def core_routes(node: Node, submitter: "SubmitEndpoint") -> list[Any]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
     relay = node.relay
     discovery_body = msgspec.json.encode(node.discovery())
@@ -307,8 +318,8 @@ class RelayApp(Litestar):
     405/OPTIONS answers and the error mapping stay in one place.
     """
 
-    ingest: "IngestFastPath | None" = None  # set by create_app
-    read_body: "BodyReader | None" = None  # set by create_app
+    ingest: "IngestFastPath | None" = None  # set by build_app
+    read_body: "BodyReader | None" = None  # set by build_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -345,24 +356,11 @@ async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     await send_json(send, 429, body, [(b"retry-after", str(retry_after).encode())])
 
 
-def create_app(target: Any, settings: Settings | None = None, *, components: Any = None,
-               extra: "list[Component] | tuple[Component, ...]" = ()) -> "RelayApp":
-    """The app over a :class:`~akrelay.node.RelayNode`, or over one built here.
+def build_app(node: Node) -> "RelayApp":
+    """The app over ``node``: the core routes and the node's; the lifespan starts and stops the node.
 
-    ``target`` is a node, ``Settings`` (a node opening the relay in
-    ``settings.data``, closed when the app shuts down) or a ``Relay`` (a node
-    over it; the caller closes it). ``components`` and ``extra`` are passed to
-    the node built here. The app's lifespan starts and stops the node.
+    :func:`akrelay.app.create_app` builds the node from settings or a relay.
     """
-    from akrelay.settings import defaults
-
-    if isinstance(target, RelayNode):
-        node = target
-    elif isinstance(target, Settings):
-        node = RelayNode.open(target, components=components, extra=extra)
-    else:
-        node = RelayNode(target, settings if settings is not None else defaults(), components=components,
-                         extra=extra)
     relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
@@ -386,10 +384,3 @@ def create_app(target: Any, settings: Settings | None = None, *, components: Any
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
     return app
-
-
-def create_app_from_env() -> Litestar:
-    """Granian factory target: each worker resolves the launcher's settings and owns one node."""
-    from akrelay.settings import from_resolved_env
-
-    return create_app(from_resolved_env())
