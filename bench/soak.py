@@ -196,7 +196,8 @@ class Traffic:
         self.args = args
         self.nonce = itertools.count(1)
         self.accepted: list[tuple[str, bytes]] = []
-        self.rotation = itertools.count()
+        self.rotation = itertools.count()  # variants within a class
+        self.turns = itertools.count()  # the class schedule: its own counter, so variant picks cannot skew it
         big = 2_000_000
         self.oversized = [b'{"pad":"' + b"x" * (300_000 - 10) + b'"}', b'{"pad":"' + b"x" * (big - 10) + b'"}']
         self.classes: dict[str, tuple[int, Callable[[], Awaitable[Any]], set[int] | None]] = {
@@ -230,7 +231,7 @@ class Traffic:
         self.schedule = [name for name, (weight, _, _) in self.classes.items() for _ in range(weight)]
 
     def next_class(self) -> str:
-        return self.schedule[next(self.rotation) % len(self.schedule)]
+        return self.schedule[next(self.turns) % len(self.schedule)]
 
     async def send(self, data: bytes, **kw: Any) -> tuple[int, dict[str, str], bytes]:
         return await request(self.relay, data, self.args.request_timeout, **kw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -152,7 +152,10 @@ class RelayClient:
     def _request(self, method: str, url: str, *, body: bytes | None = None) -> Any:
         self._check_url(url)
         headers = {"content-type": "application/json"} if body is not None else None
-        response = self._http.request(method, url, content=body, headers=headers)
+        return self._checked(self._http.request(method, url, content=body, headers=headers))
+
+    def _checked(self, response: httpx.Response) -> Any:
+        """The parsed body of a 200 answer; anything else raises ``ServiceError`` or ``ResponseError``."""
         if response.is_redirect:
             raise ResponseError(f"the service redirected to {response.headers.get('location')!r}; redirects are not followed")
         parsed = self._parse(response.content)
@@ -316,3 +319,40 @@ class RelayClient:
             if [position[h] for h in part] != sorted(position[h] for h in part):
                 raise ResponseError("batch partition out of request order")
         return page
+
+    def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
+            timeout: float = 930.0) -> dict[str, Any]:
+        """Run one KnowQL turn (``POST /query``) and return its Query document.
+
+        With ``on_event`` the turn is streamed: each progress event (a
+        ``QueryEvent``) is passed to it as it arrives, and the final ``query``
+        frame is returned. The endpoint comes from discovery's ``knowql`` member
+        and must be on this origin.
+        """
+        member = (self.discovery or {}).get("knowql")
+        url = member.get("endpoint") if isinstance(member, dict) else None
+        url = url if isinstance(url, str) else self.origin + "/query"
+        self._check_url(url)
+        body = json.dumps({**document, "stream": on_event is not None}, ensure_ascii=False).encode()
+        headers = {"content-type": "application/json"}
+        if on_event is None:
+            return self._checked(self._http.post(url, content=body, headers=headers, timeout=timeout))
+        headers["accept"] = "text/event-stream"
+        with self._http.stream("POST", url, content=body, headers=headers, timeout=timeout) as response:
+            if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
+                    "text/event-stream"):
+                response.read()
+                return self._checked(response)
+            event, data = None, []
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and data:
+                    payload = self._parse("\n".join(data).encode("utf-8"))
+                    if event == "query":
+                        return payload
+                    on_event(payload)
+                    event, data = None, []
+        raise ResponseError("the event stream ended without its query frame")

@@ -115,7 +115,7 @@ OPTIONS: dict[str, Option] = {}
 
 #: Modules of other areas that declare their serve options with :func:`option`;
 #: imported (when they exist) before options are listed or resolved.
-OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options")
+OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options", "akrelay.knowql.options")
 _loaded_option_modules = False
 
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "akrelay.cli.kql",
     "akrelay.cli.knowledge",
     "akrelay.cli.identity",
+    "akrelay.cli.ask",
 )
 
 

@@ -41,7 +41,7 @@ RouteProvider = Callable[[Any, Settings], list[Any]]
 DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
 
 #: Modules that contribute routes; a module that does not exist yet is skipped.
-ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers")
+ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql")
 #: Extra programmatic providers (tests, embedding applications).
 ROUTE_PROVIDERS: list[RouteProvider] = []
 DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []

@@ -21,6 +21,7 @@ from akrelay.search.analysis import RANKING_ID
 from akrelay.search.index import SEARCH_DIR, IndexUnavailable, SearchIndex, index_dir, read_position
 from akrelay.search.indexer import LOCK_NAME, Follower, IndexerLock, IndexerThread
 from akrelay.search.lexical import Budget, lexical_search
+from akrelay.search.question import QuestionHit, question_search
 from akrelay.search.results import SearchPage
 
 log = logging.getLogger("akrelay.search")
@@ -209,6 +210,19 @@ class SearchService:
         hits = result.hits
         return SearchPage(hits, relay.config.origin, checkpoint, as_of, request.mode, RANKING_ID,
                           tuple(reasons), index_seq)
+
+    def question(self, terms: tuple[str, ...], snapshot: int, limit: int, *,
+                 types: tuple[str, ...] = ()) -> tuple[list[QuestionHit], int]:
+        """Ranked question hits at ``snapshot`` (see :mod:`akrelay.search.question`) and the index position.
+
+        The caller compares the position with its snapshot: an index behind it
+        cannot see the newest records.
+        """
+        index = self._current_index()
+        if index is None:
+            return [], 0
+        searcher = index.searcher()
+        return question_search(terms, searcher, self.store, snapshot, limit, types=types), read_position(searcher)
 
     def discovery(self) -> dict[str, Any]:
         return discovery_members(self.relay.config)

@@ -1,0 +1,134 @@
+"""``akrelay ask "question"``: one KnowQL turn against a relay, streamed to the terminal.
+
+The answer text is printed as it streams, then the citations with their
+BELIEF status (what the relay's projection says of each cited capsule).
+``--retrieval-only`` prints the retrieved capsules and passages instead of a
+composed answer; ``--json`` prints the final Query document as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from akrelay.cli.search import DEFAULT_RELAY, EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
+
+DEFAULT_SCOPE = "knowledge"
+EXIT_FAILED = 4
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ask", help="ask the relay's knowledge a question (KnowQL POST /query); prints a cited answer",
+        description="Run one KnowQL turn. The answer streams as it is composed, followed by its citations and "
+                    "the belief status of each cited capsule. Continue a conversation with --session.")
+    p.add_argument("question", metavar="QUESTION", help="the natural-language question")
+    p.add_argument("--session", metavar="ID", help="continue this session (ses_…) instead of starting one")
+    p.add_argument("--scope", action="append", metavar="CONTEXT",
+                   help=f"context slug or id for a new session; repeatable (default {DEFAULT_SCOPE})")
+    p.add_argument("--retrieval-only", action="store_true",
+                   help="skip composition: print the retrieved capsules and passages")
+    p.add_argument("--shape", metavar="FILE", help="a JSON Schema file; the answer's output_json must conform")
+    p.add_argument("--json", action="store_true", help="print the final Query document as JSON")
+    p.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
+                   help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
+    p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
+                   help="PEM certificate to trust, e.g. the relay's self-signed tls-cert.pem [env AKRELAY_CACERT]")
+    p.set_defaults(handler=cmd_ask)
+
+
+def build_document(args: argparse.Namespace) -> dict[str, Any]:
+    doc: dict[str, Any] = {"ask": args.question}
+    if args.session:
+        doc["session_id"] = args.session
+    else:
+        doc["scope"] = args.scope or [DEFAULT_SCOPE]
+    if args.retrieval_only:
+        doc["retrieval_only"] = True
+    if args.shape:
+        with open(args.shape, encoding="utf-8") as fh:
+            doc["shape"] = json.load(fh)
+    return doc
+
+
+def format_citations(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    for n, citation in enumerate(doc.get("citations") or [], start=1):
+        belief = citation.get("belief", "unknown")
+        title = citation.get("title") or ""
+        lines.append(f"[{n}] {belief:<12} {citation.get('source')}  {title}")
+    return lines
+
+
+def format_retrieval(envelope: dict[str, Any]) -> list[str]:
+    lines = [f"{envelope['counts']['artifacts']} capsule(s), {envelope['counts']['chunks']} passage(s)"]
+    for artifact in envelope.get("artifacts", []):
+        belief = artifact.get("belief", {}).get("status", "unknown")
+        lines.append(f"  {artifact.get('rank', '?'):>3}. {belief:<12} {artifact['source']}  {artifact.get('name', '')}")
+    for chunk in envelope.get("chunks", []):
+        text = " ".join(str(chunk.get("text", "")).split())
+        text = text if len(text) <= 100 else text[:99] + "…"
+        lines.append(f"  - {chunk['kind']:<10} {chunk['source']}  {text}")
+    return lines
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    import httpx
+
+    from akrelay.client import RelayClient, ResponseError, ServiceError
+
+    try:
+        document = build_document(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: --shape: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    streamed = not args.json and not args.retrieval_only
+
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == "response.output_text.delta":
+            sys.stdout.write(str(event.get("delta", "")))
+            sys.stdout.flush()
+
+    try:
+        with RelayClient(args.relay, cacert=args.cacert) as client:
+            doc = client.ask(document, on_event=show if streamed else None)
+    except (ServiceError, ResponseError, httpx.HTTPError, ValueError, OSError) as exc:
+        return _refused(exc)
+    if args.json:
+        print(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+        return 0 if doc.get("status") == "completed" else EXIT_FAILED
+    if doc.get("status") != "completed":
+        if streamed:
+            print()
+        print(f"error: the turn {doc.get('status')}: {doc.get('error')}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.retrieval_only:
+        print("\n".join(format_retrieval(doc.get("output_json") or {"counts": {"artifacts": 0, "chunks": 0}})))
+    else:
+        print()
+        if doc.get("output_json") is not None:
+            print(json.dumps(doc["output_json"], ensure_ascii=False, indent=2))
+        citations = format_citations(doc)
+        if citations:
+            print("\nCitations:")
+            print("\n".join(citations))
+    extension = doc.get("akrelay") or {}
+    print(f"\nsession {doc.get('session_id')}  query {doc.get('id')}  snapshot seq {extension.get('snapshot_seq')}")
+    return 0
+
+
+def _refused(exc: Exception) -> int:
+    """The message and exit code of a turn the relay (or the connection) refused."""
+    from akrelay.client import ResponseError, ServiceError
+
+    if isinstance(exc, ServiceError):
+        message, code = f"{exc.code} ({exc.status}): {exc.message}", EXIT_REFUSED
+    elif isinstance(exc, ResponseError):
+        message, code = f"invalid_response: {exc}", EXIT_RESPONSE
+    else:
+        message, code = str(exc), EXIT_USAGE
+    print(f"error: {message}", file=sys.stderr)
+    return code

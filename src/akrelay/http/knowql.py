@@ -1,0 +1,233 @@
+"""KnowQL routes at the origin root: ``POST /query`` and its companions (seed 003).
+
+Thin: every handler goes through :func:`_answer`, which resolves the
+``X-Pinecone-Api-Version`` header first (absent: ``2026-07``; ``unstable``
+accepted; anything else 400 ``unsupported_api_version``), maps every refusal to
+the seed 000 §9.4 body ``{"error": {"code", "message"}}`` and echoes the
+resolved version on every response, errors included. The work happens in
+:class:`akrelay.knowql.service.KnowqlService`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from typing import Any, Awaitable, Callable
+
+import anyio.to_thread
+import msgspec
+from litestar import Request, delete, get, post
+from litestar.response.base import ASGIResponse
+from litestar.exceptions import HTTPException
+from litestar.response.streaming import ASGIStreamingResponse
+
+from akrelay.http.search import data_dir_of, search_service
+from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
+from akrelay.knowql.contexts import ContextRegistry
+from akrelay.knowql.errors import KnowqlError, bad_request
+from akrelay.knowql.request import parse_document, parse_json
+from akrelay.knowql.service import KnowqlService
+from akrelay.knowql.sse import tail
+from akrelay.protocol.errors import ProtocolError
+
+JSON = "application/json"
+SSE = "text/event-stream"
+QUERY_PATH = "/query"
+
+_SERVICES: "weakref.WeakKeyDictionary[Any, KnowqlService]" = weakref.WeakKeyDictionary()
+_CREATE = threading.Lock()
+
+
+def resolve_version(value: str | None) -> str:
+    if value is None:
+        return API_VERSIONS[0]
+    if value.strip() in API_VERSIONS:
+        return value.strip()
+    raise KnowqlError(400, "unsupported_api_version",
+                      f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
+
+
+def _gateway(relay: Any) -> Any:
+    """The relay's KIP gateway (the one ``akrelay.http.kip`` created, else a new one)."""
+    from akrelay.http import kip
+
+    for gateway in kip.GATEWAYS:
+        if gateway.relay is relay:
+            return gateway
+    return kip.Gateway(relay)
+
+
+def knowql_service(relay: Any, settings: Any) -> KnowqlService:
+    service = _SERVICES.get(relay)
+    if service is None:
+        with _CREATE:
+            service = _SERVICES.get(relay)
+            if service is None:
+                gateway: list[Any] = []
+                ref = weakref.ref(relay)  # the service must not keep its relay alive
+
+                def runtime() -> Any:
+                    if not gateway:
+                        gateway.append(_gateway(ref()))
+                    return gateway[0].runtime()
+
+                def search() -> Any:
+                    owner = ref()
+                    if owner is None:
+                        raise RuntimeError("the relay of this KnowQL service is gone")
+                    found = search_service(owner, settings)
+                    # No waiting for the index: the turn's snapshot is the lower of the index
+                    # position and the nexus head, reported as akrelay.snapshot_seq.
+                    found.notify()
+                    return found
+
+                service = KnowqlService.open(relay, settings, data_dir_of(relay), search=search, runtime=runtime)
+                _SERVICES[relay] = service
+                _close_with(relay, service)
+    return service
+
+
+def _close_with(relay: Any, service: KnowqlService) -> None:
+    close = relay.close
+
+    def close_after_knowql() -> None:
+        service.close()
+        close()
+
+    try:
+        relay.close = close_after_knowql
+    except AttributeError:  # pragma: no cover - a relay that forbids it keeps its own close
+        pass
+
+
+def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
+    return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
+                        headers={VERSION_HEADER: version})
+
+
+async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
+    """Run ``work(version)``; refusals become seed 000 §9.4 bodies; the version is echoed."""
+    version = API_VERSIONS[0]
+    try:
+        version = resolve_version(request.headers.get(VERSION_HEADER))
+        result = await work(version)
+    except KnowqlError as exc:
+        return _json_response(exc.to_wire(), exc.status, version)
+    except ProtocolError as exc:  # the shared Content-Type rule
+        return _json_response(bad_request(exc.message).to_wire(), 400, version)
+    except HTTPException as exc:
+        if exc.status_code == 413:
+            body = KnowqlError(413, "payload_too_large", "the request body is too large").to_wire()
+            return _json_response(body, 413, version)
+        if exc.status_code >= 500:
+            raise
+        return _json_response(bad_request(str(exc.detail)).to_wire(), 400, version)
+    if isinstance(result, ASGIStreamingResponse):
+        return result
+    status, body = result
+    return _json_response(body, status, version)
+
+
+def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
+    """An SSE response (built directly: a handler's JSON media type would override a ``Stream``'s)."""
+    return ASGIStreamingResponse(iterator=frames, media_type=SSE, headers={
+        "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
+
+
+def routes(relay: Any, settings: Any) -> list[Any]:
+    service = knowql_service(relay, settings)
+    store = service.store
+
+    @post(QUERY_PATH, status_code=200)
+    async def query(request: Request) -> ASGIResponse:
+        async def work(version: str) -> Any:
+            from akrelay.http.app import _require_json
+
+            _require_json(request)
+            value = parse_json(await request.body())
+            doc = parse_document(value)
+            if (isinstance(value, dict) and value.get("stream") is None and not doc.background
+                    and SSE in (request.headers.get("accept") or "")):
+                doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
+            accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version)
+            if doc.background:
+                service.start(turn)
+                return 202, accepted
+            if doc.stream:
+                service.start(turn)
+                return _sse(tail(store, turn.query_id), version)
+            future = asyncio.wrap_future(service.start(turn))
+            try:
+                await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, turn.deadline - time.time()))
+            except asyncio.TimeoutError:
+                message = f"timed out after {turn.timeout} s"
+                await anyio.to_thread.run_sync(
+                    store.finish, turn.query_id, "failed", {"error": message},
+                    {"type": "response.failed", "error": message})
+            final = await anyio.to_thread.run_sync(service.query, turn.query_id)
+            if final["status"] == "failed" and str(final.get("error", "")).startswith("timed out"):
+                raise KnowqlError(504, "timeout", final["error"], query_id=turn.query_id,
+                                  session_id=turn.session_id)
+            return 200, final
+
+        return await _answer(request, work)
+
+    @get("/queries/{query_id:str}/events")
+    async def query_events(request: Request) -> ASGIResponse:
+        query_id = request.path_params["query_id"]
+
+        async def work(version: str) -> Any:
+            await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
+            last = (request.headers.get("last-event-id") or "").strip()
+            start = int(last) if last.isdigit() and len(last) < 12 else 1
+            return _sse(tail(store, query_id, start), version)
+
+        return await _answer(request, work)
+
+    resources = [
+        _resource(get, "/queries/{id:str}", service.query),
+        _resource(post, "/queries/{id:str}/cancel", service.cancel),
+        _resource(get, "/sessions/{id:str}", service.session),
+        _resource(delete, "/sessions/{id:str}", service.delete_session),
+        _resource(get, "/models", service.models),
+        _resource(get, "/contexts", service.context_list),
+    ]
+    return [query, query_events, *resources]
+
+
+def _resource(method: Any, path: str, call: Callable[..., Any]) -> Any:
+    """A JSON resource route: ``call(id)`` (or ``call()`` without ``{id}``) in a thread, answered 200."""
+    @method(path, status_code=200, name=f"knowql {method.__name__} {path}")
+    async def resource(request: Request) -> ASGIResponse:
+        args = [request.path_params["id"]] if "id" in request.path_params else []
+
+        async def work(version: str) -> Any:
+            return 200, await anyio.to_thread.run_sync(call, *args)
+
+        return await _answer(request, work)
+
+    return resource
+
+
+def _with(doc: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(doc, **changes)
+
+
+def discovery(relay: Any, settings: Any) -> dict[str, Any]:
+    """The ``knowql`` member: version, endpoint, API versions and contexts."""
+    origin = relay.config.origin
+    registry = ContextRegistry.load(origin, getattr(settings, "knowql_contexts", None) or None)
+    return {"knowql": {
+        "version": VERSION,
+        "endpoint": origin + QUERY_PATH,
+        "api_versions": list(API_VERSIONS),
+        "default_api_version": API_VERSIONS[0],
+        "version_header": VERSION_HEADER,
+        "models": origin + "/models",
+        "contexts": [{"id": c.id, "slug": c.slug, "name": c.name, "queryable": c.queryable}
+                     for c in registry.contexts],
+    }}

@@ -1,0 +1,27 @@
+"""``akrelay serve`` options of the KnowQL gateway (one ``option`` call each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from akrelay.settings import _positive_int, _str, option
+
+
+def _contexts_file(text: Any) -> str:
+    """A readable, valid contexts file (checked when the settings are resolved)."""
+    value = _str(text)
+    if value:
+        from akrelay.knowql.contexts import ContextRegistry
+
+        ContextRegistry.load("https://localhost", value)  # ContextFileError is a ValueError naming the entry
+    return value
+
+
+option("knowql_contexts", _contexts_file, "",
+       "KnowQL contexts file (JSON, see docs/knowql.md); the built-in context `knowledge` is always there",
+       metavar="FILE")
+option("knowql_llm_base_url", _str, "",
+       "OpenAI-compatible endpoint for the optional KnowQL LLM composer, e.g. https://api.example.com/v1 "
+       "(key from env AKRELAY_KNOWQL_LLM_API_KEY)", metavar="URL")
+option("knowql_llm_model", _str, "", "model name sent to --knowql-llm-base-url", metavar="NAME")
+option("knowql_llm_timeout", _positive_int, 60, "seconds one LLM composer request may take at most", metavar="S")

@@ -1,0 +1,191 @@
+"""Retrieval for one turn: ranked question hits over one snapshot, joined with the KIP nexus.
+
+The snapshot is one acceptance ``seq``: the lower of the nexus head and the
+search index position, so that ranking, projection and composition all see
+the same log prefix (the nexus answers historical reads at any seq). Hits
+come from the search index's question mode (BM25, words OR-ed, stop words
+dropped); the nexus supplies the capsules, their relations and their
+BELIEF projections under the session's policy.
+
+What never appears as support: retractions (not searched), withheld records
+(skipped by the search and by the nexus), an assessment whose Assertion its
+author retracted, and a capsule its author retracted. A scope keeps a capsule
+when any of its contexts matches the capsule's publish event; an assessment
+follows the capsule it assesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from akrelay.kip.elements import Assertion, Evidence
+from akrelay.kip.package import AK_PACKAGE_REF
+from akrelay.knowql.contexts import Context
+from akrelay.protocol.payload import ASSESS, PUBLISH
+from akrelay.search.question import question_terms
+
+#: A hit found only through the history variant counts for half as much.
+HISTORY_WEIGHT = 0.5
+#: Words borrowed from the previous asks of a session.
+HISTORY_TERMS = 8
+_EVENT_FACET = f"{AK_PACKAGE_REF}/AkEvent"
+
+
+@dataclass
+class Retrieval:
+    snapshot_seq: int
+    index_seq: int
+    policy: str
+    query_variants: list[str]
+    keyword_query: str | None
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def matched_artifacts(self) -> list[str]:
+        return [a["id"] for a in self.artifacts]
+
+
+def history_variant(ask: str, history: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """The ask plus the salient words of the previous one or two asks (seed 000 §5.2(2))."""
+    own = question_terms(ask)
+    if not own or not history:
+        return None
+    extra: dict[str, None] = {}
+    for previous in reversed(history[-2:]):
+        for term in question_terms(previous):
+            if term not in own:
+                extra.setdefault(term, None)
+    borrowed = tuple(extra)[:HISTORY_TERMS]
+    if not borrowed:
+        return None
+    return ask + " " + " ".join(borrowed), (own + borrowed)[:16]
+
+
+def retracted(nexus: Any, event_id: str, seq: int) -> bool:
+    """Whether every Assertion derived from ``event_id`` was retracted by its author at ``seq``."""
+    ids = nexus.assertions_by_event.get(event_id, ())
+    if not ids:
+        return False
+    return all(nexus.elements[aid].created_seq > seq or nexus.elements[aid].status_at(seq) == "retracted"
+               for aid in ids)
+
+
+def _assessment_counts(nexus: Any, assertion_ids: Sequence[str]) -> int:
+    """How many of ``assertion_ids`` come from assessments (not the author's own publication)."""
+    count = 0
+    for aid in assertion_ids:
+        assertion = nexus.elements.get(aid)
+        if not isinstance(assertion, Assertion) or not assertion.evidence:
+            continue
+        evidence = nexus.elements.get(assertion.evidence[0]["id"])
+        if isinstance(evidence, Evidence) and evidence.facets.get(_EVENT_FACET, {}).get("event_type") == ASSESS:
+            count += 1
+    return count
+
+
+def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: Any, runtime: Any, store: Any,
+             policy: str, limit: int, origin: str) -> Retrieval:
+    """Retrieve for ``ask`` at one snapshot; ``limit`` artifacts (and their chunks) at most."""
+    nexus = runtime.nexus
+    index_seq = search.index_seq()
+    with runtime.lock:
+        snapshot = min(nexus.head, index_seq)
+    terms = question_terms(ask)
+    variants = [ask]
+    result = Retrieval(snapshot, index_seq, policy, variants, " ".join(terms) if terms else None)
+    if not terms or snapshot < 1:
+        return result
+    runs: list[tuple[tuple[str, ...], float]] = [(terms, 1.0)]
+    extra = history_variant(ask, history)
+    if extra is not None:
+        variants.append(extra[0])
+        runs.append((extra[1], HISTORY_WEIGHT))
+    wanted = max(limit * 2, 20)  # records: a capsule's publication and its assessments
+    best: dict[str, tuple[float, int, Any]] = {}
+    for words, weight in runs:
+        hits, _ = search.question(words, snapshot, wanted, types=(PUBLISH, ASSESS))
+        for hit in hits:
+            score = round(hit.score * weight, 6)
+            known = best.get(hit.record.id)
+            if known is None or score > known[0]:
+                best[hit.record.id] = (score, hit.record.seq, hit.record)
+    ranked = sorted(best.values(), key=lambda item: (-item[0], item[1]))
+
+    targets = store.get_many(sorted({r.envelope.payload["target"] for _, _, r in ranked
+                                     if r.envelope.type != PUBLISH}))
+    capsules: dict[str, dict[str, Any]] = {}
+    with runtime.lock:
+        for score, seq, record in ranked:
+            envelope = record.envelope
+            payload = envelope.payload
+            if envelope.type == PUBLISH:
+                capsule_record = record
+            else:
+                capsule_record = targets.get(payload["target"])
+                if (capsule_record is None or capsule_record.withheld or capsule_record.seq > snapshot
+                        or capsule_record.envelope.type != PUBLISH):
+                    continue
+            capsule_id = capsule_record.id
+            if retracted(nexus, record.id, snapshot) or retracted(nexus, capsule_id, snapshot):
+                continue
+            contexts = [c.slug for c in scope if c.matches(capsule_record.envelope)]
+            if not contexts:
+                continue
+            entry = capsules.get(capsule_id)
+            if entry is None:
+                if len(capsules) >= limit:
+                    continue
+                entry = capsules[capsule_id] = {"record": capsule_record, "score": score, "contexts": contexts,
+                                                "chunks": []}
+            entry["chunks"].append(_chunk(record, capsule_record, score, contexts, origin))
+        for rank, (capsule_id, entry) in enumerate(capsules.items(), start=1):
+            artifact = _artifact(runtime, entry, snapshot, policy, origin)
+            if artifact is None:
+                continue
+            artifact["rank"] = len(result.artifacts) + 1
+            result.artifacts.append(artifact)
+            result.chunks.extend(entry["chunks"])
+    result.chunks.sort(key=lambda c: (-c["score"], c["seq"]))
+    for rank, chunk in enumerate(result.chunks, start=1):
+        chunk["rank"] = rank
+    return result
+
+
+def _url(origin: str, event_id: str) -> str:
+    return f"{origin}/v1/knowledge/events/{event_id}"
+
+
+def _chunk(record: Any, capsule: Any, score: float, contexts: list[str], origin: str) -> dict[str, Any]:
+    payload = record.envelope.payload
+    publish = record.envelope.type == PUBLISH
+    chunk = {"id": record.id, "source": record.id, "kind": "capsule" if publish else "assessment",
+             "capsule": capsule.id, "context": contexts, "title": capsule.envelope.payload["title"],
+             "text": payload["statement"] if publish else payload["summary"], "score": score, "seq": record.seq,
+             "url": _url(origin, record.id)}
+    if not publish:
+        chunk["verdict"] = payload["verdict"]
+    return chunk
+
+
+def _artifact(runtime: Any, entry: dict[str, Any], seq: int, policy: str, origin: str) -> dict[str, Any] | None:
+    nexus = runtime.nexus
+    record = entry["record"]
+    concept = nexus.capsule(record.id, seq)
+    if concept is None:
+        return None
+    payload = record.envelope.payload
+    holds = nexus.holds(record.id, seq)
+    if holds is not None:
+        projection = runtime.project(holds.id, policy=policy, as_of=seq)
+        belief = {"status": projection["status"], "leading": projection["leading"],
+                  "supporting": _assessment_counts(nexus, projection["support"]["assertion_ids"]),
+                  "rejecting": _assessment_counts(nexus, projection["opposition"]["assertion_ids"]),
+                  "reasons": list(projection["uncertainty"]["reasons"])}
+    else:
+        belief = {"status": "insufficient", "leading": "none", "supporting": 0, "rejecting": 0, "reasons": []}
+    belief.update(policy=policy, snapshot_seq=seq)
+    return {"id": concept.id, "source": record.id, "type": "KnowledgeCapsule", "name": payload["title"],
+            "kind": payload["kind"], "text": payload["statement"], "context": entry["contexts"],
+            "score": entry["score"], "seq": record.seq, "url": _url(origin, record.id), "belief": belief}

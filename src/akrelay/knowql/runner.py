@@ -1,0 +1,193 @@
+"""One turn from ``in_progress`` to its terminal state: retrieve, compose, finish.
+
+The runner writes every progress event to the shared store as it goes (a
+stream on this worker and an event replay on any other read the same rows)
+and ends the turn with one compare-and-set. Between steps it stops as soon as
+the turn is no longer in progress (cancelled, or timed out by a reader) or
+its deadline has passed. A failure inside a step fails the turn with a clear
+error; it never escapes as a 5xx.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
+from akrelay.knowql.contexts import Context
+from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
+from akrelay.knowql.request import QueryDocument
+from akrelay.knowql.retrieval import Retrieval, retrieve
+from akrelay.knowql.shape import ShapeFailure, require_conforming
+
+log = logging.getLogger("akrelay.knowql")
+
+#: Progress events older than this are written even mid-step (streamed deltas).
+FLUSH_SECONDS = 0.02
+
+
+class TurnEnded(Exception):
+    """The turn left ``in_progress`` elsewhere (cancel, timeout); stop quietly."""
+
+
+@dataclass
+class Turn:
+    query_id: str
+    session_id: str
+    doc: QueryDocument
+    scope: list[Context]
+    policy: str
+    model: ModelEntry | None          # None: a retrieval-only turn
+    history: tuple[tuple[str, str], ...]
+    system_prompt: str | None
+    guardrails: str | None
+    deadline: float
+    timeout: int
+    #: progress events not yet written, and when the runner last wrote them
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    flushed_at: float = 0.0
+
+
+class TurnRunner:
+    def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
+                 origin: str, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.search = search
+        self.runtime = runtime
+        self.records = records  # the relay's store (acceptance records)
+        self.origin = origin
+        self.clock = clock
+
+    def run(self, turn: Turn) -> None:
+        try:
+            self._run(turn)
+        except TurnEnded:
+            return
+        except (ShapeFailure, ComposerError) as exc:
+            late = self.clock() >= turn.deadline
+            self._fail(turn, f"timed out after {turn.timeout} s" if late else str(exc))
+        except Exception:  # a bug: the turn fails, the worker goes on answering
+            log.exception("KnowQL turn %s failed", turn.query_id)
+            self._fail(turn, "internal error while running the turn")
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def _emit(self, turn: Turn, event: dict[str, Any], *, flush: bool = False) -> None:
+        """Queue a progress event; write the queue when asked, or when it is older than :data:`FLUSH_SECONDS`.
+
+        Batching keeps a turn to a few store transactions (an extractive answer's
+        deltas are written together) while a slow composer's deltas still reach
+        streams within a few tens of milliseconds.
+        """
+        turn.pending.append(event)
+        if flush or self.clock() - turn.flushed_at >= FLUSH_SECONDS:
+            self._flush(turn)
+
+    def _flush(self, turn: Turn) -> None:
+        pending, turn.pending = turn.pending, []
+        turn.flushed_at = self.clock()
+        if turn.flushed_at > turn.deadline:
+            message = f"timed out after {turn.timeout} s"
+            self.store.finish(turn.query_id, "failed", {"error": message},
+                              {"type": "response.failed", "error": message}, pending=pending)
+            raise TurnEnded()
+        if self.store.append_events(turn.query_id, pending) is None:
+            raise TurnEnded()
+
+    def _step(self, turn: Turn, steps: list[dict[str, Any]], step_id: str, fns: list[str],
+              commentary: str, status: str = "completed", *, flush: bool = False) -> None:
+        step = {"step_id": step_id, "status": status, "commentary": commentary, "fns": fns}
+        if status != "running":
+            steps.append(step)
+        self._emit(turn, {"type": "response.step", **step}, flush=flush)
+
+    def _run(self, turn: Turn) -> None:
+        started = self.clock()
+        doc = turn.doc
+        steps: list[dict[str, Any]] = []
+        self._emit(turn, {"type": "response.created", "session_id": turn.session_id})
+        self._step(turn, steps, "retrieve", ["search.question", "kip.nexus"], "ranking capsules for the ask",
+                   "running", flush=True)
+        mode = doc.retrieval_mode()
+        if mode is None:
+            limit = min(doc.max_retrieved or COMPOSE_DEFAULT, COMPOSE_DEFAULT)
+        else:
+            cap = doc.max_retrieved or RETRIEVAL_DEFAULT
+            # With both kinds, each capsule's artifact and its best passage tie in the one
+            # ranking the cap applies to: half the cap (plus one) in capsules fills it.
+            limit = cap // 2 + 1 if mode[1] == "both" else cap
+        history_asks = [ask for ask, _ in turn.history]
+        retrieval: Retrieval = retrieve(
+            ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
+            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
+        self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
+                   f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
+                   f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
+        extension = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
+                     "policy": turn.policy, "scope": [c.slug for c in turn.scope],
+                     "warnings": list(doc.warnings)}
+        if mode is not None:
+            name, kind = mode
+            if doc.shape is not None:
+                extension["warnings"].append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
+            output_json = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
+                                   max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
+            fields = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
+                      "usage": _usage(None)}
+        else:
+            assert turn.model is not None
+            self._step(turn, steps, "compose", [turn.model.id], "composing the answer", "running")
+            composer_input = TurnInput(doc.ask, turn.history, turn.system_prompt, turn.guardrails, doc.shape,
+                                       turn.deadline)
+            composition = turn.model.composer.compose(
+                composer_input, retrieval,
+                lambda delta: self._emit(turn, {"type": "response.output_text.delta", "delta": delta}))
+            allowed = {a["source"] for a in retrieval.artifacts} | {c["source"] for c in retrieval.chunks}
+            citations = [c for c in composition.citations if c.get("source") in allowed]
+            output_json = composition.output_json
+            if doc.shape is not None:
+                if not isinstance(output_json, dict):
+                    raise ShapeFailure("the composer produced no JSON object for the shape")
+                require_conforming(output_json, doc.shape)
+            else:
+                output_json = None
+            self._step(turn, steps, "compose", [turn.model.id],
+                       f"{len(citations)} citation(s) from the retrieved set")
+            fields = {"model": composition.model, "output": [_text(composition.text)], "output_json": output_json,
+                      "citations": citations, "usage": _usage(composition.usage)}
+        duration = int(round((self.clock() - started) * 1000))
+        self._emit(turn, {"type": "response.turn_rollup", "n_steps": len(steps), "n_tool_calls": 0,
+                          "by_category": {}, "total_hits": len(retrieval.chunks), "duration_ms": duration})
+        fields.update(steps=steps, akrelay=extension, error=None)
+        pending, turn.pending = turn.pending, []
+        self.store.finish(turn.query_id, "completed", fields, pending=pending)
+
+    def _fail(self, turn: Turn, message: str) -> None:
+        pending, turn.pending = turn.pending, []
+        self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message},
+                          pending=pending)
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def _usage(usage: dict[str, int] | None) -> dict[str, Any]:
+    usage = usage or {}
+    inp, out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+    return {"input_tokens": inp, "output_tokens": out, "total_tokens": int(usage.get("total_tokens", inp + out)),
+            "cost_usd": 0}
+
+
+def history_of(queries: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """(ask, answer) pairs of a session's terminal turns, oldest first."""
+    out = []
+    for q in queries:
+        if q.get("status") != "completed":
+            continue
+        ask = q["input"][0]["content"] if q.get("input") else ""
+        answer = "".join(part.get("text", "") for item in q.get("output", []) for part in item.get("content", []))
+        out.append((ask, answer))
+    return tuple(out)

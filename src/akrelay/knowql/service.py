@@ -1,0 +1,165 @@
+"""The KnowQL operations the HTTP routes call, one service per relay and worker.
+
+:meth:`KnowqlService.accept` resolves and records a turn (404 and 409 come
+from here, in the seed's order, after :mod:`.request` has done the 400s) and
+:meth:`KnowqlService.run` executes it; the routes decide whether to wait for
+it (synchronous), stream its events, or answer 202 at once (background).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from akrelay.knowql.compose import ExtractiveComposer
+from akrelay.knowql.contexts import ContextRegistry
+from akrelay.knowql.errors import KnowqlError, bad_request, not_found
+from akrelay.knowql.models import Catalog, build_catalog
+from akrelay.knowql.request import QueryDocument
+from akrelay.knowql.runner import Turn, TurnRunner, history_of
+from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
+
+#: Turns running at once in one worker; more wait in the pool's queue.
+TURN_THREADS = 8
+PROJECT_ID = "akrelay"
+CREATED_BY = "anonymous"
+TITLE_CHARS = 80
+
+
+def new_id(prefix: str) -> str:
+    """Unguessable (122 random bits): session and query reads are unauthenticated."""
+    return prefix + uuid.uuid4().hex
+
+
+def title_of(ask: str) -> str:
+    text = " ".join(ask.split())
+    if len(text) <= TITLE_CHARS:
+        return text
+    cut = text[:TITLE_CHARS].rsplit(" ", 1)[0] or text[:TITLE_CHARS]
+    return cut + "…"
+
+
+class KnowqlService:
+    def __init__(self, relay: Any, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
+                 search: Callable[[], Any], runtime: Callable[[], Any], clock: Callable[[], float] = time.time,
+                 default_policy: str = "akrelay:corroborated") -> None:
+        # Only what a turn needs: holding the relay itself would keep it alive (the
+        # routes keep one service per relay in a weak mapping).
+        self.origin = relay.config.origin
+        self.settings = settings
+        self.store = store
+        self.contexts = contexts
+        self.clock = clock
+        self.default_policy = default_policy
+        self.catalog: Catalog = build_catalog(settings, ExtractiveComposer())
+        self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
+                                 clock=clock)
+        self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
+
+    @classmethod
+    def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
+             runtime: Callable[[], Any]) -> "KnowqlService":
+        contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
+        return cls(relay, settings, store=SqliteTurnStore.in_data_dir(data_dir), contexts=contexts,
+                   search=search, runtime=runtime)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
+
+    # ---- a turn ---------------------------------------------------------------------------
+
+    def accept(self, doc: QueryDocument, api_version: str) -> tuple[dict[str, Any], Turn]:
+        """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn."""
+        now = self.clock()
+        if doc.continues:
+            session_id = self._continued_session(doc)
+            session = self.store.get_session(session_id)
+            if session is None:
+                raise not_found("session_not_found", f"no session {session_id!r}")
+            pinned, new_session = session, None
+            scope = self.contexts.scope(session["scope"])
+        else:
+            pinned = doc.pinned()
+            self.catalog.resolve(pinned["models"])  # 400 before any 404 (seed order)
+            scope = self.contexts.resolve_scope(doc.scope or ())
+            pinned["scope"] = [c.slug for c in scope]
+            session_id = new_id("ses_")
+            new_session = {"id": session_id, "object": "session", "project_id": PROJECT_ID,
+                           "created_by": CREATED_BY, "title": title_of(doc.ask), **pinned}
+        mode = doc.retrieval_mode()
+        model = None if mode is not None else self._model_for(pinned.get("models") or [])
+        policy = (pinned.get("vars") or {}).get("policy") or self.default_policy
+        query_id = new_id("qry_")
+        query = {
+            "id": query_id, "object": "query", "session_id": session_id,
+            "model": model.id if model is not None else None, "created": int(now), "status": "in_progress",
+            "error": None, "previous_query_id": None, "input": [{"role": "user", "content": doc.ask}],
+            "output": [], "output_json": None, "citations": [], "steps": [],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_usd": 0}, "runtime_ms": 0,
+            "akrelay": {"api_version": api_version, "policy": policy, "scope": [c.slug for c in scope],
+                        "warnings": list(doc.warnings)},
+            "_started": now, "_timeout": doc.timeout_seconds,
+        }
+        deadline = now + doc.timeout_seconds
+        history = history_of(self.store.session_queries(session_id)) if new_session is None else ()
+        _session, stored = self.store.create_turn(new_session, session_id, query, deadline)
+        turn = Turn(query_id, session_id, doc, scope, policy, model, history, pinned.get("system_prompt"),
+                    pinned.get("guardrails"), deadline, doc.timeout_seconds)
+        return public(stored), turn
+
+    def _continued_session(self, doc: QueryDocument) -> str:
+        if doc.previous_query_id is None:
+            assert doc.session_id is not None
+            return doc.session_id
+        owner = self.store.session_of_query(doc.previous_query_id)
+        if owner is None:
+            raise not_found("query_not_found", f"no query {doc.previous_query_id!r}")
+        if doc.session_id is not None and doc.session_id != owner:
+            raise bad_request("session_id and previous_query_id name different sessions")
+        return owner
+
+    def _model_for(self, preference: list[str]) -> Any:
+        """The pinned preference's first available model; the default if it is no longer served."""
+        try:
+            return self.catalog.resolve(preference)
+        except KnowqlError:
+            return self.catalog.resolve([])
+
+    def run(self, turn: Turn) -> None:
+        self.runner.run(turn)
+
+    def start(self, turn: Turn) -> Future:
+        return self._pool.submit(self.runner.run, turn)
+
+    # ---- resources ------------------------------------------------------------------------
+
+    def query(self, query_id: str) -> dict[str, Any]:
+        doc = self.store.get_query(query_id)
+        if doc is None:
+            raise not_found("query_not_found", f"no query {query_id!r}")
+        return public(doc)
+
+    def cancel(self, query_id: str) -> dict[str, Any]:
+        """Idempotent: an in-progress turn becomes ``cancelled``; a terminal one is returned unchanged."""
+        self.query(query_id)  # 404 first; also fails a turn whose deadline passed
+        self.store.finish(query_id, "cancelled", {"error": "cancelled by client"},
+                          {"type": "response.cancelled", "error": "cancelled by client"})
+        return self.query(query_id)
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        session = self.store.get_session(session_id)
+        if session is None:
+            raise not_found("session_not_found", f"no session {session_id!r}")
+        return {**session, "queries": [public(q) for q in self.store.session_queries(session_id)]}
+
+    def delete_session(self, session_id: str) -> dict[str, Any]:
+        return {"deleted": self.store.delete_session(session_id)}
+
+    def models(self) -> dict[str, Any]:
+        return self.catalog.to_wire()
+
+    def context_list(self) -> list[dict[str, Any]]:
+        return self.contexts.to_wire()

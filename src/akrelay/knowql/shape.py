@@ -1,0 +1,172 @@
+"""``shape`` (seed 000 §7): JSON Schema 2020-12 checking, validation and the deterministic binder.
+
+A completed turn's ``output_json`` always validates against its shape; when
+no conforming value can be produced the turn fails (§7.2(3)). The binder
+fills an object shape from a fixed vocabulary of property names (answer,
+citations, results, status, count, found, …) and never invents a value: a
+required property it cannot bind fails the turn with a message naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+from akrelay.knowql.errors import bad_request
+
+
+class ShapeFailure(Exception):
+    """No value conforming to the shape could be produced; the turn fails with this message."""
+
+
+def check_shape(shape: dict[str, Any]) -> None:
+    """400 unless ``shape`` is a valid Draft 2020-12 schema whose ``$ref``s stay inside it."""
+    try:
+        Draft202012Validator.check_schema(shape)
+    except jsonschema.SchemaError as exc:
+        raise bad_request(f"shape is not a valid JSON Schema (2020-12): {exc.message}") from None
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise bad_request(f"shape is not a valid JSON Schema (2020-12): {exc}") from None
+    root = _types(shape)
+    if root and "object" not in root:
+        # The Query document types output_json as an object (or null).
+        raise bad_request("shape must describe a JSON object (its type must include \"object\")")
+    for ref in _refs(shape):
+        if not ref.startswith("#"):
+            raise bad_request("shape may only use local $ref values (starting with #)")
+
+
+def _refs(value: Any) -> list[str]:
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(inner, str):
+                    found.append(inner)
+                else:
+                    stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def problems(value: Any, shape: dict[str, Any]) -> list[str]:
+    """Validation problems of ``value`` against ``shape`` (empty: it conforms)."""
+    try:
+        validator = Draft202012Validator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined]
+            RecursionError, ValueError, TypeError, KeyError) as exc:
+        return [f"the shape cannot be evaluated: {exc}"]
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
+
+
+def require_conforming(value: Any, shape: dict[str, Any]) -> Any:
+    found = problems(value, shape)
+    if found:
+        raise ShapeFailure("the output does not conform to the shape: " + "; ".join(found))
+    return value
+
+
+# ---- the deterministic binder ---------------------------------------------------------------
+
+_ANSWER = {"answer", "summary", "text", "response", "result_text", "output"}
+_CITATIONS = {"citations", "sources", "references", "refs"}
+_RESULTS = {"results", "items", "capsules", "matches", "knowledge", "artifacts", "findings"}
+_STATUS = {"status", "belief", "belief_status"}
+_COUNT = {"count", "total", "hits", "num_results", "result_count"}
+_FOUND = {"found", "has_results", "answered", "matched"}
+
+
+def _norm(name: str) -> str:
+    """``hasResults`` / ``has-results`` / ``HAS_RESULTS`` -> ``has_results``."""
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _types(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    t = schema.get("type")
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return set()
+
+
+def _fixed(schema: Any) -> tuple[bool, Any]:
+    """A value the schema itself dictates: ``const``, a one-member ``enum`` or ``default``."""
+    if not isinstance(schema, dict):
+        return False, None
+    if "const" in schema:
+        return True, schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and len(enum) == 1:
+        return True, enum[0]
+    if "default" in schema:
+        return True, schema["default"]
+    return False, None
+
+
+def _project_item(item: dict[str, Any], schema: Any) -> Any:
+    """An artifact/citation projected onto an item schema's property names."""
+    if "string" in _types(schema) and "object" not in _types(schema):
+        return item.get("source") or item.get("title") or ""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return dict(item)
+    out = {}
+    for name in props:
+        key = _norm(name)
+        aliases = {"id": ("source", "id"), "title": ("title", "name"), "name": ("name", "title"),
+                   "statement": ("text", "statement"), "text": ("text", "statement"), "kind": ("kind",),
+                   "status": ("status",), "belief": ("status",), "score": ("score",), "source": ("source",),
+                   "url": ("url",), "event_id": ("source",), "hash": ("source",)}.get(key, (key,))
+        for alias in aliases:
+            if item.get(alias) is not None:
+                out[name] = item[alias]
+                break
+    return out
+
+
+def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citations: list[dict[str, Any]]) -> Any:
+    """A value for ``shape`` from the extractive answer, or :class:`ShapeFailure`.
+
+    ``items`` are the composed artifacts (``source``, ``title``, ``text``,
+    ``status``, ``score``, ``url``…), best first.
+    """
+    props = shape.get("properties") or {}
+    required = shape.get("required") or []
+    out: dict[str, Any] = {}
+    for name, schema in props.items() if isinstance(props, dict) else ():
+        fixed, value = _fixed(schema)
+        if fixed:
+            out[name] = value
+            continue
+        key = _norm(name)
+        types = _types(schema)
+        if key in _ANSWER and (not types or "string" in types):
+            out[name] = answer
+        elif key in _CITATIONS:
+            item_schema = schema.get("items", {}) if isinstance(schema, dict) else {}
+            out[name] = [_project_item(c, item_schema) for c in citations]
+        elif key in _RESULTS:
+            item_schema = schema.get("items", {}) if isinstance(schema, dict) else {}
+            out[name] = [_project_item(i, item_schema) for i in items]
+        elif key in _STATUS and items and (not types or "string" in types):
+            out[name] = items[0].get("status")
+        elif key in _COUNT and (not types or types & {"integer", "number"}):
+            out[name] = len(items)
+        elif key in _FOUND and (not types or "boolean" in types):
+            out[name] = bool(items)
+    missing = [name for name in required if isinstance(name, str) and name not in out]
+    if missing:
+        raise ShapeFailure(f"cannot derive required {', '.join(repr(m) for m in missing)} "
+                           "without a synthesis model (the extractive composer binds answer, citations, "
+                           "results, status, count and found)")
+    return require_conforming(out, shape)

@@ -1,0 +1,259 @@
+"""Sessions, queries and query events, shared by every worker of a relay.
+
+:class:`TurnStore` is the interface the rest of KnowQL uses; :class:`SqliteTurnStore`
+keeps it in ``<data>/knowql.sqlite3`` (WAL, so a poll, a cancel or an event
+replay can reach any worker), or in memory for a relay without a data
+directory. A Redis backend can implement the same interface later.
+
+Every status change is a compare-and-set from ``in_progress`` (a cancel and a
+completion cannot both win) made in one transaction with the terminal event
+and the release of the session's in-flight slot, so a session can never stay
+wedged and a stream always ends with exactly one terminal event. A turn whose
+deadline has passed is failed by whoever reads it next (a dead worker cannot
+leave it running forever).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from akrelay.knowql.errors import conflict, not_found
+
+FILE_NAME = "knowql.sqlite3"
+TERMINAL = ("completed", "failed", "cancelled")
+_EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+  id TEXT PRIMARY KEY, doc TEXT NOT NULL, last_query_id TEXT, inflight TEXT,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queries (
+  id TEXT PRIMARY KEY, session_id TEXT NOT NULL, position INTEGER NOT NULL, status TEXT NOT NULL,
+  deadline REAL NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS queries_session ON queries (session_id, position);
+CREATE TABLE IF NOT EXISTS query_events (
+  query_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (query_id, seq));
+"""
+
+
+class TurnStore(Protocol):
+    """What KnowQL needs from a shared store (SQLite today, Redis later)."""
+
+    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
+                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]: ...
+    def get_query(self, query_id: str) -> dict[str, Any] | None: ...
+    def get_session(self, session_id: str) -> dict[str, Any] | None: ...
+    def session_queries(self, session_id: str) -> list[dict[str, Any]]: ...
+    def delete_session(self, session_id: str) -> bool: ...
+    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None: ...
+    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
+               *, pending: list[dict[str, Any]] = ()) -> bool: ...  # type: ignore[assignment]
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
+    def close(self) -> None: ...
+
+
+def public(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored document without its private members (``_started``, ``_timeout``, …)."""
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+def rfc3339(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class SqliteTurnStore:
+    """:class:`TurnStore` over one SQLite file (``path``) or memory (``None``)."""
+
+    def __init__(self, path: str | Path | None, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path) if path is not None else None
+        self.clock = clock
+        target = str(self.path) if self.path is not None else ":memory:"
+        self._db = sqlite3.connect(target, timeout=10.0, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA busy_timeout=10000")
+            if self.path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def in_data_dir(cls, data_dir: str | Path | None) -> "SqliteTurnStore":
+        return cls(Path(data_dir) / FILE_NAME if data_dir is not None else None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- transactions ---------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self._db)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ---- turns ------------------------------------------------------------------------------
+
+    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
+                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Insert ``query`` (in_progress) into a new ``session`` or the existing ``session_id``.
+
+        Takes the session's in-flight slot (409 ``session_busy`` if another turn
+        holds it) and links the query after the session's last one. Nothing is
+        written when it refuses.
+        """
+        now = self.clock()
+        self._expire_session(session_id, now)
+
+        def tx(db: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+            stamp = rfc3339(now)
+            if session is not None:
+                db.execute("INSERT INTO sessions (id, doc, last_query_id, inflight, created_at, updated_at) "
+                           "VALUES (?, ?, NULL, NULL, ?, ?)", (session_id, _dump(session), stamp, stamp))
+            row = db.execute("SELECT last_query_id, inflight FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is None:
+                raise not_found("session_not_found", f"no session {session_id!r}")
+            last, inflight = row
+            if inflight is not None:
+                raise conflict("session_busy", f"query {inflight} is still in progress on this session")
+            doc = dict(query, session_id=session_id, previous_query_id=last)
+            position = db.execute("SELECT COALESCE(MAX(position), 0) + 1 FROM queries WHERE session_id = ?",
+                                  (session_id,)).fetchone()[0]
+            db.execute("INSERT INTO queries (id, session_id, position, status, deadline, doc) VALUES (?, ?, ?, ?, ?, ?)",
+                       (doc["id"], session_id, position, "in_progress", deadline, _dump(doc)))
+            db.execute("UPDATE sessions SET last_query_id = ?, inflight = ?, updated_at = ? WHERE id = ?",
+                       (doc["id"], doc["id"], stamp, session_id))
+            return self._session_doc(db, session_id), doc
+
+        return self._write(tx)
+
+    def _expire_session(self, session_id: str, now: float) -> None:
+        rows = self._read("SELECT inflight FROM sessions WHERE id = ?", (session_id,))
+        if rows and rows[0][0] is not None:
+            self.get_query(rows[0][0], now=now)
+
+    def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+        rows = self._read("SELECT status, deadline, doc FROM queries WHERE id = ?", (query_id,))
+        if not rows:
+            return None
+        status, deadline, doc = rows[0]
+        now = self.clock() if now is None else now
+        if status == "in_progress" and now > deadline:
+            limit = json.loads(doc).get("_timeout")
+            message = f"timed out after {limit} s" if limit else "timed out"
+            self.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+            return self.get_query(query_id, now=now)
+        return json.loads(doc)
+
+    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
+               *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
+        """Move an in_progress query to ``status`` with ``fields`` merged into its document.
+
+        ``pending`` progress events, then ``event`` (the terminal one,
+        ``response.<status>`` by default), are appended in the same transaction.
+        ``False`` when the query was no longer in progress (nothing is written).
+        """
+        assert status in TERMINAL
+        now = self.clock()
+
+        def tx(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT status, session_id, doc FROM queries WHERE id = ?", (query_id,)).fetchone()
+            if row is None or row[0] != "in_progress":
+                return False
+            doc = json.loads(row[2])
+            doc.update(fields)
+            doc["status"] = status
+            doc["runtime_ms"] = max(0, int(round((now - doc.get("_started", now)) * 1000)))
+            db.execute("UPDATE queries SET status = ?, doc = ? WHERE id = ?", (status, _dump(doc), query_id))
+            db.execute("UPDATE sessions SET inflight = NULL, updated_at = ? WHERE id = ? AND inflight = ?",
+                       (rfc3339(now), row[1], query_id))
+            for progress in pending:
+                self._append(db, query_id, dict(progress, query_id=query_id))
+            terminal = dict(event or {"type": _EVENT_OF[status]})
+            terminal.setdefault("type", _EVENT_OF[status])
+            terminal["query_id"] = query_id
+            if status != "completed" and "error" not in terminal and doc.get("error"):
+                terminal["error"] = doc["error"]
+            self._append(db, query_id, terminal)
+            return True
+
+        return self._write(tx)
+
+    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
+        """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
+        def tx(db: sqlite3.Connection) -> int | None:
+            row = db.execute("SELECT status FROM queries WHERE id = ?", (query_id,)).fetchone()
+            if row is None or row[0] != "in_progress":
+                return None
+            seq = 0
+            for event in events:
+                seq = self._append(db, query_id, dict(event, query_id=query_id))
+            return seq
+
+        return self._write(tx)
+
+    @staticmethod
+    def _append(db: sqlite3.Connection, query_id: str, event: dict[str, Any]) -> int:
+        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM query_events WHERE query_id = ?",
+                         (query_id,)).fetchone()[0]
+        db.execute("INSERT INTO query_events (query_id, seq, type, data) VALUES (?, ?, ?, ?)",
+                   (query_id, seq, event["type"], _dump(event)))
+        return seq
+
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
+        rows = self._read("SELECT seq, type, data FROM query_events WHERE query_id = ? AND seq >= ? ORDER BY seq",
+                          (query_id, from_seq))
+        return [(seq, kind, json.loads(data)) for seq, kind, data in rows]
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    def _session_doc(self, db: sqlite3.Connection, session_id: str) -> dict[str, Any]:
+        row = db.execute("SELECT doc, last_query_id, created_at, updated_at FROM sessions WHERE id = ?",
+                         (session_id,)).fetchone()
+        doc = json.loads(row[0])
+        doc.update(last_query_id=row[1], created_at=row[2], updated_at=row[3])
+        return doc
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            exists = self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            return self._session_doc(self._db, session_id) if exists else None
+
+    def session_queries(self, session_id: str) -> list[dict[str, Any]]:
+        ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position",
+                                        (session_id,))]
+        return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    def session_of_query(self, query_id: str) -> str | None:
+        rows = self._read("SELECT session_id FROM queries WHERE id = ?", (query_id,))
+        return rows[0][0] if rows else None
+
+    def delete_session(self, session_id: str) -> bool:
+        def tx(db: sqlite3.Connection) -> bool:
+            deleted = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
+            db.execute("DELETE FROM query_events WHERE query_id IN (SELECT id FROM queries WHERE session_id = ?)",
+                       (session_id,))
+            db.execute("DELETE FROM queries WHERE session_id = ?", (session_id,))
+            return bool(deleted)
+
+        return self._write(tx)
