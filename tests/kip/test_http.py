@@ -31,6 +31,15 @@ def _stop_followers():
     stop_followers()
 
 
+def _close(relay: Relay) -> None:
+    """Close a relay this test opened: the app does not own it, so its search indexer is stopped here
+    (left running, it logs 'store is closed' into whichever test runs next in this process)."""
+    from akrelay.http import search as http_search
+
+    http_search.shutdown(relay)
+    relay.close()
+
+
 def _client(relay: Relay) -> TestClient:
     return TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)), raise_server_exceptions=False)
 
@@ -93,14 +102,14 @@ def test_sqlite_relay_persists_the_nexus_across_restarts(tmp_path) -> None:
     with _client(relay) as client:
         _submit(client, "original", "assessment")
         assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 2
-    relay.close()  # stops the KIP importer first; each imported batch is already durable
+    _close(relay)  # stops the KIP importer first; each imported batch is already durable
     assert (tmp_path / "kip-nexus.sqlite3").is_file()
     relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
     with _client(relay) as client:
         _submit(client, "retract_assessment")
         result = _kip(client, "DESCRIBE SNAPSHOT AS OF SEQ 2", "DESCRIBE SNAPSHOT").json()["results"]
         assert [r["result"]["space_seq"] for r in result] == [2, 3]
-    relay.close()
+    _close(relay)
 
 
 def test_import_is_off_the_acceptance_path(monkeypatch) -> None:
