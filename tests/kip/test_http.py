@@ -86,7 +86,7 @@ def test_sqlite_relay_persists_the_nexus_across_restarts(tmp_path) -> None:
     with _client(relay) as client:
         _submit(client, "original", "assessment")
         assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 2
-    relay.close()  # stops the KIP importer first; each imported batch is already durable
+    relay.close()  # the app's lifespan stopped the KIP importer and the indexer; each batch is durable
     assert (tmp_path / "kip-nexus.sqlite3").is_file()
     relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
     with _client(relay) as client:
