@@ -42,6 +42,8 @@ def _exercise(client: TestClient) -> None:
                        headers=JSON_HEADERS).status_code == 200
     kip = {"kip": "2.0", "operations": [{"command": "DESCRIBE SNAPSHOT"}]}
     assert client.post("/v1/kip", content=json.dumps(kip), headers=JSON_HEADERS).status_code == 200
+    ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
+    assert client.post("/query", content=json.dumps(ask), headers=JSON_HEADERS).status_code == 200
     assert client.get("/models").status_code == 200
 
 

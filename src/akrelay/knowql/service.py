@@ -65,8 +65,12 @@ class KnowqlService:
         return cls(relay, settings, store=SqliteTurnStore.in_data_dir(data_dir), contexts=contexts,
                    search=search, runtime=runtime)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel queued turns, give running ones ``timeout`` seconds to end, then close the store."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for thread in list(getattr(self._pool, "_threads", ())):  # the executor's own workers
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------
