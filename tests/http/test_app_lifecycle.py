@@ -141,3 +141,15 @@ def test_importing_and_mounting_starts_nothing(tmp_path: Path) -> None:
     assert not [name for name in started if name.startswith("akrelay-") and name != "akrelay-text-index"
                 and name != "akrelay-checkpoint"], started
     app.state.node.stop()
+
+
+def test_the_followers_report_their_durable_position(tmp_path: Path) -> None:
+    app = create_app(defaults(data=str(tmp_path / "data"), write_rate=0.0, read_rate=0.0))
+    node = app.state.node
+    with TestClient(app) as client:
+        envelope = VECTORS["fixtures"]["original"]["envelope"]
+        assert client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=JSON_HEADERS).status_code == 200
+        assert node.search.service.wait_indexed(timeout=10)
+        assert node.search.service._indexer.position() == 1
+        node.kip.gateway.runtime()  # caught up for a request
+        assert node.kip.gateway._follower.position() == 1

@@ -36,6 +36,9 @@ class Recorder(LogFollower):
         self.reached = threading.Event()
         self.released = False
 
+    def position(self) -> int:
+        return 0
+
     def step(self) -> int:
         self.seen.append(self.relay.checkpoint())
         if self.seen[-1] >= 1:
@@ -54,6 +57,7 @@ def test_a_commit_wakes_the_follower_without_waiting_for_its_poll_interval() -> 
     try:
         relay.submit(_envelope("original"))
         assert follower.reached.wait(10.0), follower.seen
+        assert follower.position() == 0
     finally:
         follower.stop()
         remove()

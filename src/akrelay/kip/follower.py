@@ -154,6 +154,11 @@ class KipFollower(LogFollower):
                 return -1
             time.sleep(0.01)
 
+    def position(self) -> int:
+        """The nexus head: committed with the records of each import batch."""
+        target = self.writer if self.writer is not None else self.runtime.nexus
+        return int(target.head)
+
     def step(self) -> int:
         """The thread's step: import what is new, as the importer (else nothing: another process leads)."""
         if not self._lead() or not self._mutate.acquire(timeout=self.interval):

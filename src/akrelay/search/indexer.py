@@ -93,5 +93,8 @@ class IndexerThread(LogFollower):
         super().__init__(interval=interval)
         self.follower = follower
 
+    def position(self) -> int:
+        return self.follower.position
+
     def step(self) -> int:
         return self.follower.step()

@@ -43,6 +43,10 @@ class LogFollower:
         self._thread: threading.Thread | None = None
 
     # -- to implement -------------------------------------------------------------
+    def position(self) -> int:
+        """The last ``seq`` this follower has durably taken in (its target's own record of it)."""
+        raise NotImplementedError
+
     def step(self) -> int:
         """Follow what the log holds beyond the position; the number of records taken."""
         raise NotImplementedError
