@@ -148,7 +148,8 @@ def test_the_followers_report_their_durable_position(tmp_path: Path) -> None:
     node = app.state.node
     with TestClient(app) as client:
         envelope = VECTORS["fixtures"]["original"]["envelope"]
-        assert client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=JSON_HEADERS).status_code == 200
+        answer = client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=JSON_HEADERS)
+        assert answer.status_code == 200
         assert node.search.service.wait_indexed(timeout=10)
         assert node.search.service._indexer.position() == 1
         node.kip.gateway.runtime()  # caught up for a request

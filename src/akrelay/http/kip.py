@@ -72,7 +72,7 @@ class Gateway:
     def _open_quietly(self) -> None:
         try:
             self.runtime()
-        except Exception:  # the first request retries and reports
+        except Exception:  # noqa: BLE001 - the first request retries and reports
             pass
 
     def runtime(self) -> Any:
@@ -125,7 +125,7 @@ class KipComponent:
     """``POST /v1/kip`` and the ``kip`` discovery member, over one :class:`Gateway`."""
 
     name = "kip"
-    options = ("kip_budget_ms",)
+    options: tuple[str, ...] = ("kip_budget_ms",)
 
     def __init__(self, relay: Any, settings: Any) -> None:
         self.relay = relay

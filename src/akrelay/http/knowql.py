@@ -90,7 +90,7 @@ class KnowqlComponent:
     """
 
     name = "knowql"
-    options = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
+    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
 
     def __init__(self, relay: Any, settings: Any, *, search: SearchComponent, kip: KipComponent) -> None:
         self.relay = relay

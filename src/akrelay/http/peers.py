@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from akrelay.federation.peers import distinct_origins, load_peers
-from akrelay.federation.runner import BackgroundSync, PassResult, sync_once
+from akrelay.federation.runner import BackgroundSync, sync_once
+from akrelay.federation.sync import PassResult
 
 
 class SyncComponent:
     """The sync loop over the node's own relay (no second relay on the same data directory)."""
 
     name = "sync"
-    options = ("peers", "follow_hints", "hint_hops", "hint_count")
+    options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count")
 
     def __init__(self, relay: Any, settings: Any) -> None:
         self.relay = relay

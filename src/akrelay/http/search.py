@@ -41,7 +41,7 @@ class SearchComponent:
     """
 
     name = "search"
-    options = ("search_candidates", "search_timeout_ms", "search_writer_threads")
+    options: tuple[str, ...] = ("search_candidates", "search_timeout_ms", "search_writer_threads")
 
     def __init__(self, relay: Any, settings: Any) -> None:
         self.relay = relay
