@@ -154,6 +154,11 @@ class KipFollower(LogFollower):
                 return -1
             time.sleep(0.01)
 
+    def notify(self) -> None:
+        """Wake the importer; a process that does not import ignores commits (it retries leadership by polling)."""
+        if self.writer is not None or not self.disk:
+            super().notify()
+
     def position(self) -> int:
         """The nexus head: committed with the records of each import batch."""
         target = self.writer if self.writer is not None else self.runtime.nexus
