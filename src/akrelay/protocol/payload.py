@@ -34,9 +34,9 @@ KINDS = frozenset((
     "question", "hypothesis", "definition", "observation", "inference",
     "procedure", "resource", "negative_result", "synthesis", "collection",
 ))
-RELATIONS = frozenset((
-    "derived_from", "addresses", "tests", "extends", "supports", "contradicts", "supersedes", "contains",
-))
+#: The relation names in specification order (the KIP mapping gives each a predicate in this order).
+RELATION_NAMES = ("derived_from", "addresses", "tests", "extends", "supports", "contradicts", "supersedes", "contains")
+RELATIONS = frozenset(RELATION_NAMES)
 VERDICTS = frozenset(("supports", "challenges", "reproduced", "not_reproduced", "applied", "inconclusive"))
 #: Verdicts that report an actual run, so they must say what was observed (§6.2).
 OBSERVED_VERDICTS = frozenset(("reproduced", "not_reproduced", "applied"))
