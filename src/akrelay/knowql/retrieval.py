@@ -65,21 +65,20 @@ def history_variant(ask: str, history: Sequence[str]) -> tuple[str, tuple[str, .
 
 def retracted(nexus: Any, event_id: str, seq: int) -> bool:
     """Whether every Assertion derived from ``event_id`` was retracted by its author at ``seq``."""
-    ids = nexus.assertions_by_event.get(event_id, ())
-    if not ids:
+    assertions = nexus.assertions_from_event(event_id)
+    if not assertions:
         return False
-    return all(nexus.elements[aid].created_seq > seq or nexus.elements[aid].status_at(seq) == "retracted"
-               for aid in ids)
+    return all(a.created_seq > seq or a.status_at(seq) == "retracted" for a in assertions)
 
 
 def _assessment_counts(nexus: Any, assertion_ids: Sequence[str]) -> int:
     """How many of ``assertion_ids`` come from assessments (not the author's own publication)."""
     count = 0
     for aid in assertion_ids:
-        assertion = nexus.elements.get(aid)
+        assertion = nexus.get(aid)
         if not isinstance(assertion, Assertion) or not assertion.evidence:
             continue
-        evidence = nexus.elements.get(assertion.evidence[0]["id"])
+        evidence = nexus.get(assertion.evidence[0]["id"])
         if isinstance(evidence, Evidence) and evidence.facets.get(_EVENT_FACET, {}).get("event_type") == ASSESS:
             count += 1
     return count
