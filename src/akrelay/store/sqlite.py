@@ -45,8 +45,10 @@ from typing import Iterable, Sequence
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, indexed_facts, term_key
+from akrelay.store.schema import Schema, ensure_schema, script
 
-_SCHEMA = """
+#: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS records (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -80,6 +82,7 @@ CREATE TABLE IF NOT EXISTS meta (
     value BLOB NOT NULL
 );
 """
+SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1)})
 
 #: Postings counted (at most) per term when choosing the driving index; a term
 #: reaching the cap is "broad", and ``q`` then drives through the trigram index.
@@ -182,7 +185,12 @@ class SqliteStore:
         # a blocked flock wakes the moment the other writer commits.
         self._lock_fd = os.open(f"{self.path}.write-lock", os.O_RDWR | os.O_CREAT, 0o644)
         writer = self._connect()
-        self._retry_busy(lambda: writer.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;"), writer)
+        try:
+            self._retry_busy(lambda: ensure_schema(writer, SCHEMA, self.path), writer)
+        except BaseException:
+            writer.close()
+            os.close(self._lock_fd)
+            raise
         self._writer = writer
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
