@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import time
 import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
@@ -1219,7 +1218,7 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     if missing:
         raise KqlError("ReferenceError", f"parameter :{missing[0]} is not bound",
                        details={"missing": missing}, hint="supply every referenced parameter (§74)")
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = rt.now_ms() if now_ms is None else now_ms
 
     def bound(v: Any) -> Any:
         return params[v.name] if isinstance(v, Param) else v.value
