@@ -22,7 +22,7 @@ from typing import Any
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import NexusBase, Transaction
-from akrelay.kip.package import AK_PACKAGE_REF
+from akrelay.kip.space import AK_PACKAGE_REF
 from akrelay.kip.timefmt import kip_timestamp
 from akrelay.protocol.payload import RELATION_NAMES
 
