@@ -288,6 +288,10 @@ class RelayClient:
             validate_batch_response(page, requested, self.origin)
         return page
 
+    def search_page(self, body: dict[str, Any]) -> Any:
+        """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request."""
+        return self._request("POST", self.endpoints["search"], body=json.dumps(body).encode())
+
     def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
             timeout: float = 930.0) -> dict[str, Any]:
         """Run one KnowQL turn (``POST /query``) and return its Query document.

@@ -109,7 +109,7 @@ class FederationState:
             raise
 
     @classmethod
-    def open_in(cls, data_dir: str | Path, **kwargs) -> "FederationState":
+    def open_in(cls, data_dir: str | Path, **kwargs: int) -> "FederationState":
         Path(data_dir).mkdir(parents=True, exist_ok=True)
         return cls(Path(data_dir) / STATE_FILE, **kwargs)
 

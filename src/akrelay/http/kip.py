@@ -82,7 +82,7 @@ class Gateway:
     def _open_quietly(self) -> None:
         try:
             self.runtime()
-        except Exception:  # the first request retries and reports
+        except Exception:  # noqa: BLE001 - the first request retries and reports
             pass
 
     def runtime(self) -> Any:

@@ -41,7 +41,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, indexed_facts, term_key
@@ -91,6 +91,8 @@ _MAX_SEQ = (1 << 63) - 1
 
 _COLUMNS = "r.seq, r.accepted_at, r.withheld, r.body"
 
+T = TypeVar("T")
+
 
 class _Pending:
     __slots__ = ("envelope", "accepted_at", "terms", "text", "result", "error")
@@ -119,7 +121,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _record(row: tuple) -> Record:
+def _record(row: tuple[Any, ...]) -> Record:
     seq, accepted_at, withheld, body = row
     return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
 
@@ -223,7 +225,7 @@ class SqliteStore:
         return conn
 
     @staticmethod
-    def _retry_busy(fn, conn: sqlite3.Connection):  # noqa: ANN001, ANN205
+    def _retry_busy(fn: Callable[[], T], conn: sqlite3.Connection) -> T:
         for attempt in range(50):
             try:
                 return fn()
@@ -235,7 +237,7 @@ class SqliteStore:
                 if attempt == 49:
                     raise
                 threading.Event().wait(0.05)
-        return None  # pragma: no cover
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _reader(self) -> sqlite3.Connection:
         if self._closed:
@@ -266,7 +268,7 @@ class SqliteStore:
         return out
 
     def checkpoint(self) -> int:
-        return self._reader().execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+        return cast("int", self._reader().execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
 
     def iter_records(self, after_seq: int, limit: int) -> list[Record]:
         rows = self._reader().execute(
@@ -275,10 +277,10 @@ class SqliteStore:
         return [_record(row) for row in rows]
 
     def _term_count(self, conn: sqlite3.Connection, term: str, lower: int, upper: int) -> int:
-        return conn.execute(
+        return cast("int", conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM terms WHERE term = ? AND seq > ? AND seq <= ? LIMIT ?)",
             (term, lower, upper, _COUNT_CAP),
-        ).fetchone()[0]
+        ).fetchone()[0])
 
     def query(
         self,
@@ -405,7 +407,7 @@ class SqliteStore:
     # -- the trigram text index, a follower of the log ------------------------------
     @staticmethod
     def _text_position(conn: sqlite3.Connection) -> int:
-        return conn.execute("SELECT position FROM followers WHERE name = 'text_index'").fetchone()[0]
+        return cast("int", conn.execute("SELECT position FROM followers WHERE name = 'text_index'").fetchone()[0])
 
     def text_index_lag(self) -> int:
         """Committed records not yet in the trigram index (queries scan those exactly)."""
@@ -413,7 +415,7 @@ class SqliteStore:
         conn.execute("BEGIN")
         try:
             position = self._text_position(conn)
-            return conn.execute("SELECT count(*) FROM records WHERE seq > ?", (position,)).fetchone()[0]
+            return cast("int", conn.execute("SELECT count(*) FROM records WHERE seq > ?", (position,)).fetchone()[0])
         finally:
             conn.execute("COMMIT")
 
@@ -522,7 +524,7 @@ class SqliteStore:
                 raise item.error
         return [item.result for item in group]  # type: ignore[misc]
 
-    def _locked(self, fn):  # noqa: ANN001, ANN202
+    def _locked(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` holding the cross-process write flock (the caller holds ``_write_lock``)."""
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
@@ -569,7 +571,7 @@ class SqliteStore:
         conn = self._writer
         try:
             results = self._locked(lambda: self._retry_busy(lambda: self._write_group(conn, group), conn))
-        except BaseException as exc:  # every waiter learns of the failure
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter, each of which raises it
             for item in group:
                 item.error = exc
             return
@@ -594,7 +596,8 @@ class SqliteStore:
                     # The UNIQUE id constraint is the existence check: one statement
                     # for a new record; only a duplicate pays for the lookup.
                     conn.execute(
-                        "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                        "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) "
+                        "VALUES (?, ?, ?, ?, 0, ?, ?)",
                         (hwm + 1, env.id, item.accepted_at, created_at, body, item.text),
                     )
                 except sqlite3.IntegrityError:
@@ -618,11 +621,11 @@ class SqliteStore:
             raise
         return results
 
-    def _write(self, fn):  # noqa: ANN001, ANN202
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in its own immediate transaction at the commit point."""
         conn = self._writer
 
-        def run():  # noqa: ANN202
+        def run() -> T:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 value = fn(conn)
@@ -663,7 +666,7 @@ class SqliteStore:
         dest = sqlite3.connect(destination)
         try:
             self._reader().backup(dest)
-            return dest.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+            return cast("int", dest.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
         finally:
             dest.close()
 
@@ -691,7 +694,7 @@ class SqliteStore:
 
         def run(c: sqlite3.Connection) -> int:
             c.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (int(seq),))
-            return c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+            return cast("int", c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
 
         return self._write(run)
 
