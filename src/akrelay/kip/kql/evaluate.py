@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import unicodedata
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import SEARCH_KINDS
@@ -572,29 +572,39 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
         yield {**sol, clause.var: Hit(element, score, mode)}
 
 
+def _concept_pattern(clause: A.ConceptPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
+        for s in match_element(element, clause.pattern, sol, ctx):
+            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+_KIND_OF_PATTERN = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
+                    A.ActivityPattern: (Activity, "activity")}
+
+
+def _kind_pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    cls, kind = _KIND_OF_PATTERN[type(clause)]
+    for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
+        for s in match_element(element, clause.pattern, sol, ctx):
+            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+#: How each kind of pattern clause extends one solution: the one dispatch of clauses, by node type.
+_PATTERNS: dict[type, Callable[[Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+    A.ConceptPattern: _concept_pattern,
+    A.AssertionPattern: _kind_pattern,
+    A.EvidencePattern: _kind_pattern,
+    A.ActivityPattern: _kind_pattern,
+    A.PropositionPattern: _proposition_pattern,
+    A.StructuralPattern: _structural_pattern,
+    A.BeliefPattern: _belief_pattern,
+    A.BeliefSlotPattern: _belief_slot_pattern,
+    A.SearchPattern: _search_pattern,
+}
+
+
 def _pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
-    if isinstance(clause, A.ConceptPattern):
-        for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
-            for s in match_element(element, clause.pattern, sol, ctx):
-                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
-    elif isinstance(clause, (A.AssertionPattern, A.EvidencePattern, A.ActivityPattern)):
-        cls, kind = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
-                     A.ActivityPattern: (Activity, "activity")}[type(clause)]
-        for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
-            for s in match_element(element, clause.pattern, sol, ctx):
-                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
-    elif isinstance(clause, A.PropositionPattern):
-        yield from _proposition_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.StructuralPattern):
-        yield from _structural_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.BeliefPattern):
-        yield from _belief_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.BeliefSlotPattern):
-        yield from _belief_slot_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.SearchPattern):
-        yield from _search_pattern(clause, sol, ctx)
-    else:  # pragma: no cover
-        raise AssertionError(f"unknown clause {clause!r}")
+    return _PATTERNS[type(clause)](clause, sol, ctx)
 
 
 def _cap(solutions: list[dict[str, Any]]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from akrelay.kip.elements import KIND_OF
 from akrelay.kip.kql import belief as B
@@ -51,42 +51,52 @@ def _step(value: Any, step: str, ctx: Context) -> Any:
 
 def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
     ctx.tick()
-    if isinstance(expr, (Param, Literal)):
-        return ctx.value(expr)
-    if isinstance(expr, A.Var):
-        return sol.get(expr.name)
-    if isinstance(expr, A.Path):
-        value = sol.get(expr.var)
-        for step in expr.steps:
-            value = _step(value, step, ctx)
-        return value
-    if isinstance(expr, A.ArrayExpr):
-        return [eval_expr(i, sol, ctx) for i in expr.items]
-    if isinstance(expr, A.ObjectExpr):
-        return {k: eval_expr(v, sol, ctx) for k, v in expr.members}
-    if isinstance(expr, A.Unary):
-        operand = eval_expr(expr.operand, sol, ctx)
-        if expr.op == "!":
-            t = truth(operand)
-            return None if t is None else not t
-        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
-            return -operand
-        return None
-    if isinstance(expr, A.Binary):
-        if expr.op in ("&&", "||"):
-            left = truth(eval_expr(expr.left, sol, ctx))
-            if expr.op == "&&" and left is False:
-                return False
-            if expr.op == "||" and left is True:
-                return True
-            right = truth(eval_expr(expr.right, sol, ctx))
-            if expr.op == "&&":
-                return False if right is False else (True if left is True and right is True else None)
-            return True if right is True else (False if left is False and right is False else None)
-        return compare(expr.op, eval_expr(expr.left, sol, ctx), eval_expr(expr.right, sol, ctx))
-    if isinstance(expr, A.Call):
-        return call(expr, [eval_expr(a, sol, ctx) for a in expr.args])
-    raise AssertionError(f"not an expression: {expr!r}")  # pragma: no cover
+    return _EXPRESSIONS[type(expr)](expr, sol, ctx)
+
+
+def _path(expr: A.Path, sol: Mapping[str, Any], ctx: Context) -> Any:
+    value = sol.get(expr.var)
+    for step in expr.steps:
+        value = _step(value, step, ctx)
+    return value
+
+
+def _unary(expr: A.Unary, sol: Mapping[str, Any], ctx: Context) -> Any:
+    operand = eval_expr(expr.operand, sol, ctx)
+    if expr.op == "!":
+        t = truth(operand)
+        return None if t is None else not t
+    if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+        return -operand
+    return None
+
+
+def _binary(expr: A.Binary, sol: Mapping[str, Any], ctx: Context) -> Any:
+    if expr.op in ("&&", "||"):
+        left = truth(eval_expr(expr.left, sol, ctx))
+        if expr.op == "&&" and left is False:
+            return False
+        if expr.op == "||" and left is True:
+            return True
+        right = truth(eval_expr(expr.right, sol, ctx))
+        if expr.op == "&&":
+            return False if right is False else (True if left is True and right is True else None)
+        return True if right is True else (False if left is False and right is False else None)
+    return compare(expr.op, eval_expr(expr.left, sol, ctx), eval_expr(expr.right, sol, ctx))
+
+
+#: How each kind of expression node evaluates: the one dispatch of expressions, by node type.
+_EXPRESSIONS: dict[type, Callable[[Any, Mapping[str, Any], Context], Any]] = {
+    Param: lambda expr, sol, ctx: ctx.value(expr),
+    Literal: lambda expr, sol, ctx: ctx.value(expr),
+    A.Var: lambda expr, sol, ctx: sol.get(expr.name),
+    A.Path: _path,
+    A.ArrayExpr: lambda expr, sol, ctx: [eval_expr(i, sol, ctx) for i in expr.items],
+    A.ObjectExpr: lambda expr, sol, ctx: {k: eval_expr(v, sol, ctx) for k, v in expr.members},
+    A.Unary: _unary,
+    A.Binary: _binary,
+    A.Call: lambda expr, sol, ctx: call(expr, [eval_expr(a, sol, ctx) for a in expr.args]),
+}
 
 
 def _scalar_kind(value: Any) -> str | None:
