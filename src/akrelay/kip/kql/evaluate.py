@@ -49,6 +49,7 @@ from akrelay.kip.kql.context import (
 from akrelay.kip.kql.expressions import _aggregate, _compare_rows, eval_expr, expr_text, render, truth
 from akrelay.kip.kql.errors import KqlError
 from akrelay.kip.kql.query import parse_kql
+from akrelay.kip.kql.regex import compile_regex
 from akrelay.kip.kql.values import (
     Literal, Param, check_cursor, check_limit, check_seq, check_threshold,
 )
@@ -705,24 +706,17 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             term(tup.subject)
             term(tup.object)
 
-    def expr(e: Any) -> None:
-        if isinstance(e, A.Call):
+    def expr(root: Any) -> None:
+        for e in A.walk_expression(root):  # the walker check.py uses too
+            if not isinstance(e, A.Call):
+                continue
             if e.name == "REGEX" and isinstance(e.args[1], Param):
                 value = ctx.value(e.args[1])
                 if not isinstance(value, str):
                     raise KqlError("TypeMismatch", "REGEX takes a string pattern")
-                from akrelay.kip.kql.regex import compile_regex
-
                 compile_regex(value)
             if e.name == "IN" and isinstance(e.args[1], Param) and not isinstance(ctx.value(e.args[1]), list):
                 raise KqlError("TypeMismatch", "IN takes a list as its second argument")
-            for arg in e.args:
-                expr(arg)
-        elif isinstance(e, A.Unary):
-            expr(e.operand)
-        elif isinstance(e, A.Binary):
-            expr(e.left)
-            expr(e.right)
 
     for clause in clauses:
         if isinstance(clause, A.ConceptPattern):
