@@ -94,31 +94,55 @@ def _deref(stored: Any, ctx: Context) -> Any:
 def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     """Match one pattern value against a stored value, extending ``sol``."""
     ctx.tick()
-    if isinstance(pv, A.Var):
-        value = _deref(stored, ctx)
-        if pv.name in sol:
-            if _same(sol[pv.name], value):
-                yield sol
-            return
-        yield {**sol, pv.name: value}
-    elif isinstance(pv, (Param, Literal)):
-        if _scalar_matches(ctx.value(pv), stored, ctx):
+    how = _UNIFY.get(type(pv))
+    return how(pv, stored, sol, ctx) if how is not None else iter(())
+
+
+def _unify_var(pv: A.Var, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    value = _deref(stored, ctx)
+    if pv.name in sol:
+        if _same(sol[pv.name], value):
             yield sol
-    elif isinstance(pv, A.ObjectPattern):
-        if _is_ref(stored):
-            element = ctx.get(stored["id"])
-            if element is not None:
-                yield from match_element(element, pv, sol, ctx)
-        elif isinstance(stored, (dict, Mapping)):
-            yield from _match_members(list(pv.members), stored, sol, ctx)
-    elif isinstance(pv, A.ArrayPattern):
-        if isinstance(stored, list):
-            yield from _match_items(list(pv.items), stored, sol, ctx)
-    elif isinstance(pv, (A.TripleTuple, A.IdTuple)):
-        if _is_ref(stored):
-            element = ctx.get(stored["id"])
-            if isinstance(element, Proposition):
-                yield from match_proposition(element, pv, sol, ctx)
+        return
+    yield {**sol, pv.name: value}
+
+
+def _unify_scalar(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _scalar_matches(ctx.value(pv), stored, ctx):
+        yield sol
+
+
+def _unify_object(pv: A.ObjectPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _is_ref(stored):
+        element = ctx.get(stored["id"])
+        if element is not None:
+            yield from match_element(element, pv, sol, ctx)
+    elif isinstance(stored, (dict, Mapping)):
+        yield from _match_members(list(pv.members), stored, sol, ctx)
+
+
+def _unify_array(pv: A.ArrayPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if isinstance(stored, list):
+        yield from _match_items(list(pv.items), stored, sol, ctx)
+
+
+def _unify_tuple(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _is_ref(stored):
+        element = ctx.get(stored["id"])
+        if isinstance(element, Proposition):
+            yield from match_proposition(element, pv, sol, ctx)
+
+
+#: How each kind of pattern value matches a stored value, by node type (others match nothing).
+_UNIFY: dict[type, Callable[[Any, Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+    A.Var: _unify_var,
+    Param: _unify_scalar,
+    Literal: _unify_scalar,
+    A.ObjectPattern: _unify_object,
+    A.ArrayPattern: _unify_array,
+    A.TripleTuple: _unify_tuple,
+    A.IdTuple: _unify_tuple,
+}
 
 
 def _match_members(members: list[tuple[str, Any]], stored: Mapping[str, Any], sol: dict[str, Any],
