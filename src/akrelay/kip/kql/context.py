@@ -14,6 +14,7 @@ from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposi
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql.access import query_view
 from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.kql.values import (
     Literal, Param,
 )
@@ -91,7 +92,7 @@ def _order_text(key: Any) -> str:
 
 @dataclass
 class Context:
-    rt: Any
+    rt: KqlRuntime
     seq: int
     params: Mapping[str, Any]
     settings: B.Settings

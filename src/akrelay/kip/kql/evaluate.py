@@ -48,6 +48,7 @@ from akrelay.kip.kql.context import (
 )
 from akrelay.kip.kql.expressions import _aggregate, _compare_rows, eval_expr, expr_text, render, truth
 from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.kql.query import parse_kql
 from akrelay.kip.kql.regex import compile_regex
 from akrelay.kip.kql.values import (
@@ -777,7 +778,7 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             prevalidate(clause.clauses, ctx)
 
 
-def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
+def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
              limit: int | None) -> Outcome:
     """Run a checked query at snapshot ``seq``; rows ``offset``..``offset+limit``."""
     ctx = Context(rt, seq, params, B.Settings())
@@ -856,12 +857,12 @@ def _prepared(text: str) -> tuple[A.Query, frozenset[str], tuple[str, ...], str]
     return query, names, bound, repr(replace(query, cursor=None, text=""))
 
 
-def _binding(rt: Any, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
+def _binding(rt: KqlRuntime, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
     """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
     return {"query": shape, "parameters": {n: params[n] for n in bound}, "space": rt.nexus.space_id}
 
 
-def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: int, *,
+def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, seq: int, *,
                 now_ms: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run one KQL command for the runtime: ``(result, extra result context)``.
 
@@ -919,7 +920,8 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     return result, extra
 
 
-def run(rt: Any, command: str, parameters: Mapping[str, Any] | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
+def run(rt: KqlRuntime, command: str, parameters: Mapping[str, Any] | None = None, *,
+        now_ms: int | None = None) -> dict[str, Any]:
     """In-process convenience: the result plus its context, at the runtime's head."""
     with rt.lock:
         result, extra = execute_kql(rt, command, parameters, rt.nexus.head, now_ms=now_ms)
