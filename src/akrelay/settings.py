@@ -115,7 +115,9 @@ OPTIONS: dict[str, Option] = {}
 
 #: Modules of other areas that declare their serve options with :func:`option`;
 #: imported (when they exist) before options are listed or resolved.
-OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options", "akrelay.knowql.options")
+OPTION_MODULES: tuple[str, ...] = (
+    "akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options", "akrelay.knowql.options",
+)
 _loaded_option_modules = False
 
 
@@ -155,7 +157,8 @@ option("workers", _positive_int, 1, "number of Granian worker processes (all sha
 option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory",
        metavar="PEM", serve_only=True)
 option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM", serve_only=True)
-option("max_envelope_bytes", _positive_int, 262144, "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
+option("max_envelope_bytes", _positive_int, 262144,
+       "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
 option("body_timeout", _seconds, 30.0,
        "seconds a request body may take to arrive completely after its headers; then 408 and close", metavar="SECONDS",
        serve_only=True)

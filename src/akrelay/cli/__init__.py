@@ -13,6 +13,7 @@ import os
 import sys
 
 from akrelay import __version__
+from akrelay.store.schema import SchemaVersionError
 
 #: Modules that contribute subcommands, in help order. A missing module is skipped
 #: so that the CLI keeps working while an area is still being built.
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except SchemaVersionError as exc:  # a data file from a newer akrelay: say which, not a traceback
+        print(f"akrelay: {exc}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -27,7 +27,7 @@ from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
-from akrelay.kip.runtime import _kql_executor, load_environment, preload
+from akrelay.kip.runtime import load_environment, preload
 from akrelay.kip.service import open_runtime
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
@@ -82,7 +82,7 @@ class Gateway:
     def _open_quietly(self) -> None:
         try:
             self.runtime()
-        except Exception:  # the first request retries and reports
+        except Exception:  # noqa: BLE001 - the first request retries and reports
             pass
 
     def runtime(self) -> Any:
@@ -141,7 +141,7 @@ def discovery(relay: Any, settings: Any) -> dict[str, Any]:
         "endpoint": relay.config.origin + KIP_PATH,
         "runtime": "readonly",
         "space_id": space_id_for_origin(relay.config.origin),
-        "languages": ["META"] + (["KQL"] if _kql_executor() is not None else []),
+        "languages": ["META", "KQL"],
         "capabilities": {"historical_reads": True, "historical_search": True},
         "schema_packages": [AK_PACKAGE_REF],
         "conformance_level": None,
