@@ -747,13 +747,14 @@ def test_KIP2_RT_016_continuation_token_is_opaque(log: Log, scene) -> None:
     rt = log.runtime()
     command = 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule"} } ORDER BY ?c.name LIMIT 1'
     token = kql(rt, command)["result"]["next_cursor"]
-    body, _, mac = token.partition(".")
     import base64
 
-    raw = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    sealed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    body, tag = sealed[:-16], sealed[-16:]  # the token is a JSON body and its 16-byte tag
+    raw = json.loads(body)
     raw["o"] = 3  # skip ahead by editing the position
-    forged = base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode()).rstrip(b"=").decode()
-    for bad in (forged + "." + mac, token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), "not-a-cursor"):
+    forged = base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode() + tag).rstrip(b"=").decode()
+    for bad in (forged, token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), "not-a-cursor"):
         e = err(rt, command + " CURSOR :c", c=bad)
         assert e.code == "CursorInvalid" and e.details["family"] == "kql"
 

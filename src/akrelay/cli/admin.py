@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -77,13 +79,13 @@ def _run(args: argparse.Namespace) -> int:
 STORE_FILE = "relay.sqlite3"
 
 
-def _data_dir(args: argparse.Namespace):
+def _data_dir(args: argparse.Namespace) -> Path:
     from akrelay.settings import load_settings
 
     return load_settings({"data": args.data}).data_dir
 
 
-def _hwm(path) -> int | None:
+def _hwm(path: str | os.PathLike[str]) -> int | None:
     from akrelay.store.sqlite import SqliteStore
 
     return SqliteStore.probe_high_water_mark(path)

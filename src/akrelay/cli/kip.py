@@ -49,8 +49,10 @@ def register(subparsers: Any) -> None:
     if existing is not None:
         existing.add_argument("--kip", action="store_true",
                               help="rebuild the KIP nexus (kip-nexus.sqlite3) instead of the search index")
-        if not any("--origin" in a.option_strings for a in existing._actions):
+        try:
             existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
+        except argparse.ArgumentError:  # registered already (the parser is built more than once)
+            pass
         search_handler = existing.get_default("handler")
 
         def reindex_either(args: argparse.Namespace) -> int:
@@ -74,7 +76,7 @@ def origin_of(args: argparse.Namespace) -> str:
     try:
         from akrelay.settings import defaults
         return defaults().origin
-    except Exception:  # pragma: no cover - settings always importable in a full install
+    except Exception:  # noqa: BLE001 # pragma: no cover - a default for help text; any failure falls back
         return "https://localhost:8443"
 
 

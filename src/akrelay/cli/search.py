@@ -116,7 +116,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(f"error: unsupported_search_mode: {client.origin} does not advertise ranked search "
                       f"in mode {args.mode!r} (advertised: {', '.join(modes) or 'none'})", file=sys.stderr)
                 return EXIT_REFUSED
-            page = client._request("POST", client.endpoints["search"], body=json.dumps(body).encode())
+            page = client.search_page(body)
             try:
                 request = parse_search_request(body, modes)
             except ProtocolError:

@@ -26,7 +26,7 @@ from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
-from akrelay.kip.runtime import _kql_executor, load_environment, preload
+from akrelay.kip.runtime import load_environment, preload
 from akrelay.kip.service import open_runtime, reindex
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
@@ -164,7 +164,7 @@ class KipComponent:
             "endpoint": origin + KIP_PATH,
             "runtime": "readonly",
             "space_id": space_id_for_origin(origin),
-            "languages": ["META"] + (["KQL"] if _kql_executor() is not None else []),
+            "languages": ["META", "KQL"],
             "capabilities": {"historical_reads": True, "historical_search": True},
             "schema_packages": [AK_PACKAGE_REF],
             "conformance_level": None,

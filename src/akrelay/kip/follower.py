@@ -109,7 +109,7 @@ class KipFollower(LogFollower):
             return False
         try:
             self.writer = self._open_writer()  # type: ignore[misc]
-        except Exception as exc:  # a nexus of an unknown format: refuse clearly, once, and serve nothing wrong
+        except Exception as exc:  # noqa: BLE001 - e.g. a nexus of an unknown format: refuse clearly, once
             self._refused = str(exc)
             log.error("KIP importer: %s", exc)
             return False
@@ -148,7 +148,7 @@ class KipFollower(LogFollower):
             try:
                 if self.runtime.nexus.head >= target:
                     return 0
-            except Exception:  # the file is not there yet: the leader is creating it
+            except Exception:  # noqa: BLE001 - the file is not there yet: the leader is creating it
                 pass
             if time.monotonic() >= deadline or self.stopping:
                 return -1

@@ -230,6 +230,21 @@ class SearchService:
     def discovery(self) -> dict[str, Any]:
         return discovery_members(self.relay.config)
 
+    def election_step(self) -> float | None:
+        """One try to become the indexer: ``None`` when election is over, else seconds until the next try."""
+        if self._closed.is_set():
+            return None
+        try:
+            with self._mutex:
+                if self._closed.is_set():
+                    return None
+                if self._try_become_indexer():
+                    self._elector = None
+                    return None
+        except Exception:  # noqa: BLE001 - a failed try is logged and retried, never ends the elector thread
+            log.exception("search: indexer election failed")
+        return float(self.elect_interval)
+
 
 def discovery_members(config: Any) -> dict[str, Any]:
     """What a ranked-search service adds to its §9.2 document."""
@@ -241,21 +256,12 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
     """Non-indexer processes retry the lock so that a dead indexer is replaced."""
     while True:
         service = ref()
-        if service is None or service._closed.is_set():
+        interval = service.election_step() if service is not None else None
+        if interval is None:
             return
-        interval = service.elect_interval
-        try:
-            with service._mutex:
-                if service._closed.is_set():
-                    return
-                if service._try_become_indexer():
-                    service._elector = None
-                    return
-        except Exception:  # noqa: BLE001
-            log.exception("search: indexer election failed")
         closed = service._closed
-        del service
-        closed.wait(interval)
+        del service  # hold no reference while waiting, so the service can be collected
+        closed.wait(interval)  # close() ends the wait at once
 
 
 def reindex(relay: Any, data_dir: str | Path, *, threads: int = 2) -> int:
