@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 from litestar.testing import TestClient
 
 from akrelay.app import create_app

@@ -230,6 +230,11 @@ class SearchService:
     def discovery(self) -> dict[str, Any]:
         return discovery_members(self.relay.config)
 
+    @property
+    def closed_event(self) -> threading.Event:
+        """Set by :meth:`close` (the elector waits on it between tries)."""
+        return self._closed
+
     def election_step(self) -> float | None:
         """One try to become the indexer: ``None`` when election is over, else seconds until the next try."""
         if self._closed.is_set():
@@ -259,7 +264,7 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
         interval = service.election_step() if service is not None else None
         if interval is None:
             return
-        closed = service._closed
+        closed = service.closed_event
         del service  # hold no reference while waiting, so the service can be collected
         closed.wait(interval)  # close() ends the wait at once
 
