@@ -281,7 +281,7 @@ class StoreContract:
                     out = store.commit(env, 5)
                     with lock:
                         results.append(out)
-            except BaseException as exc:  # pragma: no cover - reported below
+            except BaseException as exc:  # noqa: BLE001 # pragma: no cover - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=worker, args=(envs[i::4],)) for i in range(4)]

@@ -12,15 +12,23 @@ from __future__ import annotations
 import json
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
 from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.query import MAX_LIMIT as MAX_QUERY_LIMIT
+from akrelay.protocol.records import (
+    check_list_shape,
+    check_query_shape,
+    check_same_scope,
+    validate_batch_response,
+    validate_record,
+)
 
 DISCOVERY_PATH = "/.well-known/agent-knowledge"
-_MAX_SAFE = 2**53 - 1
 
 
 class ResponseError(Exception):
@@ -97,12 +105,13 @@ def origin_of(url: str) -> str:
     return canonical_origin(url)
 
 
-def _positive_safe(value: Any) -> bool:
-    return type(value) is int and 0 < value <= _MAX_SAFE
-
-
-def _nonneg_safe(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= _MAX_SAFE
+@contextmanager
+def _as_response_error() -> Iterator[None]:
+    """The protocol core's response checks (§9.3–§9.5) report as this client's ``ResponseError``."""
+    try:
+        yield
+    except ProtocolError as exc:
+        raise ResponseError(exc.message) from None
 
 
 @dataclass
@@ -180,30 +189,10 @@ class RelayClient:
 
     @staticmethod
     def verify_record(record: Any, expected_id: str | None = None) -> dict[str, Any]:
-        """An acceptance record whose envelope verifies (and has ``expected_id``)."""
-        from akrelay.protocol.envelope import verify_envelope
-
-        if not isinstance(record, dict) or not {"envelope", "accepted_at", "seq"} <= set(record):
-            raise ResponseError("acceptance record needs envelope, accepted_at and seq")
-        if not _positive_safe(record["seq"]) or not _nonneg_safe(record["accepted_at"]):
-            raise ResponseError("acceptance record seq/accepted_at are not safe integers")
-        try:
-            envelope = verify_envelope(json.dumps(record["envelope"], ensure_ascii=False).encode())
-        except ProtocolError as exc:
-            raise ResponseError(f"returned envelope does not verify: {exc.code}: {exc.message}") from None
-        if expected_id is not None and envelope.id != expected_id:
-            raise ResponseError(f"asked for {expected_id} but received {envelope.id}")
+        """An acceptance record whose envelope verifies (and has ``expected_id``): the core's rule."""
+        with _as_response_error():
+            validate_record(record, expected_id)
         return record
-
-    def _check_scope(self, page: Any, required: Iterable[str]) -> None:
-        if not isinstance(page, dict) or any(key not in page for key in required):
-            raise ResponseError(f"response lacks one of {sorted(required)}")
-        if page["service"] != self.origin:
-            raise ResponseError(f"response service {page['service']!r} differs from the origin {self.origin}")
-        if not _nonneg_safe(page["checkpoint"]) or not _nonneg_safe(page["as_of"]):
-            raise ResponseError("checkpoint/as_of are not safe integers")
-        if not isinstance(page["result"], list):
-            raise ResponseError("result is not a list")
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -249,7 +238,8 @@ class RelayClient:
         pairs = list(params.items()) if isinstance(params, dict) else list(params)
         url = self.endpoints["query"] + ("?" + urlencode(pairs) if pairs else "")
         page = self._request("GET", url)
-        self._check_scope(page, ("result", "service", "checkpoint", "as_of"))
+        with _as_response_error():
+            check_list_shape(page, self.origin, max_items=MAX_QUERY_LIMIT)
         return page
 
     def query_pages(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
@@ -260,33 +250,25 @@ class RelayClient:
         after_seq = int(dict(base).get("after_seq", "0") or 0)
         limit = int(dict(base).get("limit", "100") or 100)
         cursor: str | None = None
-        first: dict[str, Any] | None = None
+        scope: tuple[int, int] | None = None
         last_seq = after_seq
         seen: set[str] = set()
         while True:
             page = self.query_page(base + ([("cursor", cursor)] if cursor else []))
-            if first is None:
-                first = page
-            elif (page["checkpoint"], page["as_of"]) != (first["checkpoint"], first["as_of"]):
-                raise ResponseError("checkpoint/as_of changed between pages")
-            if len(page["result"]) > limit:
-                raise ResponseError(f"page holds more than limit={limit} records")
-            for record in page["result"]:
-                self.verify_record(record)
-                seq = record["seq"]
-                if not last_seq < seq <= page["checkpoint"]:
-                    raise ResponseError(f"record seq {seq} out of order or beyond the checkpoint")
+            with _as_response_error():
+                records, cursor = check_query_shape(page, self.origin, after_seq=last_seq, limit=limit)
+                scope = check_same_scope(scope, page)
+                for record in records:
+                    validate_record(record)
+            for record in records:
                 event_id = record["envelope"]["hash"]
                 if event_id in seen:
                     raise ResponseError(f"record {event_id} repeated")
                 seen.add(event_id)
-                last_seq = seq
+                last_seq = record["seq"]
             yield page
-            cursor = page.get("next_cursor")
             if cursor is None:
                 return
-            if not isinstance(cursor, str) or not cursor:
-                raise ResponseError("next_cursor is not a non-empty string")
 
     def query(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> QueryResult:
         """Follow every page; the result's ``checkpoint`` is safe to persist as the next ``after_seq``."""
@@ -302,23 +284,13 @@ class RelayClient:
         """Read up to 100 IDs; every ID comes back exactly once, partitions in request order."""
         requested = list(hashes)
         page = self._request("POST", self.endpoints["batch"], body=json.dumps({"hashes": requested}).encode())
-        self._check_scope(page, ("result", "missing", "service", "checkpoint", "as_of"))
-        if "next_cursor" in page:
-            raise ResponseError("batch responses have no next_cursor")
-        got = []
-        for record in page["result"]:
-            self.verify_record(record)
-            if record["seq"] > page["checkpoint"]:
-                raise ResponseError("batch record beyond the checkpoint")
-            got.append(record["envelope"]["hash"])
-        missing = page["missing"]
-        if not isinstance(missing, list) or sorted(got + missing) != sorted(requested):
-            raise ResponseError("batch partitions do not cover every requested ID exactly once")
-        position = {h: i for i, h in enumerate(requested)}
-        for part in (got, missing):
-            if [position[h] for h in part] != sorted(position[h] for h in part):
-                raise ResponseError("batch partition out of request order")
+        with _as_response_error():
+            validate_batch_response(page, requested, self.origin)
         return page
+
+    def search_page(self, body: dict[str, Any]) -> Any:
+        """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request."""
+        return self._request("POST", self.endpoints["search"], body=json.dumps(body).encode())
 
     def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
             timeout: float = 930.0) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def _query_params() -> list[dict[str, Any]]:
     return params
 
 
-def openapi_document(relay: Any, settings: Any) -> dict[str, Any]:
+def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None = None) -> dict[str, Any]:
     """The document for this relay's configuration (extension routes only when they are served)."""
     source = agent_knowledge_schema()
     schemas = {name: _rebase(schema) for name, schema in source["$defs"].items()}
@@ -127,28 +127,31 @@ def openapi_document(relay: Any, settings: Any) -> dict[str, Any]:
             "responses": {"200": _json(ref("batchResponse"), "Found and missing, in request order"), "400": ERROR,
                           "429": RATE_LIMITED}}},
     }
-    if not getattr(settings, "core_only", False):  # served by route modules, as these are
-        paths.update({
-            "/metrics": {"get": {
-                "summary": "Prometheus metrics (text format)", "operationId": "metrics",
-                "responses": {"200": {"description": "Prometheus text exposition",
-                                      "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            OPENAPI_PATH: {"get": {"summary": "This document", "operationId": "openapi",
-                                   "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")}}},
-            DOCS_PATH: {"get": {"summary": "This document as HTML", "operationId": "docs",
-                                "responses": {"200": {"description": "HTML",
-                                                      "content": {"text/html": {"schema": {"type": "string"}}}}}}},
-        })
+    present = present if present is not None else {"search": True, "kip": True, "knowql": True}
+    paths.update({  # served by the node's web component, with this document
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics (text format)", "operationId": "metrics",
+            "responses": {"200": {"description": "Prometheus text exposition",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        OPENAPI_PATH: {"get": {"summary": "This document", "operationId": "openapi",
+                               "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1")}}},
+        DOCS_PATH: {"get": {"summary": "This document as HTML", "operationId": "docs",
+                            "responses": {"200": {"description": "HTML",
+                                                  "content": {"text/html": {"schema": {"type": "string"}}}}}}},
+    })
+    if present["search"]:
         paths[relay.config.search_path] = {"post": {
             "summary": "Ranked lexical search (§9.5)", "operationId": "search",
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("searchRequest")}}},
             "responses": {"200": _json(ref("searchResponse"), "Ranked hits with coverage"), "400": ERROR,
                           "429": RATE_LIMITED}}}
+    if present["kip"]:
         paths["/v1/kip"] = {"post": {
             "summary": "KIP 2.0 read-only runtime (docs/kip.md)", "operationId": "kip",
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("KipRequest")}}},
             "responses": {"200": _json(ref("KipResponse"), "Response envelope (operation errors inside)"),
                           "400": _json(ref("KipResponse"), "Envelope-level failure"), "429": RATE_LIMITED}}}
+    if present["knowql"]:
         paths.update(_knowql_paths())
     return {
         "openapi": "3.1.0",
@@ -249,10 +252,10 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return target.rsplit("/", 1)[-1] if target else str(schema.get("type", "any"))
 
 
-def routes(relay: Any, settings: Any) -> list[Any]:
+def routes(relay: Any, settings: Any, present: dict[str, bool] | None = None) -> list[Any]:
     from akrelay.explorer.html import SECURITY_HEADERS
 
-    doc = openapi_document(relay, settings)
+    doc = openapi_document(relay, settings, present)
     body = msgspec.json.encode(doc)
     html = docs_page(doc).encode("utf-8")
 

@@ -8,46 +8,17 @@ them to every worker in one environment variable, so all workers agree.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, licence_allow_list
+from akrelay.node import RelayNode
+from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
 
-APP_FACTORY = "akrelay.http.app:create_app_from_env"
-
-
-def service_config(settings: Settings) -> Any:
-    """Translate operator settings into the service's ``ServiceConfig``.
-
-    Operator options of other areas (search, peers, KIP) stay in ``Settings``;
-    they reach discovery through the app's discovery providers, not through here.
-    """
-    from akrelay.service.config import ServiceConfig
-
-    from akrelay.protocol.options import ValidationOptions
-
-    candidates: dict[str, Any] = dict(
-        origin=settings.origin,
-        max_envelope_bytes=settings.max_envelope_bytes,
-        options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
-        licence_allowlist=licence_allow_list(settings),
-    )
-    fields = {f.name for f in dataclasses.fields(ServiceConfig)}
-    return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
-
-
-def open_relay_for(settings: Settings) -> Any:
-    """Open the relay on ``settings.data`` (created if needed)."""
-    from akrelay.service.relay import open_relay
-
-    data = settings.data_dir
-    data.mkdir(parents=True, exist_ok=True)
-    return open_relay(data, service_config(settings))
+APP_FACTORY = "akrelay.app:create_app_from_env"
 
 
 def check_origin(settings: Settings) -> str:
@@ -92,8 +63,7 @@ def prepare(settings: Settings, out: TextIO | None = None) -> tuple[Settings, Pa
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     # Open once in the launcher so that schema creation and the relay secret exist
     # before several workers race to create them.
-    relay = open_relay_for(settings)
-    relay.close()
+    RelayNode.open(settings, components=()).stop()
     cert, key = tls_files(settings, out)
     return settings, cert, key
 

@@ -12,11 +12,13 @@ import argparse
 import json
 import os
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-ENV_PREFIX = "AKRELAY_"
+from akrelay.optionkit import (  # noqa: F401  (re-exported: the settings' public names)
+    ENV_PREFIX, OPTIONS, Option, _bool, _int, _port, _positive_int, _rate, _seconds, _str, option,
+)
+
 #: The resolved settings, serialized for Granian worker processes.
 RESOLVED_ENV = "AKRELAY__RESOLVED_SETTINGS"
 
@@ -25,124 +27,24 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the source."""
 
 
-def _positive_int(text: Any) -> int:
-    value = _int(text)
-    if value < 1:
-        raise ValueError("must be a positive integer")
-    return value
-
-
-def _int(text: Any) -> int:
-    if isinstance(text, bool):
-        raise ValueError("must be an integer")
-    if isinstance(text, int):
-        return text
-    if not isinstance(text, str) or not text.strip().isdigit():
-        raise ValueError("must be a decimal integer")
-    return int(text.strip())
-
-
-def _rate(text: Any) -> float:
-    if isinstance(text, bool):
-        raise ValueError("must be a number")
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError("must be a finite number >= 0 (0 disables the limit)")
-    return value
-
-
-def _seconds(text: Any) -> float:
-    if isinstance(text, bool):
-        raise ValueError("must be a number of seconds")
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise ValueError("must be a positive, finite number of seconds")
-    return value
-
-
-def _port(text: Any) -> int:
-    value = _int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError("must be a TCP port (0-65535)")
-    return value
-
-
-def _str(text: Any) -> str:
-    if not isinstance(text, str):
-        raise ValueError("must be a string")
-    return text
-
-
-def _bool(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
-    if isinstance(text, str) and text.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(text, str) and text.strip().lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("must be a boolean (true/false)")
-
-
-@dataclass(frozen=True)
-class Option:
-    """One setting: its name, parser, default and help text.
-
-    ``kind`` is ``"value"`` (one value), ``"flag"`` (boolean switch) or
-    ``"list"`` (zero or more values; whitespace-separated in the environment).
-    ``serve_only`` marks what only the HTTP server reads (listener, TLS, rates),
-    so that ``akrelay sync`` does not offer it.
-    """
-
-    name: str
-    parse: Callable[[Any], Any]
-    default: Any
-    help: str
-    kind: str = "value"
-    metavar: str | None = None
-    serve_only: bool = False
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
-
-
-#: Every serve option, in help order. Extend with :func:`option`.
-OPTIONS: dict[str, Option] = {}
-
-#: Modules of other areas that declare their serve options with :func:`option`;
-#: imported (when they exist) before options are listed or resolved.
-OPTION_MODULES: tuple[str, ...] = ("akrelay.search.options", "akrelay.federation.options", "akrelay.kip.options", "akrelay.knowql.options",
-                                   "akrelay.explorer.options", "akrelay.observability.options")
 _loaded_option_modules = False
 
 
 def load_option_modules() -> None:
+    """Declare the options of every component (each area keeps its own ``options`` module).
+
+    The list is static: a module missing here is an import error, never a silently
+    absent option. Federation's options are declared below, in this module.
+    """
     global _loaded_option_modules
     if _loaded_option_modules:
         return
     _loaded_option_modules = True
-    import importlib
-
-    for name in OPTION_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-
-
-def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
-           kind: str = "value", metavar: str | None = None, serve_only: bool = False) -> Option:
-    """Declare a serve option (a one-line change for any area)."""
-    if kind not in ("value", "flag", "list"):
-        raise ValueError(f"unknown option kind {kind!r}")
-    opt = Option(name, parse, default, help, kind, metavar, serve_only)
-    OPTIONS[name] = opt
-    return opt
+    import akrelay.explorer.options  # noqa: F401
+    import akrelay.kip.options  # noqa: F401
+    import akrelay.knowql.options  # noqa: F401
+    import akrelay.observability.options  # noqa: F401
+    import akrelay.search.options  # noqa: F401
 
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
@@ -156,7 +58,8 @@ option("workers", _positive_int, 1, "number of Granian worker processes (all sha
 option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory",
        metavar="PEM", serve_only=True)
 option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM", serve_only=True)
-option("max_envelope_bytes", _positive_int, 262144, "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
+option("max_envelope_bytes", _positive_int, 262144,
+       "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
 option("body_timeout", _seconds, 30.0,
        "seconds a request body may take to arrive completely after its headers; then 408 and close", metavar="SECONDS",
        serve_only=True)

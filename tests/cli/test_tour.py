@@ -97,6 +97,8 @@ def test_the_readme_commands_are_what_ci_runs() -> None:
     assert f"{second} || status=$?" in ci, "CI runs the README's test command verbatim"
     assert any(line.startswith("export CI=1") for line in ci), "hypothesis runs derandomised"
     assert any(line.startswith("python3 -m venv ") for line in ci), "in a fresh venv of its own"
+    for check in ("python3 -m ruff check src tests", "python3 -m mypy"):
+        assert f"{check} || status=$?" in ci, f"CI also runs {check} and fails if it fails"
 
 
 @pytest.mark.parametrize("kind", ["publish", "assess", "retract"])

@@ -65,7 +65,7 @@ def test_advertised_peers_are_canonical_distinct_enabled_and_never_ours() -> Non
 
 
 def test_discovery_document_lists_configured_peers(tmp_path) -> None:
-    from akrelay.http.app import discovery_document
+    from akrelay.node import RelayNode
     from akrelay.protocol.discovery import validate_discovery
     from akrelay.settings import defaults
 
@@ -73,7 +73,7 @@ def test_discovery_document_lists_configured_peers(tmp_path) -> None:
     save_peers(path, PeerFile([Peer(origin="https://b.example"), Peer(origin="https://local.example"),
                                Peer(origin="https://c.example:9443", enabled=False)]))
     relay = make_relay()
-    doc = discovery_document(relay, defaults(peers=str(path), origin="https://local.example"))
+    doc = RelayNode(relay, defaults(peers=str(path), origin="https://local.example"), components=("sync",)).discovery()
     assert doc["peers"] == ["https://b.example"]
     assert validate_discovery(doc, "https://local.example").peers == ("https://b.example",)
 

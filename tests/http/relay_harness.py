@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from litestar.testing import TestClient
 
-from akrelay.http.app import create_app
+from akrelay.app import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.settings import defaults
@@ -62,6 +62,7 @@ class Harness:
     relay: Relay
     clock: Clock
     settings: Any
+    node: Any
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
 
     def submit(self, body: bytes | str, **kw: Any):
@@ -87,25 +88,17 @@ def relay_app(*, store: Any = None, config: ServiceConfig | None = None, now: in
               extensions: bool = False, **settings_overrides: Any) -> Iterator[Harness]:
     """The real app over a real relay; rate limits off unless asked for.
 
-    ``extensions=False`` builds the core §9.1 app alone (no search, KIP or peer
-    route modules), so these tests hold whatever other areas install.
+    ``extensions=False`` builds the core §9.1 app alone (a node without
+    components), so these tests hold whatever other areas install.
     """
-    import akrelay.http.app as app_module
-
     overrides = {"write_rate": 0.0, "read_rate": 0.0} | settings_overrides
     settings = defaults(**overrides)
     clock = Clock(now)
     relay = Relay(store if store is not None else MemoryStore(), config or ServiceConfig(origin=ORIGIN),
                   clock=clock, cursor_secret=b"k" * 32)
-    saved = app_module.ROUTE_MODULES
-    if not extensions:
-        app_module.ROUTE_MODULES = ()
-    try:
-        app = create_app(relay, settings)
-    finally:
-        app_module.ROUTE_MODULES = saved
+    app = create_app(relay, settings, components=None if extensions else ())
     with TestClient(app, raise_server_exceptions=False) as client:
-        yield Harness(client, relay, clock, settings)
+        yield Harness(client, relay, clock, settings, app.state.node)
 
 
 def error_of(response) -> tuple[int, str]:

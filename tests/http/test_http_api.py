@@ -53,23 +53,42 @@ def test_discovery_for_another_origin_is_not_valid_here() -> None:
         validate_discovery(doc, "https://other.example")
 
 
-def test_route_and_discovery_providers_plug_in(monkeypatch) -> None:
-    import akrelay.http.app as app_module
+def test_an_extra_component_plugs_in_routes_and_discovery() -> None:
+    from akrelay.app import create_app
+    from litestar.testing import TestClient
 
-    def routes(relay, settings):
-        @get("/v1/knowledge/extra", sync_to_thread=False)
-        def extra() -> Response[bytes]:
-            return Response(content=b'{"ok":true}', media_type="application/json")
-        return [extra]
+    class Extra:
+        name = "extra"
+        options = ()
 
-    def discovery(relay, settings):
-        return {"features": ["x-test"], "endpoints": {"extra": relay.config.origin + "/v1/knowledge/extra"}}
+        def __init__(self, relay) -> None:
+            self.relay = relay
+            self.events: list[str] = []
 
-    monkeypatch.setattr(app_module, "ROUTE_PROVIDERS", [routes])
-    monkeypatch.setattr(app_module, "DISCOVERY_PROVIDERS", [discovery])
-    with relay_app() as h:
-        assert h.client.get("/v1/knowledge/extra").json() == {"ok": True}
-        doc = h.client.get("/.well-known/agent-knowledge").json()
+        def routes(self):
+            @get("/v1/knowledge/extra", sync_to_thread=False)
+            def extra() -> Response[bytes]:
+                return Response(content=b'{"ok":true}', media_type="application/json")
+            return [extra]
+
+        def discovery(self):
+            return {"features": ["x-test"], "endpoints": {"extra": self.relay.config.origin + "/v1/knowledge/extra"}}
+
+        def start(self) -> None:
+            self.events.append("start")
+
+        def stop(self) -> None:
+            self.events.append("stop")
+
+    with relay_app() as base:
+        relay, settings = base.relay, base.settings
+    component = Extra(relay)
+    app = create_app(relay, settings, components=(), extra=[component])
+    with TestClient(app) as client:
+        assert component.events == ["start"]
+        assert client.get("/v1/knowledge/extra").json() == {"ok": True}
+        doc = client.get("/.well-known/agent-knowledge").json()
+    assert component.events == ["start", "stop"]
     assert doc["features"] == ["x-test"] and doc["endpoints"]["extra"].endswith("/extra")
     assert doc["endpoints"]["events"] == ORIGIN + EVENTS
     validate_discovery(doc, ORIGIN)

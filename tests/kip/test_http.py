@@ -6,11 +6,9 @@ import json
 from pathlib import Path
 
 import jsonschema
-import pytest
 from litestar.testing import TestClient
 
-from akrelay.http.app import create_app
-from akrelay.http.kip import stop_followers
+from akrelay.app import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay
 from akrelay.settings import defaults
@@ -23,12 +21,6 @@ RESPONSE = jsonschema.Draft202012Validator(
     json.loads((Path(__file__).resolve().parent / "schemas" / "kip-response.schema.json").read_text()))
 ORIGIN = "https://localhost:8443"
 JSON_HEADERS = {"content-type": "application/json"}
-
-
-@pytest.fixture(autouse=True)
-def _stop_followers():
-    yield
-    stop_followers()
 
 
 def _client(relay: Relay) -> TestClient:
@@ -93,7 +85,7 @@ def test_sqlite_relay_persists_the_nexus_across_restarts(tmp_path) -> None:
     with _client(relay) as client:
         _submit(client, "original", "assessment")
         assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 2
-    relay.close()  # stops the KIP importer first; each imported batch is already durable
+    relay.close()  # the app's lifespan stopped the KIP importer and the indexer; each batch is durable
     assert (tmp_path / "kip-nexus.sqlite3").is_file()
     relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
     with _client(relay) as client:

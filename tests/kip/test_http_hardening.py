@@ -15,8 +15,7 @@ import httpx
 import pytest
 from litestar.testing import TestClient
 
-from akrelay.http.app import create_app
-from akrelay.http.kip import stop_followers
+from akrelay.app import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.settings import defaults
@@ -31,12 +30,6 @@ if HTTP_TESTS not in sys.path:
 from relay_harness import start_relay  # noqa: E402
 from kql.fixtures import Log  # noqa: E402
 from kql.test_hardening import SHAPES, _nested_not  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _stop_followers():
-    yield
-    stop_followers()
 
 
 def _client(**settings) -> TestClient:

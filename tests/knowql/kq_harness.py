@@ -10,9 +10,7 @@ from typing import Any, Iterator
 
 from litestar.testing import TestClient
 
-from akrelay.http.app import create_app
-from akrelay.http.kip import stop_followers
-from akrelay.http.search import search_service
+from akrelay.app import create_app
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay
@@ -66,12 +64,13 @@ class KQ:
     client: TestClient
     relay: Relay
     corpus: Corpus
+    node: Any
 
     def submit(self, *envelopes: dict[str, Any]) -> list[str]:
         for env in envelopes:
             r = self.client.post("/v1/knowledge/events", content=json.dumps(env), headers=JSON_HEADERS)
             assert r.status_code == 200, r.text
-        search_service(self.relay).wait_indexed()
+        self.node.search.service.wait_indexed()
         return [e["hash"] for e in envelopes]
 
     def ask(self, body: Any, headers: dict[str, str] | None = None):
@@ -90,10 +89,8 @@ def knowql_app(data: Path | None = None, **overrides: Any) -> Iterator[KQ]:
     app = create_app(relay, settings)
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
-            yield KQ(client, relay, Corpus())
+            yield KQ(client, relay, Corpus(), app.state.node)
     finally:
-        stop_followers()
-        search_service(relay).close()
         relay.close()
 
 

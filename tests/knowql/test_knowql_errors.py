@@ -22,9 +22,7 @@ def _error(response) -> tuple[int, str]:
 
 
 def _rows(kq) -> tuple[int, int]:
-    from akrelay.http.knowql import knowql_service
-
-    store = knowql_service(kq.relay, None).store
+    store = kq.node.knowql.service.store
     sessions = store._read("SELECT COUNT(*) FROM sessions", ())[0][0]
     queries = store._read("SELECT COUNT(*) FROM queries", ())[0][0]
     return sessions, queries

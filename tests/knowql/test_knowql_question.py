@@ -15,15 +15,13 @@ def test_question_terms_drop_stop_words_fold_and_dedupe() -> None:
 
 
 def test_question_mode_ranks_partial_matches_within_the_snapshot() -> None:
-    from akrelay.http.search import search_service
-
     with knowql_app() as kq:
         c = kq.corpus
         both = c.publish("alice", "Cache eviction policy", "Eviction removes the coldest cache entries.")
         one = c.publish("bob", "Eviction notices", "Tenants get notices before eviction.")
         none = c.publish("carol", "Weather", "Sunny.")
         kq.submit(both, one, none)
-        service = search_service(kq.relay)
+        service = kq.node.search.service
         hits, position = service.question(("cache", "eviction"), 3, 10)
         assert position == 3
         assert [h.record.id for h in hits] == [both["hash"], one["hash"]]  # OR: one word suffices

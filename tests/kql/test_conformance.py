@@ -665,23 +665,19 @@ def test_KIP2_RT_001_utf8_round_trip(log: Log) -> None:
 def test_KIP2_RT_002_invalid_utf8_rejected(log: Log) -> None:
     from litestar.testing import TestClient
 
-    from akrelay.http.app import create_app
-    from akrelay.http.kip import stop_followers
+    from akrelay.app import create_app
     from akrelay.service.config import ServiceConfig
     from akrelay.service.relay import Relay
     from akrelay.settings import defaults
     from akrelay.store.memory import MemoryStore
 
     relay = Relay(MemoryStore(), ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"k" * 32)
-    try:
-        with TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)),
-                        raise_server_exceptions=False) as client:
-            body = b'{"kip": "2.0", "operations": [{"command": "FIND(?c) WHERE { ?c {name: \\"\xff\xfe\\"} }"}]}'
-            r = client.post("/v1/kip", content=body, headers={"content-type": "application/json"})
-            assert r.status_code == 400
-            assert r.json()["error"]["code"] == "InvalidRequestEnvelope"
-    finally:
-        stop_followers()
+    with TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)),
+                    raise_server_exceptions=False) as client:
+        body = b'{"kip": "2.0", "operations": [{"command": "FIND(?c) WHERE { ?c {name: \\"\xff\xfe\\"} }"}]}'
+        r = client.post("/v1/kip", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == "InvalidRequestEnvelope"
 
 
 def test_KIP2_RT_004_structural_binding_prevents_injection(log: Log, scene) -> None:
@@ -751,13 +747,14 @@ def test_KIP2_RT_016_continuation_token_is_opaque(log: Log, scene) -> None:
     rt = log.runtime()
     command = 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule"} } ORDER BY ?c.name LIMIT 1'
     token = kql(rt, command)["result"]["next_cursor"]
-    body, _, mac = token.partition(".")
     import base64
 
-    raw = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    sealed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    body, tag = sealed[:-16], sealed[-16:]  # the token is a JSON body and its 16-byte tag
+    raw = json.loads(body)
     raw["o"] = 3  # skip ahead by editing the position
-    forged = base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode()).rstrip(b"=").decode()
-    for bad in (forged + "." + mac, token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), "not-a-cursor"):
+    forged = base64.urlsafe_b64encode(json.dumps(raw, separators=(",", ":")).encode() + tag).rstrip(b"=").decode()
+    for bad in (forged, token[:-2] + ("AA" if token[-2:] != "AA" else "BB"), "not-a-cursor"):
         e = err(rt, command + " CURSOR :c", c=bad)
         assert e.code == "CursorInvalid" and e.details["family"] == "kql"
 

@@ -116,7 +116,7 @@ def test_deep_parameter_values_are_refused_before_evaluation(rt) -> None:
     for _ in range(600):
         deep = [deep]
     for command in (f"FIND(?c) WHERE {{ {CAPSULE} FILTER(?c.name != :p) }}",
-                    f'FIND(?c) WHERE {{ ?c {{type: "KnowledgeCapsule", name: :p}} }}'):
+                    'FIND(?c) WHERE { ?c {type: "KnowledgeCapsule", name: :p} }'):
         response = request(rt, {"language": "KQL", "command": command, "parameters": {"p": deep}})
         assert response["_http_status"] == 400
         assert response["error"]["code"] == "ResourceExhausted"

@@ -11,7 +11,6 @@ defects in the text).
 from __future__ import annotations
 
 import copy
-import json
 import random
 from typing import Any, Iterator
 

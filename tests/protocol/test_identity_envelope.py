@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import jsonschema
@@ -234,7 +235,7 @@ def test_legacy_retraction_without_license_is_a_switch():
 
 
 def test_signer_builds_envelopes_that_verify():
-    signer = Signer.generate()
+    signer = Signer.generate(secrets.token_bytes)
     payload = fixture_envelope(ORIGINAL)["event"]["payload"]
     envelope = verify_envelope(to_bytes(signer.sign(publish_event(signer.agent_id, 5, 7, payload))))
     assert (envelope.actor, envelope.created_at, envelope.nonce, envelope.type) == (signer.agent_id, 5, 7, "knowledge.publish")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from akrelay.protocol.envelope import event_hash, validate_event_fields, verify_hash_and_signature
@@ -66,6 +68,6 @@ def test_signer_keys():
     signer = Signer.from_seed(bytes([7]) * 32)
     assert signer.seed == bytes([7]) * 32
     assert signer.agent_id == "did:agent:6kpsY-KcUgq-9VB7Ey7F-ZVHdq6-vnuSQh7qaRRG0iw"
-    assert Signer.generate().agent_id != Signer.generate().agent_id
+    assert Signer.generate(secrets.token_bytes).agent_id != Signer.generate(secrets.token_bytes).agent_id
     with pytest.raises(ValueError):
         Signer.from_seed(b"short")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +14,7 @@ from akrelay.protocol.query import PARAMETER_NAMES, parse_query
 from akrelay.protocol.reads import parse_batch_request, parse_read_json, parse_search_request
 from akrelay.protocol.records import validate_batch_response, validate_query_response, validate_search_response
 from knowledge_model import FixtureService
-from knowledge_vectors import SERVICE, cases
+from knowledge_vectors import SERVICE
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**60, 2**60), st.floats(allow_nan=False, allow_infinity=False),

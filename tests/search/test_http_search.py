@@ -17,7 +17,6 @@ if HTTP_TESTS not in sys.path:
 
 from relay_harness import FIXTURES, ORIGIN, VECTORS, error_of, relay_app  # noqa: E402
 
-from akrelay.http.search import search_service  # noqa: E402
 from akrelay.protocol.envelope import verify_envelope  # noqa: E402
 from akrelay.protocol.errors import ProtocolError  # noqa: E402
 from akrelay.protocol.query import query_matches  # noqa: E402
@@ -43,7 +42,7 @@ def _load(h, accepted=(), hidden=()):
         h.relay.store.commit(_envelope(name), h.clock.now)
     for name in hidden:
         h.relay.withhold(FIXTURES[name]["envelope"]["hash"])
-    assert search_service(h.relay).wait_indexed(timeout=10)
+    assert h.node.search.service.wait_indexed(timeout=10)
 
 
 def _apply(doc, changes):
@@ -105,10 +104,10 @@ def test_discovery_advertises_ranked_search():
 def test_search_vector_case(case):
     with relay_app(extensions=True) as h:
         _load(h, case.get("accepted", []), case.get("hidden", []))
-        before = (h.relay.checkpoint(), search_service(h.relay).index_seq())
+        before = (h.relay.checkpoint(), h.node.search.service.index_seq())
         value = case.get("request")
         response = _post(h, case["raw_json"] if "raw_json" in case else value)
-        assert (h.relay.checkpoint(), search_service(h.relay).index_seq()) == before  # reads change nothing
+        assert (h.relay.checkpoint(), h.node.search.service.index_seq()) == before  # reads change nothing
         if case["expected"] in ("invalid_request", "unsupported_search_mode"):
             # This relay advertises lexical only, and the mode is checked first.
             unadvertised = isinstance(value, dict) and isinstance(value.get("mode"), str) and value["mode"] != "lexical"
@@ -161,7 +160,7 @@ def test_search_errors_and_framework_paths():
 def test_index_lag_is_visible_over_http():
     with relay_app(extensions=True) as h:
         _load(h, ["text_publication"])
-        search_service(h.relay)._indexer.stop()
+        h.node.search.service._indexer.stop()
         h.relay.store.commit(_envelope("text_regional"), h.clock.now)
         page = _post(h, {"text": "alpha", "mode": "lexical"}).json()
         sdk_validate(page, {"text": "alpha", "mode": "lexical"})
@@ -172,6 +171,6 @@ def test_index_lag_is_visible_over_http():
 def test_serve_settings_reach_the_search_service():
     with relay_app(extensions=True, search_candidates=7, search_timeout_ms=250, search_writer_threads=2) as h:
         _load(h, ["text_publication"])
-        service = search_service(h.relay)
+        service = h.node.search.service
         assert (service.budget.candidates, service.budget.seconds) == (7, 0.25)
         assert _post(h, {"text": "alpha", "mode": "lexical"}).json()["coverage"]["exhaustive"] is True

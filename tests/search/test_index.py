@@ -149,7 +149,6 @@ def test_indexer_lock_is_exclusive_and_released(tmp_path):
 def _worker(data: str, status_dir: str, stop) -> None:
     """A relay worker process; reports its state in its own file (killing a
     process that writes to a shared queue could wedge the queue)."""
-    from akrelay.search import SearchService
     from akrelay.service.config import ServiceConfig
     from akrelay.service.relay import open_relay
 

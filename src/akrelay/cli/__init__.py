@@ -1,34 +1,18 @@
 """The ``akrelay`` command line.
 
 Each area of akrelay owns one module in this package that exposes
-``register(subparsers)``; this dispatcher only collects them, so that adding a
-command never means editing someone else's code.
+``register(subparsers)``; this dispatcher lists them (:func:`command_modules`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from types import ModuleType
 
 from akrelay import __version__
-
-#: Modules that contribute subcommands, in help order. A missing module is skipped
-#: so that the CLI keeps working while an area is still being built.
-COMMAND_MODULES = (
-    "akrelay.cli.serve",
-    "akrelay.cli.client",
-    "akrelay.cli.admin",
-    "akrelay.cli.search",
-    "akrelay.cli.peers",
-    "akrelay.cli.kip",
-    "akrelay.cli.kql",
-    "akrelay.cli.knowledge",
-    "akrelay.cli.identity",
-    "akrelay.cli.ask",
-)
-
+from akrelay.store.schema import SchemaVersionError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -37,15 +21,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"akrelay {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+    for module in command_modules():
         module.register(sub)
     return parser
+
+
+def command_modules() -> tuple[ModuleType, ...]:
+    """The modules that contribute subcommands, in help order (a static list: a missing one is an error).
+
+    ``kip`` comes after ``search``: it adds ``--kip`` to search's ``reindex``.
+    """
+    from akrelay.cli import admin, ask, client, identity, kip, knowledge, kql, peers, search, serve
+
+    return (serve, client, admin, search, peers, kip, kql, knowledge, identity, ask)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except SchemaVersionError as exc:  # a data file from a newer akrelay: say which, not a traceback
+        print(f"akrelay: {exc}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -49,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from akrelay.server import open_relay_for
+    from akrelay.node import RelayNode
     from akrelay.settings import SettingsError, load_settings
 
     try:
@@ -60,14 +62,15 @@ def _run(args: argparse.Namespace) -> int:
     if not (settings.data_dir / "relay.sqlite3").exists() and not any(settings.data_dir.glob("*.sqlite3")):
         print(f"akrelay {args.command}: no relay data in {settings.data_dir}", file=sys.stderr)
         return 2
-    relay = open_relay_for(settings)
+    node = RelayNode.open(settings, components=())
+    relay = node.relay
     try:
         record = relay.withhold(args.event_id) if args.withheld else relay.unwithhold(args.event_id)
     except ProtocolError as exc:
         print(f"akrelay {args.command}: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
     finally:
-        relay.close()
+        node.stop()
     state = "withheld" if args.withheld else "visible"
     print(json.dumps({"event_id": record.id, "seq": record.seq, "state": state}))
     return 0
@@ -76,13 +79,13 @@ def _run(args: argparse.Namespace) -> int:
 STORE_FILE = "relay.sqlite3"
 
 
-def _data_dir(args: argparse.Namespace):
+def _data_dir(args: argparse.Namespace) -> Path:
     from akrelay.settings import load_settings
 
     return load_settings({"data": args.data}).data_dir
 
 
-def _hwm(path) -> int | None:
+def _hwm(path: str | os.PathLike[str]) -> int | None:
     from akrelay.store.sqlite import SqliteStore
 
     return SqliteStore.probe_high_water_mark(path)

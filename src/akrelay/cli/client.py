@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from akrelay.client import RelayClient
 
 DEFAULT_RELAY = "https://localhost:8443"
 EVENT_TYPES = ("publish", "assess", "retract")
@@ -62,7 +66,8 @@ def _query_epilog() -> str:
     width = max(map(len, names))
     lines = ["query parameters (NAME=VALUE, each at most once):"]
     for name in names:
-        lines += textwrap.wrap(meaning.get(name, "see Agent Knowledge 1.0 section 9.3"), 92, initial_indent=f"  {name:<{width}}  ",
+        lines += textwrap.wrap(meaning.get(name, "see Agent Knowledge 1.0 section 9.3"), 92,
+                               initial_indent=f"  {name:<{width}}  ",
                                subsequent_indent=" " * (width + 4), break_on_hyphens=False)
     lines.append("(cursor is not taken: the command follows next_cursor itself.)")
     return "\n".join(lines)
@@ -167,7 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_guard(cmd_batch))
 
 
-def _guard(command):
+def _guard(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Local input errors abort with exit code 2 and a message, never a traceback."""
     def run(args: argparse.Namespace) -> int:
         try:
@@ -207,7 +212,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     from akrelay.protocol.b64 import b64encode
     from akrelay.protocol.signer import Signer
 
-    signer = Signer.generate()
+    signer = Signer.generate(secrets.token_bytes)
     doc = {"agent_id": signer.agent_id, "seed": b64encode(signer.seed)}
     try:
         _write_private(Path(args.key), json.dumps(doc, indent=2) + "\n", args.force)
@@ -304,7 +309,7 @@ def _client(args: argparse.Namespace) -> Any:
     return RelayClient(args.relay, cacert=args.cacert)
 
 
-def _run(args: argparse.Namespace, action) -> int:
+def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
     import httpx
 
     from akrelay.client import ResponseError, ServiceError, connection_failure
@@ -346,7 +351,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return _fail(f"{name} is not strict JSON: {exc.message}")
         raws.append(raw.strip())
 
-    def action(client):
+    def action(client: RelayClient) -> int:
         for raw in raws:
             _print(client.submit(raw))
         return 0
@@ -366,7 +371,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             return _fail(f"query parameters are NAME=VALUE, got {item!r}")
         pairs.append((name, value))
 
-    def action(client):
+    def action(client: RelayClient) -> int:
         count = pages = 0
         checkpoint = as_of = None
         for page in client.query_pages(pairs):

@@ -49,8 +49,10 @@ def register(subparsers: Any) -> None:
     if existing is not None:
         existing.add_argument("--kip", action="store_true",
                               help="rebuild the KIP nexus (kip-nexus.sqlite3) instead of the search index")
-        if not any("--origin" in a.option_strings for a in existing._actions):
+        try:
             existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
+        except argparse.ArgumentError:  # registered already (the parser is built more than once)
+            pass
         search_handler = existing.get_default("handler")
 
         def reindex_either(args: argparse.Namespace) -> int:
@@ -74,33 +76,35 @@ def origin_of(args: argparse.Namespace) -> str:
     try:
         from akrelay.settings import defaults
         return defaults().origin
-    except Exception:  # pragma: no cover - settings always importable in a full install
+    except Exception:  # noqa: BLE001 # pragma: no cover - a default for help text; any failure falls back
         return "https://localhost:8443"
 
 
-def open_store(data: str, command: str = "akrelay") -> Any:
-    """The data directory's SQLite store, or a clear exit if there is none."""
+def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> Any:
+    """The data directory's relay with only its KIP component, or a clear exit if there is no store."""
     from pathlib import Path
 
-    from akrelay.store.sqlite import SqliteStore
+    from akrelay.node import RelayNode
+    from akrelay.settings import load_settings
 
     path = Path(data) / "relay.sqlite3"
     if not path.is_file():
         raise SystemExit(f"{command}: no relay store in {data!r} (expected {path})")
-    return SqliteStore(path)
+    budget = getattr(args, "budget_ms", None)
+    settings = load_settings({"data": data, "origin": origin_of(args),
+                              "kip_budget_ms": budget if budget is not None else None})
+    return RelayNode.open(settings, components=("kip",))
 
 
 def run_reindex(args: argparse.Namespace) -> int:
-    from akrelay.kip.service import reindex
-
-    store = open_store(args.data)
+    node = open_node(args.data, args)
     try:
-        summary = reindex(store, args.data, origin=origin_of(args))
+        summary = node.kip.reindex()
     except RuntimeError as exc:
         print(f"akrelay reindex --kip: {exc}", file=sys.stderr)
         return 1
     finally:
-        store.close()
+        node.stop()
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -187,27 +191,21 @@ def run_kip(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2, ensure_ascii=False))
         return 0 if status == 200 and body.get("status") == "succeeded" else 1
     from akrelay.kip.errors import KipError
-    from akrelay.kip.service import open_runtime
 
-    data = args.data or DEFAULT_DATA
-    store = open_store(data)
+    node = open_node(args.data or DEFAULT_DATA, args)
     try:
-        runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
-                                         budget_ms=args.budget_ms or None)
-        try:
-            if args.belief:
-                try:
-                    out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
-                    status = 0
-                except KipError as exc:
-                    out, status = {"error": exc.to_wire()}, 1
-            else:
-                _, out = runtime.execute(request)
-                status = 0 if out["status"] == "succeeded" else 1
-        finally:
-            follower.stop()
+        runtime = node.kip.gateway.read_once()
+        if args.belief:
+            try:
+                out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
+                status = 0
+            except KipError as exc:
+                out, status = {"error": exc.to_wire()}, 1
+        else:
+            _, out = runtime.execute(request)
+            status = 0 if out["status"] == "succeeded" else 1
     finally:
-        store.close()
+        node.stop()
     json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
     print()
     return status

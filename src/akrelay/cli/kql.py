@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_store, origin_of, parse_params, post_kip
+from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_node, parse_params, post_kip
 
 
 
@@ -96,19 +96,11 @@ def run_kql(args: argparse.Namespace) -> int:
                       file=sys.stderr)
             return 1
     else:
-        from akrelay.kip.service import open_runtime
-
-        data = args.data or DEFAULT_DATA
-        store = open_store(data, "akrelay kql")
+        node = open_node(args.data or DEFAULT_DATA, args, "akrelay kql")
         try:
-            runtime, follower = open_runtime(store, data, origin=origin_of(args), follow=False,
-                                             budget_ms=args.budget_ms or None)
-            try:
-                _, envelope = runtime.execute(request)
-            finally:
-                follower.stop()
+            _, envelope = node.kip.gateway.read_once().execute(request)
         finally:
-            store.close()
+            node.stop()
     if envelope.get("results"):
         return _emit(envelope["results"][0], args.json)
     _print_error(envelope.get("error") or {"code": "InternalError", "message": "no result"})

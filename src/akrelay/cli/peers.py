@@ -182,24 +182,29 @@ def cmd_sync(args: argparse.Namespace) -> int:
         print("akrelay sync: --peers FILE is required", file=sys.stderr)
         return 2
     settings = settings.replace(data=str(settings.data_dir.resolve()))
-    if not args.once:
-        from akrelay.federation.runner import BackgroundSync
-
-        loop = BackgroundSync(settings)
-        loop.start()
-        try:
-            while loop.is_alive():
-                loop.join(1.0)
-        except KeyboardInterrupt:
-            loop.stop()
-        return 0
-    from akrelay.federation.runner import sync_once
+    from akrelay.node import RelayNode
 
     try:
-        results = sync_once(settings)
-    except (PeerConfigError, RuntimeError) as exc:
+        node = RelayNode.open(settings, components=("sync",))
+    except PeerConfigError as exc:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
+    try:
+        if not args.once:
+            node.start()
+            try:
+                while node.sync.wait(1.0):
+                    pass
+            except KeyboardInterrupt:
+                pass
+            return 0
+        try:
+            results = node.sync.run_once()
+        except (PeerConfigError, RuntimeError) as exc:
+            print(f"akrelay sync: {exc}", file=sys.stderr)
+            return 2
+    finally:
+        node.stop()
     failed = 0
     for r in results:
         if r.ok:

@@ -116,7 +116,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(f"error: unsupported_search_mode: {client.origin} does not advertise ranked search "
                       f"in mode {args.mode!r} (advertised: {', '.join(modes) or 'none'})", file=sys.stderr)
                 return EXIT_REFUSED
-            page = client._request("POST", client.endpoints["search"], body=json.dumps(body).encode())
+            page = client.search_page(body)
             try:
                 request = parse_search_request(body, modes)
             except ProtocolError:
@@ -149,20 +149,20 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from akrelay.search.service import reindex
-    from akrelay.service.relay import open_relay
+    from akrelay.node import RelayNode
+    from akrelay.settings import load_settings
 
     data = Path(args.data)
     if not (data / "relay.sqlite3").is_file():
         print(f"error: {data} holds no relay store (relay.sqlite3)", file=sys.stderr)
         return EXIT_USAGE
-    relay = open_relay(data)
+    node = RelayNode.open(load_settings({"data": str(data)}), components=("search",))
     try:
-        count = reindex(relay, data)
+        count = node.search.reindex()
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
-        relay.close()
+        node.stop()
     print(f"reindexed {count} record(s) into {data / 'search'}")
     return 0

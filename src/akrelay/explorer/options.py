@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akrelay.settings import _bool, option
+from akrelay.optionkit import _bool, option
 
 option("no_explorer", _bool, False, "do not serve the web explorer (/explorer/ and the / redirect)", kind="flag",
        serve_only=True)

@@ -1,4 +1,4 @@
-"""The explorer's routes (listed in ``akrelay.http.app.ROUTE_MODULES``): thin handlers over views.
+"""The explorer's routes (mounted by the node's web component, ``akrelay.web``): thin handlers over views.
 
 Each handler gathers plain data from the relay (and the KIP runtime, the search
 index, the KnowQL service) in a worker thread and renders a page from

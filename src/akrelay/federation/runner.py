@@ -46,18 +46,15 @@ def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None) -
     return SyncEngine(relay, state, peer_file.peers, sync_options(settings))
 
 
-def sync_once(settings: Any, *, force: bool = True) -> list[PassResult]:
-    """One pass over every enabled peer, as the data directory's leader.
+def sync_once(settings: Any, relay: Any, *, force: bool = True) -> list[PassResult]:
+    """One pass over every enabled peer into ``relay``, as the data directory's leader.
 
     Raises ``RuntimeError`` when another process (a running ``serve``) leads.
     """
-    from akrelay.server import open_relay_for
-
     peer_file = load_peers(settings.peers)
     lock = federation_lock(settings.data_dir)
     if not lock.acquire():
         raise RuntimeError(f"another process is already syncing {settings.data_dir} (see {lock.path})")
-    relay = open_relay_for(settings)
     try:
         engine = build_engine(settings, relay, peer_file)
         try:
@@ -66,23 +63,25 @@ def sync_once(settings: Any, *, force: bool = True) -> list[PassResult]:
             engine.close()
             engine.state.close()
     finally:
-        relay.close()
         lock.release()
 
 
 class BackgroundSync(threading.Thread):
-    """The sync loop of ``akrelay serve``: waits for leadership, then runs until stopped."""
+    """The sync loop of ``akrelay serve``: waits for leadership, then runs until stopped.
 
-    def __init__(self, settings: Any, *, retry: float = 2.0) -> None:
+    It replicates into the relay of its owner (:class:`akrelay.node.RelayNode`),
+    so accepted events go through the same relay, and its commit listeners, as HTTP.
+    """
+
+    def __init__(self, settings: Any, relay: Any, *, retry: float = 2.0) -> None:
         super().__init__(name="akrelay-sync", daemon=True)
         self.settings = settings
+        self.relay = relay
         self.retry = retry
         self.stop_event = threading.Event()
         self.lock = federation_lock(settings.data_dir)
 
     def run(self) -> None:
-        from akrelay.server import open_relay_for
-
         while not self.stop_event.is_set():
             if self.lock.acquire():
                 break
@@ -91,15 +90,13 @@ class BackgroundSync(threading.Thread):
             return
         try:
             peer_file = load_peers(self.settings.peers)
-            relay = open_relay_for(self.settings)
-            engine = build_engine(self.settings, relay, peer_file)
+            engine = build_engine(self.settings, self.relay, peer_file)
             log.info("akrelay sync: leading %s with %d peer(s)", self.settings.data_dir, len(engine.peers))
             try:
                 engine.run_forever(self.stop_event)
             finally:
                 engine.close()
                 engine.state.close()
-                relay.close()
         except Exception:
             log.exception("akrelay sync loop stopped")
         finally:
@@ -107,20 +104,5 @@ class BackgroundSync(threading.Thread):
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stop_event.set()
-        self.join(timeout)
-
-
-_started: BackgroundSync | None = None
-_started_lock = threading.Lock()
-
-
-def start_background(settings: Any) -> BackgroundSync | None:
-    """Start the loop once per process when ``settings.peers`` names a peer file."""
-    global _started
-    if not getattr(settings, "peers", None):
-        return None
-    with _started_lock:
-        if _started is None or not _started.is_alive():
-            _started = BackgroundSync(settings)
-            _started.start()
-        return _started
+        if self.is_alive():
+            self.join(timeout)

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from akrelay.store.schema import Schema, ensure_schema, script
+
 STATE_FILE = "federation.sqlite3"
 
 #: Counters kept per peer; ``akrelay peers status`` prints them in this order.
@@ -75,6 +77,18 @@ class PendingEntry:
     retry_at: int = 0
 
 
+#: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS peer_state (origin TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS pending (
+    origin TEXT NOT NULL, event_id TEXT NOT NULL, raw BLOB NOT NULL,
+    missing TEXT NOT NULL, added_at INTEGER NOT NULL, attempts INTEGER NOT NULL,
+    ord INTEGER NOT NULL, retry_at INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (origin, event_id));
+CREATE INDEX IF NOT EXISTS pending_ord ON pending (origin, ord);
+"""
+SCHEMA = Schema("federation state", {0: script(_SCHEMA_V1)})
+
+
 class FederationState:
     """Thread-safe store of :class:`PeerState` and pending entries."""
 
@@ -88,19 +102,14 @@ class FederationState:
         if self.path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS peer_state (origin TEXT PRIMARY KEY, data TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS pending (
-                origin TEXT NOT NULL, event_id TEXT NOT NULL, raw BLOB NOT NULL,
-                missing TEXT NOT NULL, added_at INTEGER NOT NULL, attempts INTEGER NOT NULL,
-                ord INTEGER NOT NULL, retry_at INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (origin, event_id));
-            CREATE INDEX IF NOT EXISTS pending_ord ON pending (origin, ord);
-            """
-        )
+        try:
+            ensure_schema(self._db, SCHEMA, self.path)
+        except BaseException:
+            self._db.close()
+            raise
 
     @classmethod
-    def open_in(cls, data_dir: str | Path, **kwargs) -> "FederationState":
+    def open_in(cls, data_dir: str | Path, **kwargs: int) -> "FederationState":
         Path(data_dir).mkdir(parents=True, exist_ok=True)
         return cls(Path(data_dir) / STATE_FILE, **kwargs)
 

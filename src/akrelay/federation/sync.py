@@ -35,7 +35,7 @@ from akrelay.federation.state import FederationState, PeerState
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.records import check_batch_shape, check_query_shape
+from akrelay.protocol.records import check_batch_shape, check_query_shape, check_same_scope
 
 log = logging.getLogger("akrelay.federation")
 
@@ -402,15 +402,13 @@ class SyncEngine:
         """
         try:
             records, nxt = check_query_shape(page, peer.origin, after_seq=last_seq, limit=peer.page_limit)
+            check_same_scope(scope, page)
         except ProtocolError as exc:
             raise PeerMisbehaved(f"invalid query page: {exc.message}") from None
-        checkpoint, as_of = page["checkpoint"], page["as_of"]
-        if scope is None:
-            if checkpoint < after_seq:
-                raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our position {after_seq} "
-                                     "(the peer reset its sequence without changing origin)")
-        elif (checkpoint, as_of) != scope:
-            raise PeerMisbehaved("checkpoint or as_of changed between pages of one enumeration")
+        checkpoint = page["checkpoint"]
+        if scope is None and checkpoint < after_seq:
+            raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our position {after_seq} "
+                                 "(the peer reset its sequence without changing origin)")
         if nxt is not None and len(nxt) > 4096:
             raise PeerMisbehaved("next_cursor is longer than 4096 characters")
         return records, nxt

@@ -212,7 +212,8 @@ class PeerTransport:
         self._port = parts.port or 443
         ssl_context = build_ssl_context(peer)
         transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False, retries=0)
-        transport._pool = httpcore.ConnectionPool(  # our backend: dial only checked addresses
+        # httpx has no option for the network backend; ours dials only the checked addresses.
+        transport._pool = httpcore.ConnectionPool(  # noqa: SLF001
             ssl_context=ssl_context, max_connections=4, max_keepalive_connections=2, keepalive_expiry=5.0,
             network_backend=_CheckedBackend(self._addresses))
         self._client = httpx.Client(
@@ -361,5 +362,5 @@ def _error_code(data: bytes) -> str | None:
         value = parse_strict(data[:4096], code="invalid_request")
         code = value["error"]["code"]
         return code if isinstance(code, str) and len(code) <= 64 else None
-    except Exception:
+    except (ProtocolError, TypeError, KeyError, IndexError, ValueError):  # not an error body of ours
         return None

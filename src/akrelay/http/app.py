@@ -5,23 +5,19 @@ every rule and :mod:`akrelay.http.errors` owns every error mapping. No DTOs,
 no OpenAPI, no compression: ingest speed is a goal, and the JSON bodies are
 already produced by splicing stored canonical bytes.
 
-Other areas add endpoints without touching this file: a module listed in
-:data:`ROUTE_MODULES` (or a callable appended to :data:`ROUTE_PROVIDERS`)
-exposes ``routes(relay, settings) -> list[handler]`` and, optionally,
-``discovery(relay, settings) -> dict`` with members merged into the discovery
-document (``features``, ``search_modes`` and ``endpoints`` are merged, other
-members set), and ``shutdown(relay)``, called when the app closes the relay it
-opened, before the store closes. Handlers that write mark themselves with ``opt={"rate": "write"}``.
+The app only mounts routes: the core §9.1 routes here, and those of the
+components of its :class:`akrelay.node.RelayNode` (search, KIP, KnowQL, ...).
+Its lifespan starts the node's components and stops them (in reverse order,
+then the store the node opened). Handlers that write mark themselves with
+``opt={"rate": "write"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -39,27 +35,9 @@ from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.http")
 
-RouteProvider = Callable[[Any, Settings], list[Any]]
-DiscoveryProvider = Callable[[Any, Settings], dict[str, Any]]
-
-#: Modules that contribute routes; a module that does not exist yet is skipped.
-ROUTE_MODULES: tuple[str, ...] = ("akrelay.http.search", "akrelay.http.kip", "akrelay.http.peers", "akrelay.http.knowql",
-                                   "akrelay.explorer.routes", "akrelay.observability.routes", "akrelay.openapi")
-#: Extra programmatic providers (tests, embedding applications).
-ROUTE_PROVIDERS: list[RouteProvider] = []
-DISCOVERY_PROVIDERS: list[DiscoveryProvider] = []
-
 #: Threads per worker process for submissions: enough for concurrent requests to
 #: meet at the store's group commit; a plain executor costs less per hop than anyio's.
 SUBMIT_THREADS = 8
-_submit_pool: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _submit_pool
-    if _submit_pool is None:
-        _submit_pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
-    return _submit_pool
 
 
 #: The §9.1 submission path (the routed handler and the fast path share it).
@@ -114,9 +92,22 @@ def client_ip(scope: Scope) -> str:
     return client[0] if client else "unknown"
 
 
-def core_routes(relay: Any, settings: Settings, submitter: "SubmitEndpoint") -> list[Any]:
+class Node(Protocol):
+    """What the app needs of its owner (:class:`akrelay.node.RelayNode`): no import upwards."""
+
+    relay: Any
+    settings: Settings
+
+    def routes(self) -> list[Any]: ...
+    def discovery(self) -> dict[str, Any]: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def core_routes(node: Node, submitter: "SubmitEndpoint") -> list[Any]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
-    discovery_body = discovery_document_json(relay, settings)
+    relay = node.relay
+    discovery_body = msgspec.json.encode(node.discovery())
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -168,6 +159,12 @@ class SubmitEndpoint:
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
+        #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
+        self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
+
+    def close(self) -> None:
+        """Stop the commit threads (the app's shutdown, after the last request)."""
+        self._pool.shutdown(wait=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
@@ -239,7 +236,7 @@ class SubmitEndpoint:
                     # in a worker thread when the commit point is busy.
                     results = self.relay.try_commit_admitted(items)
                     if results is None:
-                        results = await loop.run_in_executor(_pool(), self.relay.commit_admitted, items)
+                        results = await loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
                 except BaseException as exc:  # every waiter learns of the failure
                     for _, _, future in group:
                         if not future.done():
@@ -252,44 +249,6 @@ class SubmitEndpoint:
                         future.set_result(result)
         finally:
             self._draining = False
-
-
-def _load_modules() -> list[Any]:
-    modules = []
-    for name in ROUTE_MODULES:
-        try:
-            modules.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return modules
-
-
-def discovery_document(relay: Any, settings: Settings) -> dict[str, Any]:
-    """The relay's §9.2 document plus extension members from other areas."""
-    doc = dict(relay.discovery())
-    modules = [] if settings.core_only else _load_modules()
-    extensions = [getattr(m, "discovery", None) for m in modules] + list(DISCOVERY_PROVIDERS)
-    for provider in extensions:
-        if provider is None:
-            continue
-        extra = provider(relay, settings) or {}
-        for key, value in extra.items():
-            if key == "endpoints":
-                doc["endpoints"] = {**doc.get("endpoints", {}), **value}
-            elif key in ("features", "search_modes"):
-                merged = list(doc.get(key, []))
-                merged.extend(v for v in value if v not in merged)
-                doc[key] = merged
-            elif key == "limits":
-                doc["limits"] = {**doc.get("limits", {}), **value}
-            else:
-                doc[key] = value
-    return doc
-
-
-def discovery_document_json(relay: Any, settings: Settings) -> bytes:
-    return msgspec.json.encode(discovery_document(relay, settings))
 
 
 def rate_buckets(settings: Settings) -> dict[str, TokenBucket]:
@@ -368,9 +327,9 @@ class RelayApp(Litestar):
     405/OPTIONS answers and the error mapping stay in one place.
     """
 
-    ingest: "IngestFastPath | None" = None  # set by create_app
-    read_body: "BodyReader | None" = None  # set by create_app
-    observer: "RequestObserver | None" = None  # set by create_app: latency metrics, JSON access log
+    ingest: "IngestFastPath | None" = None  # set by build_app
+    read_body: "BodyReader | None" = None  # set by build_app
+    observer: "RequestObserver | None" = None  # set by build_app: latency metrics, JSON access log
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.observer is not None:
@@ -414,39 +373,15 @@ async def _refuse(send: Send, retry_after: int, kind: str) -> None:
     await send_json(send, 429, body, [(b"retry-after", str(retry_after).encode())])
 
 
-def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "RelayApp":
-    """Build the app from ``Settings`` (opens the relay in ``settings.data``) or from a ``Relay``.
+def build_app(node: Node) -> "RelayApp":
+    """The app over ``node``: the core routes and the node's; the lifespan starts and stops the node.
 
-    With a relay, ``settings`` supplies the HTTP-level options (limits, rates);
-    defaults are used when omitted.
+    :func:`akrelay.app.create_app` builds the node from settings or a relay.
     """
-    from akrelay.settings import defaults
-
-    owns_relay = False
-    if isinstance(settings_or_relay, Settings):
-        settings = settings_or_relay
-        from akrelay.server import open_relay_for
-
-        relay = open_relay_for(settings)
-        owns_relay = True
-    else:
-        relay = settings_or_relay
-        settings = settings if settings is not None else defaults()
-
+    relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
-    handlers = core_routes(relay, settings, submitter)
-    modules = [] if settings.core_only else _load_modules()
-    for module in modules:
-        routes = getattr(module, "routes", None)
-        if routes is not None:
-            handlers.extend(routes(relay, settings))
-    for provider in ROUTE_PROVIDERS:
-        handlers.extend(provider(relay, settings))
-
-    # Other areas' background readers stop before the store they read closes.
-    stops = [functools.partial(m.shutdown, relay) for m in modules if hasattr(m, "shutdown")]
-    on_shutdown = stops + [relay.close] if owns_relay else []
+    handlers = core_routes(node, submitter) + node.routes()
     buckets = rate_buckets(settings)
     app = RelayApp(
         route_handlers=handlers,
@@ -457,18 +392,13 @@ def create_app(settings_or_relay: Any, settings: Settings | None = None) -> "Rel
         compression_config=None,
         logging_config=None,
         debug=False,
-        on_shutdown=on_shutdown,
+        on_startup=[node.start],
+        on_shutdown=[submitter.close, node.stop],
     )
+    app.state.node = node
     app.state.relay = relay
     app.state.settings = settings
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
     app.observer = RequestObserver(log_json=getattr(settings, "log_json", False), fast_path=EVENTS_PATH)
     return app
-
-
-def create_app_from_env() -> Litestar:
-    """Granian factory target: each worker resolves the launcher's settings."""
-    from akrelay.settings import from_resolved_env
-
-    return create_app(from_resolved_env())

@@ -127,7 +127,7 @@ async def _refuse(send: Send, status: int, exc: ProtocolError) -> None:
     """Answer a body failure and close; a client that is already gone is not an error."""
     try:
         await send_json(send, status, msgspec.json.encode(exc.to_wire()), _CLOSE)
-    except Exception as err:  # the transport closed under us: nothing left to tell
+    except Exception as err:  # noqa: BLE001 - the transport closed under us: nothing left to tell
         log.info("could not answer %d, client gone: %s", status, type(err).__name__)
 
 

@@ -1,4 +1,4 @@
-"""``POST /v1/kip``: the read-only KIP 2.0 runtime as a route provider.
+"""``POST /v1/kip``: the read-only KIP 2.0 runtime as a component of the relay node.
 
 Thin: parse the JSON body as strict I-JSON (the protocol core's parser, as
 every other endpoint), hand it to :class:`akrelay.kip.runtime.KipRuntime`,
@@ -22,13 +22,12 @@ import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
 
-import akrelay.kip.options  # noqa: F401  (declares --kip-budget-ms)
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
-from akrelay.kip.runtime import _kql_executor, load_environment, preload
-from akrelay.kip.service import open_runtime
+from akrelay.kip.runtime import load_environment, preload
+from akrelay.kip.service import open_runtime, reindex
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 
@@ -39,19 +38,16 @@ JSON = "application/json"
 #: thread pool (40) from search; further KIP requests wait in the event loop.
 KIP_THREADS = 4
 
-#: Gateways created by route providers, so embedding code and tests can stop them.
-GATEWAYS: list["Gateway"] = []
-
 
 class Gateway:
-    """The relay's KIP runtime and its follower.
+    """The relay's KIP runtime and its importer (a :class:`akrelay.kip.follower.KipFollower`).
 
-    Over a persistent store (one with a ``path``: the SQLite data directory) the
-    runtime is opened in the background at app creation, so the follower starts
+    Over a persistent store (one with a ``path``: the SQLite data directory)
+    :meth:`start` opens the runtime in the background, so the importer starts
     tailing the log at boot and persists next to the store; otherwise it opens on
     the first KIP request. Each request also catches up first, so a client reads
-    the events it had accepted. The follower is stopped before the relay closes its
-    store.
+    the events it had accepted. :meth:`stop` stops the importer (the owner calls
+    it before the store closes).
     """
 
     def __init__(self, relay: Any, *, budget_ms: int | None = DEFAULT_BUDGET_MS) -> None:
@@ -60,29 +56,23 @@ class Gateway:
         self._runtime: Any = None
         self._follower: Any = None
         self._lock = threading.Lock()
+        self._opener: threading.Thread | None = None
+        self._unlisten: Any = None
         store_path = getattr(relay.store, "path", None)
         self.data_dir = Path(store_path).parent if store_path is not None else None
         preload()
         self.config = KipConfig.load(self.data_dir, origin=relay.config.origin)
         self.environment = load_environment(self.config)
-        GATEWAYS.append(self)
-        close = relay.close
 
-        def close_after_kip() -> None:
-            self.stop()
-            close()
-
-        try:
-            relay.close = close_after_kip
-        except AttributeError:  # pragma: no cover - a relay that forbids it keeps its own close
-            pass
-        if self.data_dir is not None:
-            threading.Thread(target=self._open_quietly, name="akrelay-kip-open", daemon=True).start()
+    def start(self) -> None:
+        if self.data_dir is not None and self._opener is None:
+            self._opener = threading.Thread(target=self._open_quietly, name="akrelay-kip-open", daemon=True)
+            self._opener.start()
 
     def _open_quietly(self) -> None:
         try:
             self.runtime()
-        except Exception:  # the first request retries and reports
+        except Exception:  # noqa: BLE001 - the first request retries and reports
             pass
 
     def runtime(self) -> Any:
@@ -91,9 +81,19 @@ class Gateway:
                 self._runtime, self._follower = open_runtime(
                     self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
                     environment=self.environment, budget_ms=self.budget_ms)
+                self._unlisten = self.relay.on_commit(self._follower.notify)
                 return self._runtime
         self._follower.catch_up(timeout=1.0)
         return self._runtime
+
+    def read_once(self) -> Any:
+        """A runtime caught up once, with no importer thread (``akrelay kip``/``kql --data``)."""
+        with self._lock:
+            if self._runtime is None:
+                self._runtime, self._follower = open_runtime(
+                    self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
+                    environment=self.environment, budget_ms=self.budget_ms, follow=False)
+            return self._runtime
 
     def handle(self, body: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:
         runtime = self.runtime()
@@ -108,41 +108,64 @@ class Gateway:
         return runtime.execute(doc)
 
     def stop(self) -> None:
+        opener, self._opener = self._opener, None
+        if opener is not None:
+            opener.join(30.0)
         with self._lock:
+            if self._unlisten is not None:
+                self._unlisten()
+                self._unlisten = None
             if self._follower is not None:
                 self._follower.stop()
                 self._follower = None
                 self._runtime = None
 
 
-def stop_followers() -> None:
-    while GATEWAYS:
-        GATEWAYS.pop().stop()
+class KipComponent:
+    """``POST /v1/kip`` and the ``kip`` discovery member, over one :class:`Gateway`."""
 
+    name = "kip"
+    options: tuple[str, ...] = ("kip_budget_ms",)
 
-def routes(relay: Any, settings: Any) -> list[Any]:
-    gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
-    limiter = anyio.CapacityLimiter(KIP_THREADS)
+    def __init__(self, relay: Any, settings: Any) -> None:
+        self.relay = relay
+        self.gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
 
-    @post(KIP_PATH, status_code=200)
-    async def kip(request: Request) -> Response[bytes]:
-        body = await request.body()
-        status, envelope = await anyio.to_thread.run_sync(gateway.handle, body, request.headers.get("content-type"),
-                                                          limiter=limiter)
-        return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
+    def start(self) -> None:
+        self.gateway.start()
 
-    return [kip]
+    def stop(self) -> None:
+        self.gateway.stop()
 
+    def reindex(self) -> dict[str, Any]:
+        """Rebuild the on-disk nexus from the whole log (``akrelay reindex --kip``)."""
+        if self.gateway.data_dir is None:
+            raise RuntimeError("only a relay with a data directory has a KIP nexus file")
+        return reindex(self.relay.store, self.gateway.data_dir, origin=self.relay.config.origin)
 
-def discovery(relay: Any, settings: Any) -> dict[str, Any]:
-    """The extension member advertising the KIP endpoint (clients ignore unknown members)."""
-    return {"kip": {
-        "protocol": "KIP/2.0",
-        "endpoint": relay.config.origin + KIP_PATH,
-        "runtime": "readonly",
-        "space_id": space_id_for_origin(relay.config.origin),
-        "languages": ["META"] + (["KQL"] if _kql_executor() is not None else []),
-        "capabilities": {"historical_reads": True, "historical_search": True},
-        "schema_packages": [AK_PACKAGE_REF],
-        "conformance_level": None,
-    }}
+    def routes(self) -> list[Any]:
+        gateway = self.gateway
+        limiter = anyio.CapacityLimiter(KIP_THREADS)
+
+        @post(KIP_PATH, status_code=200)
+        async def kip(request: Request) -> Response[bytes]:
+            body = await request.body()
+            status, envelope = await anyio.to_thread.run_sync(gateway.handle, body,
+                                                              request.headers.get("content-type"), limiter=limiter)
+            return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
+
+        return [kip]
+
+    def discovery(self) -> dict[str, Any]:
+        """The extension member advertising the KIP endpoint (clients ignore unknown members)."""
+        origin = self.relay.config.origin
+        return {"kip": {
+            "protocol": "KIP/2.0",
+            "endpoint": origin + KIP_PATH,
+            "runtime": "readonly",
+            "space_id": space_id_for_origin(origin),
+            "languages": ["META", "KQL"],
+            "capabilities": {"historical_reads": True, "historical_search": True},
+            "schema_packages": [AK_PACKAGE_REF],
+            "conformance_level": None,
+        }}

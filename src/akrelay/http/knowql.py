@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
 from typing import Any, Awaitable, Callable
 
 import anyio.to_thread
@@ -23,7 +22,8 @@ from litestar.response.base import ASGIResponse
 from litestar.exceptions import HTTPException
 from litestar.response.streaming import ASGIStreamingResponse
 
-from akrelay.http.search import data_dir_of, search_service
+from akrelay.http.kip import KipComponent
+from akrelay.http.search import SearchComponent, data_dir_of
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
@@ -36,8 +36,6 @@ JSON = "application/json"
 SSE = "text/event-stream"
 QUERY_PATH = "/query"
 
-_SERVICES: "weakref.WeakKeyDictionary[Any, KnowqlService]" = weakref.WeakKeyDictionary()
-_CREATE = threading.Lock()
 
 
 def resolve_version(value: str | None) -> str:
@@ -47,59 +45,6 @@ def resolve_version(value: str | None) -> str:
         return value.strip()
     raise KnowqlError(400, "unsupported_api_version",
                       f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
-
-
-def _gateway(relay: Any) -> Any:
-    """The relay's KIP gateway (the one ``akrelay.http.kip`` created, else a new one)."""
-    from akrelay.http import kip
-
-    for gateway in kip.GATEWAYS:
-        if gateway.relay is relay:
-            return gateway
-    return kip.Gateway(relay)
-
-
-def knowql_service(relay: Any, settings: Any) -> KnowqlService:
-    service = _SERVICES.get(relay)
-    if service is None:
-        with _CREATE:
-            service = _SERVICES.get(relay)
-            if service is None:
-                gateway: list[Any] = []
-                ref = weakref.ref(relay)  # the service must not keep its relay alive
-
-                def runtime() -> Any:
-                    if not gateway:
-                        gateway.append(_gateway(ref()))
-                    return gateway[0].runtime()
-
-                def search() -> Any:
-                    owner = ref()
-                    if owner is None:
-                        raise RuntimeError("the relay of this KnowQL service is gone")
-                    found = search_service(owner, settings)
-                    # No waiting for the index: the turn's snapshot is the lower of the index
-                    # position and the nexus head, reported as akrelay.snapshot_seq.
-                    found.notify()
-                    return found
-
-                service = KnowqlService.open(relay, settings, data_dir_of(relay), search=search, runtime=runtime)
-                _SERVICES[relay] = service
-                _close_with(relay, service)
-    return service
-
-
-def _close_with(relay: Any, service: KnowqlService) -> None:
-    close = relay.close
-
-    def close_after_knowql() -> None:
-        service.close()
-        close()
-
-    try:
-        relay.close = close_after_knowql
-    except AttributeError:  # pragma: no cover - a relay that forbids it keeps its own close
-        pass
 
 
 def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
@@ -136,9 +81,64 @@ def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
         "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
 
 
-def routes(relay: Any, settings: Any) -> list[Any]:
-    service = knowql_service(relay, settings)
-    store = service.store
+class KnowqlComponent:
+    """``POST /query`` and its companions, over one :class:`KnowqlService`.
+
+    A turn reads through the node's search and KIP components (passed in, not
+    looked up). ``start`` opens the turn store; ``stop`` cancels running turns
+    and closes it, before the components it reads from stop.
+    """
+
+    name = "knowql"
+    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
+
+    def __init__(self, relay: Any, settings: Any, *, search: SearchComponent, kip: KipComponent) -> None:
+        self.relay = relay
+        self.settings = settings
+        self.search = search
+        self.kip = kip
+        self._service: KnowqlService | None = None
+        self._create = threading.Lock()
+
+    def _search(self) -> Any:
+        found = self.search.service
+        # No waiting for the index: the turn's snapshot is the lower of the index
+        # position and the nexus head, reported as akrelay.snapshot_seq.
+        found.notify()
+        return found
+
+    @property
+    def service(self) -> KnowqlService:
+        """The KnowQL service, opened on first use when :meth:`start` did not open it."""
+        service = self._service
+        if service is None:
+            with self._create:
+                service = self._service
+                if service is None:
+                    service = KnowqlService.open(self.relay, self.settings, data_dir_of(self.relay),
+                                                 search=self._search, runtime=self.kip.gateway.runtime)
+                    self._service = service
+        return service
+
+    def start(self) -> None:
+        self.service  # noqa: B018 - opens the turn store
+
+    def stop(self) -> None:
+        with self._create:
+            service, self._service = self._service, None
+        if service is not None:
+            service.close()
+
+    def discovery(self) -> dict[str, Any]:
+        return discovery(self.relay, self.settings)
+
+    def routes(self) -> list[Any]:
+        return routes(self)
+
+
+def routes(component: KnowqlComponent) -> list[Any]:
+    def current() -> KnowqlService:
+        return component.service
 
     @post(QUERY_PATH, status_code=200)
     async def query(request: Request) -> ASGIResponse:
@@ -151,20 +151,21 @@ def routes(relay: Any, settings: Any) -> list[Any]:
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):
                 doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
+            service = current()
             accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version)
             if doc.background:
                 service.start(turn)
                 return 202, accepted
             if doc.stream:
                 service.start(turn)
-                return _sse(tail(store, turn.query_id), version)
+                return _sse(tail(service.store, turn.query_id), version)
             future = asyncio.wrap_future(service.start(turn))
             try:
                 await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, turn.deadline - time.time()))
             except asyncio.TimeoutError:
                 message = f"timed out after {turn.timeout} s"
                 await anyio.to_thread.run_sync(
-                    store.finish, turn.query_id, "failed", {"error": message},
+                    service.store.finish, turn.query_id, "failed", {"error": message},
                     {"type": "response.failed", "error": message})
             final = await anyio.to_thread.run_sync(service.query, turn.query_id)
             if final["status"] == "failed" and str(final.get("error", "")).startswith("timed out"):
@@ -179,20 +180,21 @@ def routes(relay: Any, settings: Any) -> list[Any]:
         query_id = request.path_params["query_id"]
 
         async def work(version: str) -> Any:
+            service = current()
             await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
             last = (request.headers.get("last-event-id") or "").strip()
             start = int(last) if last.isdigit() and len(last) < 12 else 1
-            return _sse(tail(store, query_id, start), version)
+            return _sse(tail(service.store, query_id, start), version)
 
         return await _answer(request, work)
 
     resources = [
-        _resource(get, "/queries/{id:str}", service.query),
-        _resource(post, "/queries/{id:str}/cancel", service.cancel),
-        _resource(get, "/sessions/{id:str}", service.session),
-        _resource(delete, "/sessions/{id:str}", service.delete_session),
-        _resource(get, "/models", service.models),
-        _resource(get, "/contexts", service.context_list),
+        _resource(get, "/queries/{id:str}", lambda *a: current().query(*a)),
+        _resource(post, "/queries/{id:str}/cancel", lambda *a: current().cancel(*a)),
+        _resource(get, "/sessions/{id:str}", lambda *a: current().session(*a)),
+        _resource(delete, "/sessions/{id:str}", lambda *a: current().delete_session(*a)),
+        _resource(get, "/models", lambda *a: current().models(*a)),
+        _resource(get, "/contexts", lambda *a: current().context_list(*a)),
     ]
     return [query, query_events, *resources]
 

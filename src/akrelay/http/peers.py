@@ -1,8 +1,9 @@
-"""Federation's hooks into the HTTP app (listed in ``akrelay.http.app.ROUTE_MODULES``).
+"""Federation as a component of the relay node: peer hints in discovery and the sync loop.
 
 No endpoints: discovery gains the configured peer origins as hints (§9.2),
 and each worker offers to run the sync loop, of which exactly one per data
-directory leads (:mod:`akrelay.federation.runner`).
+directory leads (:mod:`akrelay.federation.runner`). Without ``--peers`` the
+component does nothing.
 """
 
 from __future__ import annotations
@@ -10,19 +11,52 @@ from __future__ import annotations
 from typing import Any
 
 from akrelay.federation.peers import distinct_origins, load_peers
+from akrelay.federation.runner import BackgroundSync, sync_once
+from akrelay.federation.sync import PassResult
 
 
-def discovery(relay: Any, settings: Any) -> dict[str, Any]:
-    """Up to 32 enabled peer origins, canonical, distinct and never our own."""
-    if not getattr(settings, "peers", None):
-        return {}
-    origins = distinct_origins(load_peers(settings.peers).peers, relay.config.origin)
-    return {"peers": origins}
+class SyncComponent:
+    """The sync loop over the node's own relay (no second relay on the same data directory)."""
 
+    name = "sync"
+    options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count")
 
-def routes(relay: Any, settings: Any) -> list[Any]:
-    if getattr(settings, "peers", None):
-        from akrelay.federation.runner import start_background
+    def __init__(self, relay: Any, settings: Any) -> None:
+        self.relay = relay
+        self.settings = settings
+        self._loop: BackgroundSync | None = None
 
-        start_background(settings)
-    return []
+    @property
+    def enabled(self) -> bool:
+        return bool(self.settings.peers)
+
+    def start(self) -> None:
+        if self.enabled and self._loop is None:
+            self._loop = BackgroundSync(self.settings, self.relay)
+            self._loop.start()
+
+    def stop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block while the loop runs (``akrelay sync`` in the foreground); whether it still runs."""
+        loop = self._loop
+        if loop is None:
+            return False
+        loop.join(timeout)
+        return loop.is_alive()
+
+    def run_once(self, *, force: bool = True) -> list[PassResult]:
+        """One pass over every peer (``akrelay sync --once``), as the data directory's leader."""
+        return sync_once(self.settings, self.relay, force=force)
+
+    def routes(self) -> list[Any]:
+        return []
+
+    def discovery(self) -> dict[str, Any]:
+        """Up to 32 enabled peer origins, canonical, distinct and never our own."""
+        if not self.enabled:
+            return {}
+        return {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}

@@ -2,13 +2,12 @@
 
 Thin: the body goes to :class:`akrelay.search.SearchService`, which parses it
 strictly and returns a page; errors leave through the common error mapping.
-One service per relay (per worker process), created with the routes.
+:class:`SearchComponent` is the search part of a :class:`akrelay.node.RelayNode`.
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,7 @@ from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.search import Budget, SearchService
-from akrelay.search.service import discovery_members
-
-_SERVICES: "weakref.WeakKeyDictionary[Any, SearchService]" = weakref.WeakKeyDictionary()
-_SETTINGS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-_CREATE = threading.Lock()
+from akrelay.search.service import discovery_members, reindex
 
 
 def data_dir_of(relay: Any) -> Path | None:
@@ -32,56 +27,74 @@ def data_dir_of(relay: Any) -> Path | None:
 
 
 def _options(settings: Any) -> dict[str, Any]:
-    """Service options from the serve settings (defaults where a setting is absent)."""
-    get = (lambda name, default: getattr(settings, name, default)) if settings is not None else (lambda n, d: d)
-    try:
-        return {"budget": Budget(candidates=get("search_candidates", 1000),
-                                 seconds=get("search_timeout_ms", 500) / 1000),
-                "writer_threads": get("search_writer_threads", 1)}
-    except AttributeError:
-        return {}
+    """Service options from the serve settings."""
+    return {"budget": Budget(candidates=settings.search_candidates, seconds=settings.search_timeout_ms / 1000),
+            "writer_threads": settings.search_writer_threads}
 
 
-def search_service(relay: Any, settings: Any = None) -> SearchService:
-    """The search service of ``relay``, created (and its index opened) on first use."""
-    service = _SERVICES.get(relay)
-    if service is None:
-        with _CREATE:  # two first requests must not build two indexes
-            service = _SERVICES.get(relay)
-            if service is None:
-                options = _options(settings if settings is not None else _SETTINGS.get(relay))
-                service = SearchService(relay, data_dir_of(relay), **options)
-                _SERVICES[relay] = service
-    return service
+class SearchComponent:
+    """Ranked search: the Tantivy index, its indexer (one per data directory) and the route.
 
+    ``start`` opens (or rebuilds) an on-disk index and starts following the log;
+    an in-memory relay's index opens on its first search, so apps that never
+    search start no thread. ``stop`` stops the indexer and closes the index.
+    """
 
-def routes(relay: Any, settings: Any) -> list[Any]:
-    _SETTINGS[relay] = settings
-    # An on-disk relay opens (or rebuilds) its index at start; an in-memory one
-    # waits for its first search, so apps that never search start no thread.
-    if data_dir_of(relay) is not None:
-        search_service(relay, settings)
-    path = relay.config.search_path
+    name = "search"
+    options: tuple[str, ...] = ("search_candidates", "search_timeout_ms", "search_writer_threads")
 
-    @post(path, status_code=200)
-    async def search(request: Request) -> ASGIResponse:
-        from akrelay.http.app import _require_json
+    def __init__(self, relay: Any, settings: Any) -> None:
+        self.relay = relay
+        self.settings = settings
+        self._service: SearchService | None = None
+        self._create = threading.Lock()
+        self._unlisten: Any = None
 
-        _require_json(request)
-        body = await request.body()
-        page = await anyio.to_thread.run_sync(search_service(relay, settings).search, body)
-        return ASGIResponse(body=page.to_json(), status_code=200, media_type=JSON)
+    @property
+    def service(self) -> SearchService:
+        """The search service, opened on first use when :meth:`start` did not open it."""
+        service = self._service
+        if service is None:
+            with self._create:  # two first requests must not build two indexes
+                service = self._service
+                if service is None:
+                    service = SearchService(self.relay, data_dir_of(self.relay), **_options(self.settings))
+                    self._unlisten = self.relay.on_commit(service.notify)
+                    self._service = service
+        return service
 
-    return [search]
+    def start(self) -> None:
+        if data_dir_of(self.relay) is not None:
+            self.service  # noqa: B018 - opens the index and starts the indexer
 
+    def stop(self) -> None:
+        with self._create:
+            service, self._service = self._service, None
+            if self._unlisten is not None:
+                self._unlisten()
+                self._unlisten = None
+        if service is not None:
+            service.close()
 
-def shutdown(relay: Any) -> None:
-    """Stop the indexer thread before the relay closes its store (its next step would fail on it)."""
-    service = _SERVICES.pop(relay, None)
-    if service is not None:
-        service.close()
+    def reindex(self) -> int:
+        """Rebuild the index from the store (``akrelay reindex``); refused while a relay indexes."""
+        data_dir = data_dir_of(self.relay)
+        if data_dir is None:
+            raise RuntimeError("only a relay with a data directory has a search index to rebuild")
+        return reindex(self.relay, data_dir)
 
+    def routes(self) -> list[Any]:
+        @post(self.relay.config.search_path, status_code=200)
+        async def search(request: Request) -> ASGIResponse:
+            from akrelay.http.app import _require_json
 
-def discovery(relay: Any, settings: Any) -> dict[str, Any]:
-    """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
-    return discovery_members(relay.config)
+            _require_json(request)
+            body = await request.body()
+            page = await anyio.to_thread.run_sync(self.service.search, body)
+            return ASGIResponse(body=page.to_json(), status_code=200, media_type=JSON)
+
+        return [search]
+
+    def discovery(self) -> dict[str, Any]:
+        """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
+        return discovery_members(self.relay.config)

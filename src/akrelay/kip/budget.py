@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import time
 from typing import Callable, Iterator
 
 from akrelay.kip.errors import KipError
@@ -34,15 +33,22 @@ DEFAULT_BUDGET_MS = 2000
 STRIDE = 128
 
 
+def _never() -> float:
+    return -math.inf
+
+
 class Budget:
     """CPU seconds for one request; ``tick()`` in loops, ``check()`` between steps."""
 
     __slots__ = ("budget_ms", "_clock", "_deadline", "_countdown")
 
-    def __init__(self, budget_ms: int | None, clock: Callable[[], float] = time.thread_time) -> None:
+    def __init__(self, budget_ms: int | None, clock: Callable[[], float] | None = None) -> None:
+        """``clock`` (CPU seconds, e.g. ``time.thread_time``) is the caller's; a bounded budget needs one."""
+        if budget_ms is not None and clock is None:
+            raise ValueError("a bounded budget needs a clock")
         self.budget_ms = budget_ms
-        self._clock = clock
-        self._deadline = math.inf if budget_ms is None else clock() + budget_ms / 1000
+        self._clock = clock or _never
+        self._deadline = math.inf if budget_ms is None or clock is None else clock() + budget_ms / 1000
         self._countdown = STRIDE
 
     def tick(self) -> None:

@@ -6,46 +6,18 @@ operator's files, never from event content or signatures (§2.11, §88.8).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from akrelay.kip.package import DEFAULT_PACKAGE_PATH
+from akrelay.kip.space import TRUST_CLASSES, TrustState, space_id_for_origin
 
-TRUST_CLASSES = ("trusted", "unknown", "blocked")
+__all__ = ["CONFIG_FILE", "DEFAULT_POLICY", "TRUST_CLASSES", "KipConfig", "TrustState", "space_id_for_origin"]
+
 DEFAULT_POLICY = "akrelay:corroborated"
 CONFIG_FILE = "kip-config.json"
-
-
-def space_id_for_origin(origin: str) -> str:
-    """The relay's one MemorySpace id, derived from its canonical origin only (§5.5)."""
-    origin = origin.rstrip("/").lower()
-    if not origin.startswith(("https://", "http://")):
-        raise ValueError("the relay origin must be an http(s) origin")
-    return "akrelay:" + origin.split("://", 1)[1]
-
-
-@dataclass(frozen=True, slots=True)
-class TrustState:
-    """Operator trust classes per Agent ID; absent actors are ``unknown``."""
-
-    classes: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for actor, cls in self.classes.items():
-            if cls not in TRUST_CLASSES:
-                raise ValueError(f"trust class for {actor} must be one of {TRUST_CLASSES}, not {cls!r}")
-
-    def of(self, actor: str) -> str:
-        return self.classes.get(actor, "unknown")
-
-    @property
-    def version(self) -> str:
-        """A content digest: any change of the trust state changes every basis (§21.12)."""
-        canon = json.dumps(sorted(self.classes.items()), separators=(",", ":")).encode()
-        return "sha256:" + hashlib.sha256(canon).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from akrelay.kip.mapping import import_record
 from akrelay.kip.nexus import Nexus, NexusBase
+from akrelay.store.follow import LogFollower
 
 log = logging.getLogger("akrelay.kip")
 #: records per lock hold of the in-memory nexus: a read waits for at most this many imports
@@ -68,7 +69,7 @@ def follow(store: Any, nexus: NexusBase, *, batch: int = 2000, lock: Any = None,
     return done
 
 
-class KipFollower:
+class KipFollower(LogFollower):
     """Keeps a runtime's nexus current: imports (memory, or as the on-disk leader) or waits for the leader.
 
     ``open_writer`` (disk mode) opens the importer's own connection to the nexus file;
@@ -77,16 +78,21 @@ class KipFollower:
     ``_mutate`` serializes the importing callers (the thread, request-time catch-ups).
     """
 
+    thread_name = "akrelay-kip-importer"
+    #: After a step that imported, wait this long before the next one even when woken:
+    #: under ingest, commits wake the importer constantly, and importing every few
+    #: milliseconds would cost a nexus transaction per tiny batch (the poll-only
+    #: importer batched 0.2 s of acceptances). An idle importer still reacts at once.
+    min_step_interval = 0.2
+
     def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
                  leader: Any = None, interval: float = 0.2) -> None:
+        super().__init__(interval=interval)
         self.store, self.runtime = store, runtime
-        self.interval = interval
         self._open_writer = open_writer
         self.leader = leader
         self.writer: NexusBase | None = None
         self._refused: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._mutate = threading.Lock()
 
     @property
@@ -103,7 +109,7 @@ class KipFollower:
             return False
         try:
             self.writer = self._open_writer()  # type: ignore[misc]
-        except Exception as exc:  # a nexus of an unknown format: refuse clearly, once, and serve nothing wrong
+        except Exception as exc:  # noqa: BLE001 - e.g. a nexus of an unknown format: refuse clearly, once
             self._refused = str(exc)
             log.error("KIP importer: %s", exc)
             return False
@@ -142,40 +148,35 @@ class KipFollower:
             try:
                 if self.runtime.nexus.head >= target:
                     return 0
-            except Exception:  # the file is not there yet: the leader is creating it
+            except Exception:  # noqa: BLE001 - the file is not there yet: the leader is creating it
                 pass
-            if time.monotonic() >= deadline or self._stop.is_set():
+            if time.monotonic() >= deadline or self.stopping:
                 return -1
             time.sleep(0.01)
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="akrelay-kip-importer", daemon=True)
-            self._thread.start()
+    def notify(self) -> None:
+        """Wake the importer; a process that does not import ignores commits (it retries leadership by polling)."""
+        if self.writer is not None or not self.disk:
+            super().notify()
 
-    def _run(self) -> None:
-        delay = self.interval
-        while not self._stop.is_set():
-            try:
-                if self._lead() and self._mutate.acquire(timeout=self.interval):
-                    try:
-                        target = self.writer if self.writer is not None else self.runtime.nexus
-                        lock = None if self.writer is not None else self._runtime_mutex()
-                        follow(self.store, target, lock=lock, stop=self._stop)
-                    finally:
-                        self._mutate.release()
-                delay = self.interval
-            except Exception:  # keep following (the log is the truth and is re-read), backing off
-                log.exception("KIP import failed; retrying in %.1f s", delay)
-                delay = min(delay * 2, 30.0)
-            self._stop.wait(delay)
+    def position(self) -> int:
+        """The nexus head: committed with the records of each import batch."""
+        target = self.writer if self.writer is not None else self.runtime.nexus
+        return int(target.head)
 
-    def stop(self) -> None:
-        """Stop importing and release the file and the leadership (nothing to write: each batch is durable)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+    def step(self) -> int:
+        """The thread's step: import what is new, as the importer (else nothing: another process leads)."""
+        if not self._lead() or not self._mutate.acquire(timeout=self.interval):
+            return 0
+        try:
+            target = self.writer if self.writer is not None else self.runtime.nexus
+            lock = None if self.writer is not None else self._runtime_mutex()
+            return follow(self.store, target, lock=lock, stop=self._halt)
+        finally:
+            self._mutate.release()
+
+    def release(self) -> None:
+        """Release the file and the leadership (nothing to write: each batch is durable)."""
         with self._mutate:
             if self.writer is not None:
                 self.writer.close()

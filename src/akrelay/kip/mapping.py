@@ -22,8 +22,9 @@ from typing import Any
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import NexusBase, Transaction
-from akrelay.kip.package import AK_PACKAGE_REF
+from akrelay.kip.space import AK_PACKAGE_REF
 from akrelay.kip.timefmt import kip_timestamp
+from akrelay.protocol.payload import RELATION_NAMES
 
 _PKG = AK_PACKAGE_REF
 
@@ -32,7 +33,7 @@ KIND_STANCE: dict[str, str | None] = {"hypothesis": "uncertain", "question": Non
 #: Assessor stance by verdict.
 VERDICT_STANCE = {"supports": "support", "reproduced": "support", "challenges": "reject",
                   "not_reproduced": "reject", "applied": "uncertain", "inconclusive": "uncertain"}
-RELATIONS = ("derived_from", "addresses", "tests", "extends", "supports", "contradicts", "supersedes", "contains")
+RELATIONS = RELATION_NAMES  # one list, the protocol core's
 
 
 def ref(symbol: str) -> str:

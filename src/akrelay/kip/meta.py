@@ -7,7 +7,7 @@ serve answer ``UnsupportedCapability`` (§67).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from akrelay import __version__
 from akrelay.kip import grounding
@@ -22,6 +22,11 @@ from akrelay.kip.timefmt import parse_kip_timestamp
 
 if TYPE_CHECKING:
     from akrelay.kip.runtime import KipRuntime
+
+#: A command's bound parameters; a handler's answer: ``(result, extra result context)``.
+Params = Mapping[str, Any]
+Outcome = tuple[Any, dict[str, Any]]
+Handler = Callable[["KipRuntime", Any, Params, int], Outcome]
 
 MAX_LIMIT = 100
 DEFAULT_SEARCH_LIMIT = 20
@@ -90,7 +95,7 @@ def _as_of(rt: "KipRuntime", value: Any, params: Mapping[str, Any], seq: int) ->
     return rt.nexus.check_seq(check_seq(resolve(value, params)))
 
 
-def _primer(rt, cmd: ast.DescribePrimer, params, seq):
+def _primer(rt: KipRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -> Any:
     mode = resolve(cmd.mode, params) or "compact"
     if mode not in ("compact", "full"):
         raise KipError("ConstraintViolation", 'PRIMER MODE must be "compact" or "full"')
@@ -131,11 +136,11 @@ def _primer(rt, cmd: ast.DescribePrimer, params, seq):
     }
 
 
-def _count_type(rt, type_name: str, seq: int) -> int:
+def _count_type(rt: KipRuntime, type_name: str, seq: int) -> int:
     return rt.type_count(type_name, seq)
 
 
-def _protocol(rt, cmd, params, seq):
+def _protocol(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
     return {
         "kip": "2.0", "specification": "KIP 2.0 (2.0-draft)", "runtime": "readonly",
         "engine": {"name": "akrelay", "version": __version__},
@@ -148,7 +153,7 @@ def _protocol(rt, cmd, params, seq):
     }
 
 
-def _capabilities(rt, cmd, params, seq):
+def _capabilities(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
     supported = dict(SUPPORTED_CAPABILITIES)
     supported.update(ENGINE_CAPABILITIES)
     return {
@@ -164,7 +169,7 @@ def _capabilities(rt, cmd, params, seq):
     }
 
 
-def _space(rt, cmd: ast.DescribeSpace, params, seq):
+def _space(rt: KipRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> Any:
     wanted = resolve(cmd.space, params)
     if wanted is not None and wanted != rt.nexus.space_id:
         raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
@@ -176,13 +181,13 @@ def _space(rt, cmd: ast.DescribeSpace, params, seq):
             "elements": rt.nexus.counts(seq)}
 
 
-def _schema_env(rt, cmd: ast.DescribeSchemaEnvironment, params, seq):
+def _schema_env(rt: KipRuntime, cmd: ast.DescribeSchemaEnvironment, params: Params, seq: int) -> Any:
     at = _as_of(rt, cmd.as_of_seq, params, seq)
     return {**rt.environment.describe(), "space_id": rt.nexus.space_id, "as_of_seq": at}
 
 
-def _describe_symbol(kind: str):
-    def run(rt, cmd, params, seq):
+def _describe_symbol(kind: str) -> Callable[[KipRuntime, Any, Params, int], Any]:
+    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
         name = check_string(resolve(cmd.name, params), kind)
         ref, sym = rt.environment.resolve(name, "ConceptType" if kind == "TYPE" else "Predicate")
         local = ref.rsplit("/", 1)[1]
@@ -190,7 +195,7 @@ def _describe_symbol(kind: str):
     return run
 
 
-def _policy(rt, cmd: ast.DescribeEpistemicPolicy, params, seq):
+def _policy(rt: KipRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Any:
     name = resolve(cmd.policy, params)
     if name is not None:
         check_string(name, "EPISTEMIC POLICY")
@@ -199,7 +204,7 @@ def _policy(rt, cmd: ast.DescribeEpistemicPolicy, params, seq):
             "trust_state_version": rt.config.trust.version}
 
 
-def _snapshot(rt, cmd: ast.DescribeSnapshot, params, seq):
+def _snapshot(rt: KipRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: int) -> Any:
     if cmd.at_time is not None:
         at_text = resolve(cmd.at_time, params)
         if not isinstance(at_text, str):
@@ -218,7 +223,8 @@ def _snapshot(rt, cmd: ast.DescribeSnapshot, params, seq):
             "schema_environment_version": rt.environment.version, "head_seq": seq}
 
 
-def _paged(rt, family: str, items: list[Any], cmd, params, seq, binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _paged(rt: KipRuntime, family: str, items: list[Any], cmd: Any, params: Params, seq: int,
+           binding: Any) -> Outcome:
     limit = check_limit(resolve(cmd.limit, params)) if cmd.limit is not None else MAX_LIMIT
     if limit > MAX_LIMIT:
         raise KipError("ResultLimitExceeded", f"LIMIT may not exceed {MAX_LIMIT}", details={"max": MAX_LIMIT})
@@ -234,21 +240,21 @@ def _paged(rt, family: str, items: list[Any], cmd, params, seq, binding: Any) ->
     return out, {"snapshot_seq": seq}
 
 
-def _list_symbols(kind: str, family: str):
-    def run(rt, cmd, params, seq):
+def _list_symbols(kind: str, family: str) -> Handler:
+    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
         items = [{"name": n, "ref": r, "kind": kind, "description": s.get("description")}
                  for n, r, s in rt.environment.symbols_of(kind)]
         return _paged(rt, family, items, cmd, params, seq, [family])
     return run
 
 
-def _list_policies(rt, cmd, params, seq):
+def _list_policies(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
     items = [{**p.identity(), "description": p.description, "default": p.id == rt.config.default_policy}
              for p in sorted(POLICIES.values(), key=lambda p: p.id)]
     return _paged(rt, "LIST EPISTEMIC POLICIES", items, cmd, params, seq, ["LIST EPISTEMIC POLICIES"])
 
 
-def _search(rt, cmd: ast.Search, params, seq):
+def _search(rt: KipRuntime, cmd: ast.Search, params: Params, seq: int) -> Outcome:
     kind = cmd.kind.lower()
     if kind not in ("concept", "proposition", "assertion", "evidence"):
         raise KipError("UnsupportedCapability", f"SEARCH {cmd.kind} is not served (CONCEPT, PROPOSITION, ASSERTION, "
@@ -294,8 +300,8 @@ def _search(rt, cmd: ast.Search, params, seq):
     return result, context
 
 
-def _plain(fn):
-    def run(rt, cmd, params, seq):
+def _plain(fn: Callable[[KipRuntime, Any, Params, int], Any]) -> Handler:
+    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
         return fn(rt, cmd, params, seq), {}
     return run
 
@@ -305,7 +311,8 @@ _HANDLERS = {
     ast.DescribeProtocol: _plain(_protocol),
     ast.DescribeCapabilities: _plain(_capabilities),
     ast.DescribeSpace: _plain(_space),
-    ast.DescribeSchemaEnvironment: lambda rt, c, p, s: (_schema_env(rt, c, p, s), {"snapshot_seq": _as_of(rt, c.as_of_seq, p, s)}),
+    ast.DescribeSchemaEnvironment: lambda rt, c, p, s: (_schema_env(rt, c, p, s),
+                                                        {"snapshot_seq": _as_of(rt, c.as_of_seq, p, s)}),
     ast.DescribeType: _plain(_describe_symbol("TYPE")),
     ast.DescribePredicate: _plain(_describe_symbol("PREDICATE")),
     ast.DescribeEpistemicPolicy: _plain(_policy),

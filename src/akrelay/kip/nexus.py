@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from akrelay.kip import budget
-from akrelay.kip import budget
 from akrelay.kip.elements import (
     IMPORT_CHANNEL, IMPORT_ORIGIN_PRINCIPAL, KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition,
 )
 from akrelay.kip.errors import KipError
-from akrelay.kip.package import AK_PACKAGE_REF
+from akrelay.kip.space import AK_PACKAGE_REF
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 SEARCH_KINDS = ("concept", "proposition", "assertion", "evidence")

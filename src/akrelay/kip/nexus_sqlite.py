@@ -30,7 +30,7 @@ import sqlite3
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, cast
 
 import msgspec
 
@@ -55,7 +55,7 @@ _KIND_NO = {kind: n for n, kind in enumerate(ELEMENT_KINDS)}
 _DECODERS = [msgspec.json.Decoder(cls) for cls in _CLASSES]
 _ENCODE = msgspec.json.Encoder().encode
 
-_SCHEMA = f"""
+_SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE elements(ord INTEGER PRIMARY KEY, id TEXT NOT NULL, kind INTEGER NOT NULL, seq INTEGER NOT NULL,
                       a TEXT, b TEXT, c TEXT, body BLOB NOT NULL);
@@ -417,7 +417,7 @@ class SqliteNexus(NexusBase):
             found = cache.get(eid)
             if found is not None:
                 return found
-        element: Element = _DECODERS[kind].decode(body)
+        element = cast(Element, _DECODERS[kind].decode(body))
         if cache is not None and len(cache) < self.CACHE_MAX:
             cache[eid] = element
         return element
@@ -468,18 +468,19 @@ class SqliteNexus(NexusBase):
             found = cache.get(element_id)
             if found is not None:
                 return found if found.created_seq <= self._seq(seq) else None
-        return self._one("SELECT id, kind, seq, body FROM elements WHERE id = ?", (element_id,), seq)
+        return cast("Element | None", self._one("SELECT id, kind, seq, body FROM elements WHERE id = ?", (element_id,), seq))
 
     def concept(self, type_name: str, key: str, seq: int | None = None) -> Concept | None:
-        return self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 0 AND a = ? AND b = ?",
-                         (type_name, key), seq)
+        return cast("Concept | None", self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 0 AND a = ? AND b = ?",
+                                                (type_name, key), seq))
 
     def concepts_named(self, type_name: str, name: str, seq: int | None = None) -> list[Concept]:
         return self._all("kind = 0 AND a = ? AND c = ?", (type_name, nfc(name)), seq, "INDEXED BY c_name")
 
     def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
-        return self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 1 AND a = ? AND b = ? AND c = ?",
-                         (subject, predicate, object_key(obj)), seq)
+        return cast("Proposition | None", self._one(
+            "SELECT id, kind, seq, body FROM elements WHERE kind = 1 AND a = ? AND b = ? AND c = ?",
+            (subject, predicate, object_key(obj)), seq))
 
     def propositions_about(self, concept_id: str, seq: int | None = None) -> list[Proposition]:
         return self._all("kind = 1 AND a = ?", (concept_id,), seq, "INDEXED BY p_subject")
@@ -500,7 +501,8 @@ class SqliteNexus(NexusBase):
         return self._all("kind = 2 AND c = ?", (event_id,), None, "INDEXED BY a_event")
 
     def evidence_by_key(self, client_key: str, seq: int | None = None) -> Evidence | None:
-        return self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 3 AND a = ?", (client_key,), seq)
+        return cast("Evidence | None",
+                    self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 3 AND a = ?", (client_key,), seq))
 
     def concepts_of_type(self, type_name: str, seq: int | None = None) -> Iterator[Concept]:
         return self._paged("kind = 0 AND a = ?", (type_name,), seq, "INDEXED BY c_type")

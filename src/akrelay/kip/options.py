@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
-from akrelay.settings import _int, option
+from akrelay.optionkit import _int, option
 
 
 def budget_ms(text: Any) -> int:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from akrelay.kip.errors import KipError
+from akrelay.kip.space import AK_PACKAGE_REF as AK_PACKAGE_REF  # re-exported: the package this module loads
 
 #: The artifact shipped with akrelay: ``schemas/`` of a source checkout, else the
 #: identical copy installed as package data (a test keeps the two equal).
 _ARTIFACT = "kip-akrelay-agent-knowledge-1.0.0.json"
 _SOURCE_COPY = Path(__file__).resolve().parents[3] / "schemas" / _ARTIFACT
 DEFAULT_PACKAGE_PATH = _SOURCE_COPY if _SOURCE_COPY.is_file() else Path(__file__).resolve().parents[1] / "data" / _ARTIFACT
-AK_PACKAGE_REF = "kip://akrelay/agent-knowledge@1.0.0"
 CORE_REF = "kip://core@2.0.0"
 
 #: Reserved Core names (§20.13) that a package must not shadow.

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from akrelay.kip.config import TrustState
+from akrelay.kip.space import TrustState
 from akrelay.kip.elements import Assertion, Concept, Proposition
 from akrelay.kip.errors import KipError
 from akrelay.kip.nexus import NexusBase

@@ -12,8 +12,9 @@ import functools
 import json
 import os
 import threading
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jsonschema
 
@@ -21,6 +22,7 @@ from akrelay.kip import budget, meta
 from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import classify, parse_meta
+from akrelay.kip.kql.evaluate import execute_kql
 from akrelay.kip.kql.grammar import parser
 from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
@@ -43,11 +45,14 @@ class KipRuntime:
 
     def __init__(self, config: KipConfig | None = None, nexus: NexusBase | None = None, *,
                  cursor_secret: bytes | None = None, environment: SchemaEnvironment | None = None,
-                 budget_ms: int | None = budget.DEFAULT_BUDGET_MS) -> None:
+                 budget_ms: int | None = budget.DEFAULT_BUDGET_MS,
+                 clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self.config = config or KipConfig()
         self.environment = environment if environment is not None else load_environment(self.config)
         #: CPU milliseconds each request may use (``None``: unlimited); see ``akrelay.kip.budget``.
         self.budget_ms = budget_ms
+        #: Wall-clock milliseconds (cursor expiry); the KQL evaluator reads no clock of its own.
+        self.now_ms = clock_ms
         if AK_PACKAGE_REF not in {p.ref for p in self.environment.packages}:
             raise ValueError(f"the operator configuration must install {AK_PACKAGE_REF}: the import mapping uses it")
         if self.config.default_policy not in POLICIES:
@@ -95,7 +100,7 @@ class KipRuntime:
             return self.nexus.view(element, seq)
 
     def kql_available(self) -> bool:
-        return _kql_executor() is not None
+        return True
 
     # ---- helpers for META -------------------------------------------------------------
 
@@ -131,7 +136,7 @@ class KipRuntime:
         except KipError as exc:  # the nexus itself cannot be read now (being created, or refused)
             return 503, self.failure(request_id, exc)
         try:
-            with budget.scope(budget.Budget(self.budget_ms)) as spent:
+            with budget.scope(budget.Budget(self.budget_ms, time.thread_time)) as spent:
                 seq = self.nexus.head
                 results: list[dict[str, Any]] = []
                 stop = False
@@ -263,11 +268,7 @@ class KipRuntime:
         if language == "META":
             return meta.execute(self, parse_meta(command), params, seq)
         if language == "KQL":
-            executor = _kql_executor()
-            if executor is None:
-                raise KipError("UnsupportedCapability", "KQL is not served by this runtime yet",
-                               details={"language": "KQL"})
-            return executor(self, command, params, seq)
+            return execute_kql(self, command, params, seq)
         raise KipError("InvalidSyntax", "the command does not start with a KQL, KML or META keyword",
                        details={"line": 1, "column": 1})
 
@@ -306,15 +307,6 @@ class ReadScope:
             self._scopes.pop().__exit__(*exc)
         finally:
             self._lock.release()
-
-
-def _kql_executor() -> Any:
-    """The KQL evaluator entry point, once the language layer provides one."""
-    try:
-        from akrelay.kip.kql import execute_kql  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return execute_kql
 
 
 def load_environment(config: KipConfig) -> SchemaEnvironment:

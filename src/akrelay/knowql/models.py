@@ -85,19 +85,3 @@ class Catalog:
                 "tiers": dict(self.tiers), "phase_defaults": {"compose": self.tiers["standard"],
                                                               "retrieve": self.default},
                 "supported_curate_models": []}
-
-
-def build_catalog(settings: Any, extractive: Composer) -> Catalog:
-    entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
-    tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
-    from akrelay.knowql.llm import llm_entry
-
-    llm = llm_entry(settings)
-    if llm is not None:
-        entries.append(llm)
-        tiers["standard"] = tiers["pro"] = llm.id
-    for factory in EXTRA_COMPOSERS.values():
-        entry = factory(settings)
-        if entry is not None:
-            entries.append(entry)
-    return Catalog(entries, tiers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from akrelay.settings import _positive_int, _str, option
+from akrelay.optionkit import _positive_int, _str, option
 
 
 def _contexts_file(text: Any) -> str:

@@ -13,10 +13,11 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from akrelay.knowql.compose import ExtractiveComposer
+from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
-from akrelay.knowql.models import Catalog, build_catalog
+from akrelay.knowql.llm import llm_entry
+from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import Turn, TurnRunner, history_of
 from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
@@ -39,6 +40,21 @@ def title_of(ask: str) -> str:
         return text
     cut = text[:TITLE_CHARS].rsplit(" ", 1)[0] or text[:TITLE_CHARS]
     return cut + "…"
+
+
+def build_catalog(settings: Any, extractive: Composer) -> Catalog:
+    """The extractive composer, the configured LLM (if any) and any registered extra composers."""
+    entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
+    tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
+    llm = llm_entry(settings)
+    if llm is not None:
+        entries.append(llm)
+        tiers["standard"] = tiers["pro"] = llm.id
+    for factory in EXTRA_COMPOSERS.values():
+        entry = factory(settings)
+        if entry is not None:
+            entries.append(entry)
+    return Catalog(entries, tiers)
 
 
 class KnowqlService:
@@ -65,8 +81,12 @@ class KnowqlService:
         return cls(relay, settings, store=SqliteTurnStore.in_data_dir(data_dir), contexts=contexts,
                    search=search, runtime=runtime)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel queued turns, give running ones ``timeout`` seconds to end, then close the store."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        for thread in list(getattr(self._pool, "_threads", ())):  # the executor's own workers
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------

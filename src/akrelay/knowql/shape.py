@@ -59,7 +59,8 @@ def problems(value: Any, shape: dict[str, Any]) -> list[str]:
     try:
         validator = Draft202012Validator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
-    except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined]
+    # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
+    except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
             RecursionError, ValueError, TypeError, KeyError) as exc:
         return [f"the shape cannot be evaluated: {exc}"]
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]

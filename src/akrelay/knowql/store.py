@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from akrelay.knowql.errors import conflict, not_found
+from akrelay.store.schema import Schema, ensure_schema, script
 
 FILE_NAME = "knowql.sqlite3"
 TERMINAL = ("completed", "failed", "cancelled")
 _EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}
 
-_SCHEMA = """
+#: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
   id TEXT PRIMARY KEY, doc TEXT NOT NULL, last_query_id TEXT, inflight TEXT,
   created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
@@ -40,6 +42,7 @@ CREATE TABLE IF NOT EXISTS query_events (
   query_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
   PRIMARY KEY (query_id, seq));
 """
+SCHEMA = Schema("KnowQL turn store", {0: script(_SCHEMA_V1)})
 
 
 class TurnStore(Protocol):
@@ -85,7 +88,11 @@ class SqliteTurnStore:
             if self.path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            try:
+                ensure_schema(self._db, SCHEMA, target)
+            except BaseException:
+                self._db.close()
+                raise
 
     @classmethod
     def in_data_dir(cls, data_dir: str | Path | None) -> "SqliteTurnStore":

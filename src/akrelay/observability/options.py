@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akrelay.settings import _bool, option
+from akrelay.optionkit import _bool, option
 
 option("log_json", _bool, False,
        "log one JSON object per request on stderr (request_id, method, route, status, duration_ms)", kind="flag",

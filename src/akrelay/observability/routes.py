@@ -1,4 +1,4 @@
-"""``GET /metrics`` (listed in ``akrelay.http.app.ROUTE_MODULES``): the Prometheus text exposition.
+"""``GET /metrics`` (mounted by the node's web component, ``akrelay.web``): the Prometheus text exposition.
 
 Every worker's counters (:mod:`akrelay.observability.metrics`) plus gauges read
 from the relay at scrape time by :class:`RelayCollector`.

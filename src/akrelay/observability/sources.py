@@ -1,61 +1,69 @@
 """Where the explorer and ``/metrics`` read the other components' state (search, KIP, KnowQL).
 
-The one place that knows how those components are reached from a relay (today
-through their route modules' per-relay registries), so that a new way of
-owning components changes this module only.
+:class:`akrelay.web.WebComponent` binds the node's components
+to their relay here when it is built; this is the one module that knows how to
+reach them, and anything not bound reads as absent.
 """
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 
-def kip_runtime(relay: Any) -> Any:
-    """The relay's KIP runtime, opened (and caught up) if need be; raises if KIP cannot open."""
-    from akrelay.http.knowql import _gateway
+@dataclass(slots=True)
+class Bound:
+    search: Any = None
+    kip: Any = None
+    knowql: Any = None
 
-    return _gateway(relay).runtime()
+
+_BOUND: "weakref.WeakKeyDictionary[Any, Bound]" = weakref.WeakKeyDictionary()
+
+
+def bind(relay: Any, *, search: Any = None, kip: Any = None, knowql: Any = None) -> None:
+    _BOUND[relay] = Bound(search, kip, knowql)
+
+
+def _bound(relay: Any) -> Bound:
+    return _BOUND.get(relay) or Bound()
+
+
+def kip_runtime(relay: Any) -> Any:
+    """The relay's KIP runtime, opened (and caught up) if need be; raises without KIP."""
+    kip = _bound(relay).kip
+    if kip is None:
+        raise LookupError("this relay runs no KIP component")
+    return kip.gateway.runtime()
 
 
 def kip_head(relay: Any) -> int | None:
     """The KIP nexus head of this process, or ``None`` before its runtime opened (never opens it)."""
-    from akrelay.http import kip
-
-    for gateway in kip.GATEWAYS:
-        runtime = gateway._runtime  # noqa: SLF001 - read without opening it
-        if gateway.relay is relay and runtime is not None:
-            return int(runtime.nexus.head)
-    return None
+    kip = _bound(relay).kip
+    runtime = kip.gateway._runtime if kip is not None else None  # noqa: SLF001 - read without opening it
+    return int(runtime.nexus.head) if runtime is not None else None
 
 
 def kip_default_policy(relay: Any) -> str | None:
-    from akrelay.http import kip
-
-    for gateway in kip.GATEWAYS:
-        if gateway.relay is relay:
-            return str(gateway.config.default_policy)
-    return None
+    kip = _bound(relay).kip
+    return str(kip.gateway.config.default_policy) if kip is not None else None
 
 
 def search_position(relay: Any, settings: Any) -> int | None:
-    """The search index position (the last indexed ``seq``), ``None`` without the search area."""
-    if getattr(settings, "core_only", False):
-        return None
-    from akrelay.http.search import search_service
-
-    return int(search_service(relay, settings).index_seq())
+    """The search index position (the last indexed ``seq``), ``None`` without the search component."""
+    search = _bound(relay).search
+    return int(search.service.index_seq()) if search is not None else None
 
 
 def knowql_service(relay: Any, settings: Any) -> Any:
-    """The relay's KnowQL service (created with its routes)."""
-    from akrelay.http.knowql import knowql_service as service
-
-    return service(relay, settings)
+    knowql = _bound(relay).knowql
+    if knowql is None:
+        raise LookupError("this relay runs no KnowQL component")
+    return knowql.service
 
 
 def knowql_turn_counts(relay: Any) -> dict[str, int] | None:
-    """Turns per status in the shared turn store, ``None`` while this process has no KnowQL service."""
-    from akrelay.http.knowql import _SERVICES
-
-    service = _SERVICES.get(relay)
-    return service.store.status_counts() if service is not None else None
+    """Turns per status in the shared turn store, ``None`` without KnowQL."""
+    knowql = _bound(relay).knowql
+    return knowql.service.store.status_counts() if knowql is not None else None

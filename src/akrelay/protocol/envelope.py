@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -57,30 +57,31 @@ class Envelope:
 
     @property
     def type(self) -> str:
-        return self.event["type"]
+        return cast("str", self.event["type"])
 
     @property
     def actor(self) -> str:
-        return self.event["actor"]
+        return cast("str", self.event["actor"])
 
     @property
     def created_at(self) -> int:
-        return self.event["created_at"]
+        return cast("int", self.event["created_at"])
 
     @property
     def nonce(self) -> int:
-        return self.event["nonce"]
+        return cast("int", self.event["nonce"])
 
     @property
     def payload(self) -> dict[str, Any]:
-        return self.event["payload"]
+        return cast("dict[str, Any]", self.event["payload"])
 
     def to_dict(self) -> dict[str, Any]:
         return {"hash": self.id, "event": self.event, "signature": self.signature}
 
     def canonical_bytes(self) -> bytes:
         """JCS of the whole envelope: keys sort as ``event``, ``hash``, ``signature``."""
-        return b'{"event":' + self.event_jcs + b',"hash":"' + self.id.encode() + b'","signature":"' + self.signature.encode() + b'"}'
+        return (b'{"event":' + self.event_jcs + b',"hash":"' + self.id.encode()
+                + b'","signature":"' + self.signature.encode() + b'"}')
 
     @classmethod
     def from_trusted(cls, canonical_bytes: bytes) -> Envelope:

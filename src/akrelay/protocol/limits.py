@@ -68,7 +68,8 @@ def check_limits(envelope: Any, limits: Limits = DEFAULT_LIMITS, *, envelope_byt
             n = len(payload[field])  # str length counts Unicode scalar values
             if n > maximum:
                 raise _too_large(limit, maximum, n, f"{field} length in Unicode scalar values")
-    for field, limit in (("evidence", "max_evidence"), ("relations", "max_relations"), ("tags", "max_tags"), ("profiles", "max_profiles")):
+    for field, limit in (("evidence", "max_evidence"), ("relations", "max_relations"), ("tags", "max_tags"),
+                         ("profiles", "max_profiles")):
         if field in payload:
             maximum = getattr(limits, limit)
             n = len(payload[field])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from akrelay.protocol.errors import ProtocolError
@@ -34,9 +34,9 @@ KINDS = frozenset((
     "question", "hypothesis", "definition", "observation", "inference",
     "procedure", "resource", "negative_result", "synthesis", "collection",
 ))
-RELATIONS = frozenset((
-    "derived_from", "addresses", "tests", "extends", "supports", "contradicts", "supersedes", "contains",
-))
+#: The relation names in specification order (the KIP mapping gives each a predicate in this order).
+RELATION_NAMES = ("derived_from", "addresses", "tests", "extends", "supports", "contradicts", "supersedes", "contains")
+RELATIONS = frozenset(RELATION_NAMES)
 VERDICTS = frozenset(("supports", "challenges", "reproduced", "not_reproduced", "applied", "inconclusive"))
 #: Verdicts that report an actual run, so they must say what was observed (§6.2).
 OBSERVED_VERDICTS = frozenset(("reproduced", "not_reproduced", "applied"))
@@ -198,7 +198,7 @@ def _closed(obj: Any, allowed: frozenset[str], required: tuple[str, ...], where:
     if not obj.keys() >= _required_set(required):
         missing = [k for k in required if k not in obj]
         _fail(f"{where} is missing required member {missing[0]!r}")
-    return obj
+    return cast("dict[str, Any]", obj)
 
 
 @lru_cache(maxsize=None)
@@ -216,7 +216,7 @@ def _text_list(value: Any, where: str, *, unique: bool = True, min_items: int = 
             _fail(f"{where} items must be non-empty strings")
     if unique:
         _unique_strings(value, where)
-    return value
+    return cast("list[str]", value)
 
 
 def _context(value: Any, where: str) -> None:
@@ -259,7 +259,7 @@ def _evidence(value: Any, where: str) -> list[dict[str, Any]]:
         if key in seen:
             _fail(f"{where} must contain unique items")
         seen.add(key)
-    return value
+    return cast("list[dict[str, Any]]", value)
 
 
 def _relations(value: Any, where: str) -> list[dict[str, Any]]:
@@ -277,7 +277,7 @@ def _relations(value: Any, where: str) -> list[dict[str, Any]]:
         if key in seen:  # closed two-member objects: value uniqueness is (relation, target) uniqueness
             _fail(f"{where} must be unique by (relation, target)")
         seen.add(key)
-    return value
+    return cast("list[dict[str, Any]]", value)
 
 
 def _profiles(value: Any, where: str) -> None:

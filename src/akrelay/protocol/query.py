@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import (
@@ -153,7 +153,7 @@ def parse_query(pairs: Iterable[tuple[str, str]]) -> QueryRequest:
 
 
 def _publication_relations(payload: dict[str, Any]) -> list[dict[str, str]]:
-    return payload.get("relations", [])
+    return cast("list[dict[str, str]]", payload.get("relations", []))
 
 
 def query_matches(envelope: Any, request: QueryRequest) -> bool:

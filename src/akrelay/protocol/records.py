@@ -15,7 +15,7 @@ from akrelay.protocol.discovery import is_canonical_origin
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.options import DEFAULT_OPTIONS, ValidationOptions
 from akrelay.protocol.payload import check_payload_rules, is_hash_shape, is_nonempty_text
-from akrelay.protocol.query import QueryRequest, query_matches
+from akrelay.protocol.query import MAX_LIMIT, QueryRequest, query_matches
 from akrelay.protocol.reads import SEARCH_MODES, SearchRequest
 from akrelay.protocol.text import text_matches
 
@@ -63,11 +63,11 @@ def validate_record(record: Any, expected_id: str | None = None, *, options: Val
         verified = envelope_module.verify_envelope(raw, options=options)
         check_payload_rules(verified, options)
     except ProtocolError as exc:
-        raise _bad(f"returned envelope is invalid ({exc.code}: {exc.message})") from None
+        raise _bad(f"returned envelope does not verify ({exc.code}: {exc.message})") from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise _bad(f"returned envelope is not serializable JSON: {type(exc).__name__}") from None
     if expected_id is not None and verified.id != expected_id:
-        raise _bad("returned event ID differs from the requested ID")
+        raise _bad(f"asked for {expected_id} but received {verified.id}")
     return verified
 
 
@@ -130,7 +130,7 @@ def check_query_shape(response: Any, service: str, *, after_seq: int, limit: int
 
     Returns the records (not verified) and ``next_cursor`` (``None`` on the last page).
     """
-    records = check_list_shape(response, service, hits=False, max_items=1000)
+    records = check_list_shape(response, service, hits=False, max_items=MAX_LIMIT)
     cursor = response.get("next_cursor")
     if "next_cursor" in response and not is_nonempty_text(cursor):
         raise _bad("next_cursor must be a non-empty string")
@@ -142,6 +142,17 @@ def check_query_shape(response: Any, service: str, *, after_seq: int, limit: int
             raise _bad(f"query results are out of order: seq {record['seq']} does not follow {previous}")
         previous = record["seq"]
     return records, cursor
+
+
+def check_same_scope(scope: tuple[int, int] | None, response: Mapping[str, Any]) -> tuple[int, int]:
+    """Pages of one enumeration keep the first page's ``(checkpoint, as_of)`` (§9.3.2); returns it.
+
+    ``scope`` is ``None`` for the first page; ``response`` has passed :func:`check_list_shape`.
+    """
+    current = (response["checkpoint"], response["as_of"])
+    if scope is not None and current != scope:
+        raise _bad("checkpoint or as_of changed between pages of one enumeration")
+    return current
 
 
 def validate_query_response(response: Any, request: QueryRequest, service: str) -> list[Any]:
@@ -255,8 +266,8 @@ class PageTracker:
             raise _bad("the request does not follow the previous page's next_cursor")
         elif binding != self._binding:
             raise _bad("pagination parameters changed between pages")
-        elif scope != self._scope:
-            raise _bad("service, checkpoint or as_of changed between pages")
+        else:
+            check_same_scope(self._scope[1:] if self._scope else None, response)
         seqs = [r["seq"] for r in response["result"]]
         if any(e.id in self._seen for e in envelopes) or (seqs and seqs[0] <= self._last):
             raise _bad("pagination repeated an event or moved backwards")

@@ -7,8 +7,7 @@ produce envelopes through the same JCS and hash code the verifier uses.
 from __future__ import annotations
 
 import hashlib
-import secrets
-from typing import Any
+from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -42,8 +41,9 @@ class Signer:
         return cls(seed)
 
     @classmethod
-    def generate(cls) -> Signer:
-        return cls(secrets.token_bytes(32))
+    def generate(cls, random_bytes: Callable[[int], bytes]) -> Signer:
+        """A new identity from 32 bytes of ``random_bytes`` (e.g. ``secrets.token_bytes``): the core has no RNG."""
+        return cls(random_bytes(32))
 
     def sign_hash(self, event_hash: bytes) -> str:
         """Signature text over raw 32 hash bytes. Prefer :meth:`sign`, which sees the event (§5.3)."""

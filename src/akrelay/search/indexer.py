@@ -10,14 +10,13 @@ The OS drops the lock when its holder dies, so no stale lock survives.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import weakref
 from typing import Callable
 
 from akrelay.leader import LeaderLock
 from akrelay.search.index import SearchIndex
 from akrelay.store.base import Store
+from akrelay.store.follow import LogFollower
 
 log = logging.getLogger("akrelay.search")
 
@@ -77,51 +76,25 @@ class Follower:
         return total
 
 
-class IndexerThread(threading.Thread):
-    """Background loop of the elected indexer (daemon: the index is crash-safe)."""
+class IndexerThread(LogFollower):
+    """Background loop of the elected indexer (see :class:`akrelay.store.follow.LogFollower`).
 
+    The index is crash-safe, so stopping only ends the loop; the service closes the index.
+    """
+
+    thread_name = "akrelay-search-indexer"
     #: Shortest time between two commits that added records. Committing every few
     #: milliseconds under ingest made many tiny segments, and merging them cost
     #: Tantivy's merge thread ≈ 0.2 ms of CPU per accepted event; 0.25 s keeps
     #: the search lag well under its 1 s goal.
-    min_commit_interval = 0.25
+    min_step_interval = 0.25
 
-    def __init__(self, follower: Follower, *, interval: float = 0.05,
-                 owner: "weakref.ReferenceType[object] | None" = None) -> None:
-        super().__init__(name="akrelay-search-indexer", daemon=True)
+    def __init__(self, follower: Follower, *, interval: float = 0.05) -> None:
+        super().__init__(interval=interval)
         self.follower = follower
-        #: The loop ends by itself once its owner (the search service) is gone.
-        self._owner = owner
-        self.interval = interval
-        self._halt = threading.Event()
-        self._wake = threading.Event()
-        self.error: BaseException | None = None
 
-    def notify(self) -> None:
-        """Something was accepted: index it without waiting for the poll interval."""
-        self._wake.set()
+    def position(self) -> int:
+        return self.follower.position
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._halt.set()
-        self._wake.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout)
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            if self._owner is not None and self._owner() is None:
-                return
-            started = time.monotonic()
-            try:
-                added = self.follower.step()
-            except Exception as exc:  # noqa: BLE001 - keep following; report once
-                if self.error is None:
-                    log.exception("search indexer step failed")
-                self.error = exc
-                added = 0
-                self._halt.wait(1.0)
-            if not added:
-                self._wake.wait(self.interval)
-                self._wake.clear()
-            else:
-                self._halt.wait(max(0.0, self.min_commit_interval - (time.monotonic() - started)))
+    def step(self) -> int:
+        return self.follower.step()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from tantivy import FieldType, Occur, Order, Query, Searcher
 
@@ -144,7 +144,7 @@ def lexical_search(
     scored = any(not is_short(term) for term in request.terms)
     order = {} if scored else {"order_by_field": "seq", "order": Order.Asc}
 
-    def fetch(size: int, offset: int, count: bool):
+    def fetch(size: int, offset: int, count: bool) -> tuple[int, list[tuple[float, Any]]]:
         result = searcher.search(query, size, count=count, offset=offset, **order)
         hits = result.hits if scored else [(0.0, address) for _, address in result.hits]
         return result.count, hits

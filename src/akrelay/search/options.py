@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akrelay.settings import _positive_int, option
+from akrelay.optionkit import _positive_int, option
 
 option("search_candidates", _positive_int, 1000,
        "most search candidates verified per request; beyond it coverage reports candidate_limit", metavar="N",

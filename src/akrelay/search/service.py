@@ -108,7 +108,7 @@ class SearchService:
         self._index = index
         if self.path is None:
             follower.step()  # in memory: searchable before the first request
-        self._indexer = IndexerThread(follower, interval=self.poll_interval, owner=weakref.ref(self))
+        self._indexer = IndexerThread(follower, interval=self.poll_interval)
         self._indexer.start()
         if old is not None and old is not index:
             old.close()
@@ -130,11 +130,14 @@ class SearchService:
             if self._indexer is not None:
                 self._indexer.stop()
                 self._indexer = None
+            elector, self._elector = self._elector, None
             if self._index is not None:
                 self._index.close()
                 self._index = None
             if self._lock is not None:
                 self._lock.release()
+        if elector is not None and elector is not threading.current_thread():
+            elector.join(10.0)
 
     def notify(self) -> None:
         """Hint that the log grew (the indexer polls anyway)."""
@@ -227,6 +230,26 @@ class SearchService:
     def discovery(self) -> dict[str, Any]:
         return discovery_members(self.relay.config)
 
+    @property
+    def closed_event(self) -> threading.Event:
+        """Set by :meth:`close` (the elector waits on it between tries)."""
+        return self._closed
+
+    def election_step(self) -> float | None:
+        """One try to become the indexer: ``None`` when election is over, else seconds until the next try."""
+        if self._closed.is_set():
+            return None
+        try:
+            with self._mutex:
+                if self._closed.is_set():
+                    return None
+                if self._try_become_indexer():
+                    self._elector = None
+                    return None
+        except Exception:  # noqa: BLE001 - a failed try is logged and retried, never ends the elector thread
+            log.exception("search: indexer election failed")
+        return float(self.elect_interval)
+
 
 def discovery_members(config: Any) -> dict[str, Any]:
     """What a ranked-search service adds to its §9.2 document."""
@@ -238,20 +261,12 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
     """Non-indexer processes retry the lock so that a dead indexer is replaced."""
     while True:
         service = ref()
-        if service is None or service._closed.is_set():
+        interval = service.election_step() if service is not None else None
+        if interval is None:
             return
-        interval = service.elect_interval
-        try:
-            with service._mutex:
-                if service._closed.is_set():
-                    return
-                if service._try_become_indexer():
-                    service._elector = None
-                    return
-        except Exception:  # noqa: BLE001
-            log.exception("search: indexer election failed")
-        del service
-        time.sleep(interval)
+        closed = service.closed_event
+        del service  # hold no reference while waiting, so the service can be collected
+        closed.wait(interval)  # close() ends the wait at once
 
 
 def reindex(relay: Any, data_dir: str | Path, *, threads: int = 2) -> int:

@@ -113,6 +113,33 @@ class Relay:
         self.clock = clock
         self._cursors = CursorCodec(cursor_secret)
         self._limits = dataclasses.replace(self.config.limits, max_envelope_bytes=self.config.max_envelope_bytes)
+        #: Called after a commit in this process that accepted something (see :meth:`on_commit`).
+        self._commit_listeners: list[Callable[[], None]] = []
+
+    # -- commit notification --------------------------------------------------
+    def on_commit(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every commit in this process that created a record.
+
+        Followers of the acceptance log (search indexer, KIP importer) register a
+        cheap wake-up here (setting an event), so they follow without waiting for
+        their poll interval. Commits in other processes are not seen: there the
+        followers' polling of the checkpoint is the fallback. Returns a function
+        that removes the listener.
+        """
+        self._commit_listeners.append(listener)
+
+        def remove() -> None:
+            try:
+                self._commit_listeners.remove(listener)
+            except ValueError:
+                pass
+        return remove
+
+    def _committed(self, results: list[tuple[Record, bool]]) -> list[tuple[Record, bool]]:
+        if self._commit_listeners and any(created for _, created in results):
+            for listener in tuple(self._commit_listeners):
+                listener()
+        return results
 
     # -- acceptance (§8.1) ---------------------------------------------------
     def submit(self, raw: bytes, *, source: str = "http") -> tuple[Record, bool]:
@@ -125,7 +152,7 @@ class Relay:
         existing, envelope, now = self.check(raw)
         if existing is not None:
             return existing, False
-        return self.store.commit(envelope, now)  # step 7
+        return self._committed([self.store.commit(envelope, now)])[0]  # step 7
 
     def check(self, raw: bytes, *, expect_new: bool = False) -> tuple[Record | None, Envelope, int]:
         """§8.1 steps 1–6: ``(existing record or None, envelope, accepted_at)``.
@@ -177,11 +204,12 @@ class Relay:
         point; an ID committed meanwhile (another worker) returns its record and
         ``False``, exactly as :meth:`submit` would.
         """
-        return self.store.commit_many(items)
+        return self._committed(self.store.commit_many(items))
 
     def try_commit_admitted(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
         """:meth:`commit_admitted` if no other writer holds the commit point, else ``None`` (nothing done)."""
-        return self.store.try_commit_many(items)
+        results = self.store.try_commit_many(items)
+        return results if results is None else self._committed(results)
 
     def retained(self, event_id: str) -> Record | None:
         """Step 2's lookup: the retained record for ``event_id`` (withheld included), or ``None``.

@@ -12,7 +12,7 @@ on which backend answers.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from akrelay.protocol.envelope import Envelope
 
@@ -79,7 +79,7 @@ class Record:
     def __repr__(self) -> str:
         return f"Record(seq={self.seq}, accepted_at={self.accepted_at}, id={self.id!r}, withheld={self.withheld})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The Knowledge §8.3 acceptance record as plain JSON values."""
         return {"envelope": self.envelope.to_dict(), "accepted_at": self.accepted_at, "seq": self.seq}
 

@@ -1,5 +1,10 @@
 """Embedded SQLite store, the default backend.
 
+One room per job: the file's layout and schema versions are in
+:mod:`.sqlite_schema`, the query planner in :mod:`.sqlite_planner`, the text
+index follower and WAL checkpointer in :mod:`.sqlite_background`; this module
+holds connections, the group commit, backup and metadata.
+
 Why it is shaped this way:
 
 * **WAL, one serialized commit point.** ``seq`` is allocated inside
@@ -38,55 +43,19 @@ import fcntl
 import os
 import sqlite3
 import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar, cast
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, indexed_facts, term_key
+from akrelay.store.base import Record, indexed_facts
+from akrelay.store.schema import ensure_schema
+from akrelay.store.sqlite_background import BackgroundWork
+from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
+from akrelay.store.sqlite_schema import SCHEMA
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    accepted_at INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    withheld INTEGER NOT NULL DEFAULT 0,
-    text TEXT NOT NULL,  -- before body: verification reads it first, mostly on the leaf page
-    body BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS terms (
-    term TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,  -- copied so time bounds filter without a record lookup
-    PRIMARY KEY (term, seq)
-) WITHOUT ROWID;
-CREATE VIRTUAL TABLE IF NOT EXISTS text_index USING fts5(
-    text, content='records', content_rowid='seq', tokenize='trigram case_sensitive 1', detail='none'
-);
-CREATE TABLE IF NOT EXISTS sequence (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    hwm INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO sequence (id, hwm) VALUES (1, 0);
-CREATE TABLE IF NOT EXISTS followers (
-    name TEXT PRIMARY KEY,
-    position INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO followers (name, position) VALUES ('text_index', 0);
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value BLOB NOT NULL
-);
-"""
 
-#: Postings counted (at most) per term when choosing the driving index; a term
-#: reaching the cap is "broad", and ``q`` then drives through the trigram index.
-_COUNT_CAP = 1000
-_MAX_SEQ = (1 << 63) - 1
 
-_COLUMNS = "r.seq, r.accepted_at, r.withheld, r.body"
+T = TypeVar("T")
 
 
 class _Pending:
@@ -100,50 +69,13 @@ class _Pending:
         self.error: BaseException | None = None
 
 
-@dataclass(slots=True)
-class _Plan:
-    terms: list[str]
-    created_from: int | None
-    created_before: int | None
-    sql_texts: list[str]
-    py_texts: list[str]
-    include_withheld: bool
-
-
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     """Another connection holds the lock (SQLITE_BUSY / SQLITE_LOCKED)."""
     text = str(exc)
     return "locked" in text or "busy" in text
 
 
-def _record(row: tuple) -> Record:
-    seq, accepted_at, withheld, body = row
-    return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
-
-
-#: Trigrams used per ``q`` term (spread over the term): a necessary condition is
-#: enough, because every candidate is verified with ``instr``.
-_MAX_TRIGRAMS = 8
-
-
-def _fts_query(terms: list[str]) -> str:
-    """An FTS5 query requiring trigrams of every term (``detail=none``: no positions).
-
-    Every occurrence of a term contains all of its trigrams, so this selects a
-    superset of the matching records; ``instr`` then makes the result exact.
-    """
-    grams: dict[str, None] = {}
-    for term in terms:
-        all_grams = [term[i : i + 3] for i in range(len(term) - 2)]
-        if len(all_grams) > _MAX_TRIGRAMS:
-            step = (len(all_grams) - 1) / (_MAX_TRIGRAMS - 1)
-            all_grams = [all_grams[round(i * step)] for i in range(_MAX_TRIGRAMS)]
-        for gram in all_grams:
-            grams[gram] = None
-    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
-
-
-class SqliteStore:
+class SqliteStore(BackgroundWork):
     """The embedded default store (one file, WAL, safe across processes)."""
 
     #: ``q`` pages may first scan this many ``seq`` values exactly before using the
@@ -182,7 +114,12 @@ class SqliteStore:
         # a blocked flock wakes the moment the other writer commits.
         self._lock_fd = os.open(f"{self.path}.write-lock", os.O_RDWR | os.O_CREAT, 0o644)
         writer = self._connect()
-        self._retry_busy(lambda: writer.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;"), writer)
+        try:
+            self._retry_busy(lambda: ensure_schema(writer, SCHEMA, self.path), writer)
+        except BaseException:
+            writer.close()
+            os.close(self._lock_fd)
+            raise
         self._writer = writer
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
@@ -215,7 +152,7 @@ class SqliteStore:
         return conn
 
     @staticmethod
-    def _retry_busy(fn, conn: sqlite3.Connection):  # noqa: ANN001, ANN205
+    def _retry_busy(fn: Callable[[], T], conn: sqlite3.Connection) -> T:
         for attempt in range(50):
             try:
                 return fn()
@@ -227,7 +164,7 @@ class SqliteStore:
                 if attempt == 49:
                     raise
                 threading.Event().wait(0.05)
-        return None  # pragma: no cover
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def _reader(self) -> sqlite3.Connection:
         if self._closed:
@@ -243,8 +180,8 @@ class SqliteStore:
 
     # -- reads -------------------------------------------------------------
     def get(self, event_id: str) -> Record | None:
-        row = self._reader().execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (event_id,)).fetchone()
-        return _record(row) if row else None
+        row = self._reader().execute(f"SELECT {COLUMNS} FROM records r WHERE r.id = ?", (event_id,)).fetchone()
+        return record_of(row) if row else None
 
     def get_many(self, event_ids: Sequence[str]) -> dict[str, Record]:
         ids = list(dict.fromkeys(event_ids))
@@ -253,24 +190,18 @@ class SqliteStore:
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for row in conn.execute(f"SELECT r.id, {_COLUMNS} FROM records r WHERE r.id IN ({marks})", chunk):
-                out[row[0]] = _record(row[1:])
+            for row in conn.execute(f"SELECT r.id, {COLUMNS} FROM records r WHERE r.id IN ({marks})", chunk):
+                out[row[0]] = record_of(row[1:])
         return out
 
     def checkpoint(self) -> int:
-        return self._reader().execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+        return cast("int", self._reader().execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
 
     def iter_records(self, after_seq: int, limit: int) -> list[Record]:
         rows = self._reader().execute(
-            f"SELECT {_COLUMNS} FROM records r WHERE r.seq > ? ORDER BY r.seq LIMIT ?", (after_seq, limit)
+            f"SELECT {COLUMNS} FROM records r WHERE r.seq > ? ORDER BY r.seq LIMIT ?", (after_seq, limit)
         ).fetchall()
-        return [_record(row) for row in rows]
-
-    def _term_count(self, conn: sqlite3.Connection, term: str, lower: int, upper: int) -> int:
-        return conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM terms WHERE term = ? AND seq > ? AND seq <= ? LIMIT ?)",
-            (term, lower, upper, _COUNT_CAP),
-        ).fetchone()[0]
+        return [record_of(row) for row in rows]
 
     def query(
         self,
@@ -284,210 +215,12 @@ class SqliteStore:
         limit: int = 100,
         include_withheld: bool = False,
     ) -> list[Record]:
-        if limit <= 0:
-            return []
-        upper = _MAX_SEQ if upto_seq is None else upto_seq
-        if upper <= after_seq:
-            return []
-        conn = self._reader()
-        texts = list(dict.fromkeys(text_terms))
-        plan = _Plan(
-            terms=sorted({term_key(t) for t in request_terms}),
-            created_from=created_from,
-            created_before=created_before,
-            # Terms SQLite's instr cannot judge reliably (embedded NUL) are verified in Python.
-            sql_texts=[t for t in texts if "\x00" not in t],
-            py_texts=[t for t in texts if "\x00" in t],
-            include_withheld=include_withheld,
+        """One exact page; the plan is :func:`akrelay.store.sqlite_planner.run_query`'s."""
+        return run_query(
+            self._reader(), request_terms, created_from, created_before, text_terms, after_seq=after_seq,
+            upto_seq=upto_seq, limit=limit, include_withheld=include_withheld,
+            probe_window=self.probe_window, density_window=self.density_window,
         )
-        fts_texts = [t for t in plan.sql_texts if len(t) >= 3]
-        conn.execute("BEGIN")  # one snapshot: text-index position and rows agree
-        try:
-            driver: str | None = None
-            if len(plan.terms) == 1 and not fts_texts:
-                driver = plan.terms[0]
-            elif plan.terms:
-                # A page starts at after_seq, so what matters is each term's density
-                # just after it: count (capped) postings in a leading window.
-                window = min(upper, after_seq + self.density_window)
-                counts = {t: self._term_count(conn, t, after_seq, window) for t in plan.terms}
-                driver = min(plan.terms, key=lambda t: (counts[t], t))
-                if fts_texts and counts[driver] >= _COUNT_CAP:
-                    driver = None
-            if driver is not None or not fts_texts:
-                return self._select(conn, plan, driver, None, after_seq, upper, limit)
-            # Trigram candidates (verified with instr) where the text index has
-            # caught up, then an exact scan of the not-yet-indexed tail after it.
-            out: list[Record] = []
-            lower = after_seq
-            if self.probe_window:  # tests use a probe to mix all three phases
-                lower = min(upper, after_seq + self.probe_window)
-                out = self._select(conn, plan, None, None, after_seq, lower, limit)
-                if len(out) >= limit or lower >= upper:
-                    return out
-            indexed = self._text_position(conn)
-            if indexed > lower:
-                out += self._select(conn, plan, None, fts_texts, lower, min(indexed, upper), limit - len(out))
-            start = max(lower, indexed)
-            if len(out) < limit and upper > start:
-                out += self._select(conn, plan, None, None, start, upper, limit - len(out))
-            return out
-        finally:
-            conn.execute("COMMIT")
-
-    def _select(
-        self,
-        conn: sqlite3.Connection,
-        plan: "_Plan",
-        driver: str | None,
-        fts_texts: list[str] | None,
-        lower: int,
-        upper: int,
-        limit: int,
-    ) -> list[Record]:
-        where: list[str] = []
-        params: list[object] = []
-        if driver is not None:
-            source = "terms t CROSS JOIN records r ON r.seq = t.seq"
-            where += ["t.term = ?", "t.seq > ?", "t.seq <= ?"]
-            params += [driver, lower, upper]
-            order = "t.seq"
-        elif fts_texts:
-            source = "text_index CROSS JOIN records r ON r.seq = text_index.rowid"
-            where += ["text_index MATCH ?", "text_index.rowid > ?", "text_index.rowid <= ?"]
-            params += [_fts_query(fts_texts), lower, upper]
-            order = "text_index.rowid"
-        else:
-            source = "records r"
-            where += ["r.seq > ?", "r.seq <= ?"]
-            params += [lower, upper]
-            order = "r.seq"
-        # With a driving term, time bounds and the other terms are checked on the
-        # compact term index first; the record row is read only for survivors.
-        row = "t" if driver is not None else "r"
-        if plan.created_from is not None:
-            where.append(f"{row}.created_at >= ?")
-            params.append(plan.created_from)
-        if plan.created_before is not None:
-            where.append(f"{row}.created_at < ?")
-            params.append(plan.created_before)
-        for term in plan.terms:
-            if term != driver:
-                where.append(f"EXISTS (SELECT 1 FROM terms x WHERE x.term = ? AND x.seq = {row}.seq)")
-                params.append(term)
-        if not plan.include_withheld:
-            where.append("r.withheld = 0")
-        for text in plan.sql_texts:
-            where.append("instr(r.text, ?) > 0")
-            params.append(text)
-
-        columns = _COLUMNS + (", r.text" if plan.py_texts else "")
-        sql = f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} ORDER BY {order}"
-        if not plan.py_texts:
-            rows = conn.execute(sql + " LIMIT ?", (*params, limit)).fetchall()
-            return [_record(row) for row in rows]
-        out: list[Record] = []
-        for row in conn.execute(sql, params):
-            if all(t in row[4] for t in plan.py_texts):
-                out.append(_record(row[:4]))
-                if len(out) >= limit:
-                    break
-        return out
-
-    # -- the trigram text index, a follower of the log ------------------------------
-    @staticmethod
-    def _text_position(conn: sqlite3.Connection) -> int:
-        return conn.execute("SELECT position FROM followers WHERE name = 'text_index'").fetchone()[0]
-
-    def text_index_lag(self) -> int:
-        """Committed records not yet in the trigram index (queries scan those exactly)."""
-        conn = self._reader()
-        conn.execute("BEGIN")
-        try:
-            position = self._text_position(conn)
-            return conn.execute("SELECT count(*) FROM records WHERE seq > ?", (position,)).fetchone()[0]
-        finally:
-            conn.execute("COMMIT")
-
-    def index_text(self, max_records: int = 500) -> int:
-        """Add up to ``max_records`` committed records to the trigram index; return how many.
-
-        Trigram indexing costs about a millisecond per kilobyte of text, several
-        times the rest of an acceptance, so it is kept off the commit path: a
-        background thread (``text_indexer=True``) or a caller catches up here.
-        """
-
-        def run(c: sqlite3.Connection) -> int:
-            position = self._text_position(c)
-            rows = c.execute(
-                "SELECT seq, text FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (position, max_records)
-            ).fetchall()
-            if not rows:
-                return 0
-            c.executemany("INSERT INTO text_index (rowid, text) VALUES (?, ?)", rows)
-            c.execute("UPDATE followers SET position = ? WHERE name = 'text_index'", (rows[-1][0],))
-            return len(rows)
-
-        return self._write(run)
-
-    def _run_text_indexer(self) -> None:
-        """Catch up in batches while the log is quiet, in small steps while it grows.
-
-        "Quiet" is judged on the shared checkpoint, so a worker does not hold the
-        write lock for long while another worker of the same relay is ingesting.
-        """
-        last = -1
-        while not self._stop.wait(self._indexer_interval):
-            try:
-                checkpoint = self.checkpoint()
-                busy, last = checkpoint != last, checkpoint
-                if busy:
-                    self.index_text(8)
-                    continue
-                while not self._stop.is_set() and self.index_text(100) == 100:
-                    if self.checkpoint() != last:
-                        break
-            except sqlite3.Error:  # pragma: no cover - retried on the next tick
-                continue
-            except RuntimeError:  # closed underneath us
-                return
-
-    #: WAL frames (pages) past which the checkpointer stops writers briefly to
-    #: reset the WAL: passive checkpoints alone cannot bound it under steady writes.
-    WAL_RESTART_FRAMES = 32768
-    #: Seconds before another RESTART once one found readers in the way.
-    RESTART_BACKOFF = 5.0
-
-    def _run_checkpointer(self) -> None:
-        """Copy WAL frames into the database while writers go on (``PASSIVE``).
-
-        Passive checkpoints never wait for writers or readers; when the WAL still
-        grows past :data:`WAL_RESTART_FRAMES` (writes never paused long enough for
-        a full copy), one ``RESTART`` checkpoint under the write flock lets the
-        next writer start the WAL from the beginning.
-        """
-        # RESTART waits for readers of old WAL frames (an online backup, a long
-        # query) while every writer waits on the flock: give up after 50 ms and
-        # try again on a later tick instead.
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.05)
-        next_restart = 0.0
-        try:
-            while not self._stop.wait(self._checkpoint_interval):
-                try:
-                    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    # Only when everything is copied (no reader pins older frames), and
-                    # not again soon after a RESTART that found readers in the way.
-                    if frames > self.WAL_RESTART_FRAMES and copied == frames and time.monotonic() >= next_restart:
-                        with self._write_lock:
-                            if self._closed:
-                                return
-                            restarted = self._locked(lambda: conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone())
-                        if restarted[0]:
-                            next_restart = time.monotonic() + self.RESTART_BACKOFF
-                except sqlite3.Error:  # pragma: no cover - retried on the next tick
-                    continue
-        finally:
-            conn.close()
 
     # -- writes ------------------------------------------------------------
     def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
@@ -514,7 +247,7 @@ class SqliteStore:
                 raise item.error
         return [item.result for item in group]  # type: ignore[misc]
 
-    def _locked(self, fn):  # noqa: ANN001, ANN202
+    def _locked(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` holding the cross-process write flock (the caller holds ``_write_lock``)."""
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
@@ -561,7 +294,7 @@ class SqliteStore:
         conn = self._writer
         try:
             results = self._locked(lambda: self._retry_busy(lambda: self._write_group(conn, group), conn))
-        except BaseException as exc:  # every waiter learns of the failure
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter, each of which raises it
             for item in group:
                 item.error = exc
             return
@@ -586,14 +319,15 @@ class SqliteStore:
                     # The UNIQUE id constraint is the existence check: one statement
                     # for a new record; only a duplicate pays for the lookup.
                     conn.execute(
-                        "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                        "INSERT INTO records (seq, id, accepted_at, created_at, withheld, body, text) "
+                        "VALUES (?, ?, ?, ?, 0, ?, ?)",
                         (hwm + 1, env.id, item.accepted_at, created_at, body, item.text),
                     )
                 except sqlite3.IntegrityError:
-                    row = conn.execute(f"SELECT {_COLUMNS} FROM records r WHERE r.id = ?", (env.id,)).fetchone()
+                    row = conn.execute(f"SELECT {COLUMNS} FROM records r WHERE r.id = ?", (env.id,)).fetchone()
                     if row is None:
                         raise
-                    results.append((_record(row), False))
+                    results.append((record_of(row), False))
                     continue
                 hwm += 1
                 term_rows += [(t, hwm, created_at) for t in item.terms]
@@ -610,11 +344,11 @@ class SqliteStore:
             raise
         return results
 
-    def _write(self, fn):  # noqa: ANN001, ANN202
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in its own immediate transaction at the commit point."""
         conn = self._writer
 
-        def run():  # noqa: ANN202
+        def run() -> T:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 value = fn(conn)
@@ -641,7 +375,7 @@ class SqliteStore:
             if row is None:
                 return False
             seq, text = row
-            if seq <= self._text_position(c):
+            if seq <= text_position(c):
                 c.execute("INSERT INTO text_index (text_index, rowid, text) VALUES ('delete', ?, ?)", (seq, text))
             c.execute("DELETE FROM terms WHERE seq = ?", (seq,))
             c.execute("DELETE FROM records WHERE seq = ?", (seq,))
@@ -655,7 +389,7 @@ class SqliteStore:
         dest = sqlite3.connect(destination)
         try:
             self._reader().backup(dest)
-            return dest.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+            return cast("int", dest.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
         finally:
             dest.close()
 
@@ -683,7 +417,7 @@ class SqliteStore:
 
         def run(c: sqlite3.Connection) -> int:
             c.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (int(seq),))
-            return c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0]
+            return cast("int", c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
 
         return self._write(run)
 

@@ -15,19 +15,11 @@ Public entry points:
 
 from akrelay.kip.kql.classify import classify, is_kml
 from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.evaluate import execute_kql
 from akrelay.kip.kql.meta import MetaCommand, parse_meta
 from akrelay.kip.kql.nodes import Query
 from akrelay.kip.kql.query import parse_kql
 from akrelay.kip.kql.values import Literal, Param, resolve
-
-
-
-def execute_kql(runtime, command, parameters, seq, **kw):  # type: ignore[no-untyped-def]
-    """See :func:`akrelay.kip.kql.evaluate.execute_kql` (imported lazily: it needs the nexus)."""
-    from akrelay.kip.kql.evaluate import execute_kql as run
-
-    return run(runtime, command, parameters, seq, **kw)
-
 
 __all__ = [
     "KqlError",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.projection import POLICIES, policy as resolve_policy, project
 
 
@@ -47,7 +48,7 @@ def _finish(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
     return data
 
 
-def basis(rt: Any, seq: int, settings: Settings) -> dict[str, Any]:
+def basis(rt: KqlRuntime, seq: int, settings: Settings) -> dict[str, Any]:
     """The §21.12 ProjectionBasis of a query that used projection."""
     pol = resolve_policy(settings.policy, rt.config.default_policy)
     tx = rt.nexus.transaction_at(seq)
@@ -61,7 +62,7 @@ def basis(rt: Any, seq: int, settings: Settings) -> dict[str, Any]:
     }
 
 
-def belief(rt: Any, proposition_id: str, seq: int, settings: Settings) -> BeliefValue:
+def belief(rt: KqlRuntime, proposition_id: str, seq: int, settings: Settings) -> BeliefValue:
     data = project(rt.nexus, proposition_id, trust=rt.config.trust, policy_name=settings.policy,
                    default_policy=rt.config.default_policy, as_of=seq,
                    schema_environment_version=rt.environment.version, purpose=settings.purpose,
@@ -70,7 +71,7 @@ def belief(rt: Any, proposition_id: str, seq: int, settings: Settings) -> Belief
     return BeliefValue(data, ("belief", proposition_id, _basis_key(data["basis"])))
 
 
-def missing_belief(rt: Any, subject_id: str, predicate_ref: str, obj: Any, seq: int,
+def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: Any, seq: int,
                    settings: Settings) -> BeliefValue:
     """§46.4: a fully grounded tuple with no Proposition is ``insufficient``; nothing is created."""
     b = basis(rt, seq, settings)
@@ -90,7 +91,7 @@ def missing_belief(rt: Any, subject_id: str, predicate_ref: str, obj: Any, seq: 
     return BeliefValue(data, ("belief-missing", subject_id, predicate_ref, repr(obj), _basis_key(b)))
 
 
-def slot(rt: Any, subject_id: str, predicate_local: str, predicate_ref: str, seq: int,
+def slot(rt: KqlRuntime, subject_id: str, predicate_local: str, predicate_ref: str, seq: int,
          settings: Settings) -> BeliefValue:
     """§47: the candidate set of one (subject, predicate) slot.
 

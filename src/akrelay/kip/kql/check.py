@@ -102,23 +102,14 @@ def block_exports(clauses: Iterable[Any]) -> set[str]:
 
 
 def expr_vars(expr: Any) -> set[str]:
-    if isinstance(expr, A.Var):
-        return {expr.name}
-    if isinstance(expr, A.Path):
-        return {expr.var}
-    if isinstance(expr, A.ArrayExpr):
-        return set().union(*(expr_vars(i) for i in expr.items)) if expr.items else set()
-    if isinstance(expr, A.ObjectExpr):
-        return set().union(*(expr_vars(v) for _, v in expr.members)) if expr.members else set()
-    if isinstance(expr, A.Call):
-        return set().union(*(expr_vars(a) for a in expr.args)) if expr.args else set()
-    if isinstance(expr, A.Unary):
-        return expr_vars(expr.operand)
-    if isinstance(expr, A.Binary):
-        return expr_vars(expr.left) | expr_vars(expr.right)
-    if isinstance(expr, A.Aggregate):
-        return expr_vars(expr.arg)
-    return set()
+    """The variables an expression reads (through :func:`nodes.walk_expression`)."""
+    out: set[str] = set()
+    for node in A.walk_expression(expr):
+        if isinstance(node, A.Var):
+            out.add(node.name)
+        elif isinstance(node, A.Path):
+            out.add(node.var)
+    return out
 
 
 def _check_expr(expr: Any, visible: set[str], where: str) -> None:

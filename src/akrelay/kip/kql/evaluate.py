@@ -32,27 +32,27 @@ without ``LIMIT`` returns at most ``result_cap`` rows and says so.
 from __future__ import annotations
 
 import functools
-import json
-import math
-import time
 import unicodedata
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Mapping
 
-from akrelay.kip import budget as _budget
-from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, KIND_OF, Proposition
+from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import SEARCH_KINDS
 from akrelay.kip.grounding import top as keyword_top
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql import cursor as C
 from akrelay.kip.kql import nodes as A
-from akrelay.kip.kql.access import query_view
 from akrelay.kip.kql.check import parameter_names
+from akrelay.kip.kql.context import (
+    Context, Edge, Hit, _canon, _element_of, _is_ref, _order_text, binding_key, solution_key,
+)
+from akrelay.kip.kql.expressions import _aggregate, _compare_rows, eval_expr, expr_text, render, truth
 from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.kql.query import parse_kql
-from akrelay.kip.kql.regex import regex_match
+from akrelay.kip.kql.regex import compile_regex
 from akrelay.kip.kql.values import (
-    Literal, Param, check_cursor, check_limit, check_seq, check_threshold, is_safe_integer,
+    Literal, Param, check_cursor, check_limit, check_seq, check_threshold,
 )
 
 LIMITS = {
@@ -62,129 +62,9 @@ LIMITS = {
     "result_cap": 1000,
     "cursor_ttl_seconds": C.TTL_MS // 1000,
 }
-ELEMENT_TYPES = (Concept, Proposition, Assertion, Evidence, Activity)
-
-
-# ------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """A Search Pattern binding: the element plus its transient retrieval data (§43.8)."""
-
-    element: Any
-    score: float
-    mode: str
-
-
-@dataclass(frozen=True, slots=True)
-class Edge:
-    """A virtual Structural binding (§43.7)."""
-
-    source: str
-    field_ref: str
-    target: str
-
-
-def _element_of(value: Any) -> Any:
-    if isinstance(value, Hit):
-        return value.element
-    return value if isinstance(value, ELEMENT_TYPES) else None
-
-
-def _canon(value: Any) -> Any:
-    """§9.6 canonical form of a JSON value, as a hashable structure."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-            return ("n", int(value))
-        return ("n", value if isinstance(value, int) else float(value))
-    if isinstance(value, str):
-        return ("s", unicodedata.normalize("NFC", value))
-    if isinstance(value, list):
-        return ("a", tuple(_canon(v) for v in value))
-    if isinstance(value, dict):
-        return ("o", tuple(sorted((k, _canon(v)) for k, v in value.items())))
-    return ("?", repr(value))
-
-
-def binding_key(value: Any) -> Any:
-    """Identity of a bound value for deduplication and unification (§42.5)."""
-    element = _element_of(value)
-    if element is not None:
-        return ("e", element.id)
-    if isinstance(value, B.BeliefValue):
-        return ("b", value.key)
-    if isinstance(value, Edge):
-        return ("s", value.source, value.field_ref, value.target)
-    return ("v", _canon(value))
-
-
-def solution_key(solution: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((name, binding_key(v)) for name, v in solution.items()))
-
-
-def _order_text(key: Any) -> str:
-    """A deterministic total-order key for tie-breaking (ids and canonical values only)."""
-    return repr(key)
-
-
-# ------------------------------------------------------------------------ context
-
-
-@dataclass
-class Context:
-    rt: Any
-    seq: int
-    params: Mapping[str, Any]
-    settings: B.Settings
-    views: dict[str, Any] = field(default_factory=dict)
-    used_search: bool = False
-    used_projection: bool = False
-    #: The request's CPU budget (``akrelay.kip.budget``), ticked by every candidate
-    #: read, unification step, expression node, path visit and sort comparison.
-    tick: Any = field(default_factory=lambda: _budget.current().tick)
-
-    @property
-    def nexus(self) -> Any:
-        return self.rt.nexus
-
-    def value(self, v: Any) -> Any:
-        if isinstance(v, Param):
-            return self.params[v.name]  # presence checked before execution
-        if isinstance(v, Literal):
-            return v.value
-        raise AssertionError(v)  # pragma: no cover
-
-    def get(self, eid: Any) -> Any:
-        self.tick()
-        if not isinstance(eid, str):
-            return None
-        return self.nexus.get(eid, self.seq)
-
-    def view(self, element: Any) -> Mapping[str, Any]:
-        found = self.views.get(element.id)
-        if found is None:
-            found = self.views[element.id] = query_view(self.nexus, element, self.seq)
-        return found
-
-    def resolve_symbol(self, name: Any, kind: str) -> str:
-        """A Schema symbol (local name, exact or lineage ref) -> its local name."""
-        if not isinstance(name, str):
-            raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
-        exact, _ = self.rt.environment.resolve(name, kind)
-        return exact.rsplit("/", 1)[1]
-
-    def exact_ref(self, local: str, kind: str) -> str:
-        return self.rt.environment.resolve(local, kind)[0]
 
 
 # ----------------------------------------------------------------- unification
-
-
-def _is_ref(stored: Any) -> bool:
-    return isinstance(stored, dict) and len(stored) == 1 and isinstance(stored.get("id"), str)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -215,31 +95,55 @@ def _deref(stored: Any, ctx: Context) -> Any:
 def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     """Match one pattern value against a stored value, extending ``sol``."""
     ctx.tick()
-    if isinstance(pv, A.Var):
-        value = _deref(stored, ctx)
-        if pv.name in sol:
-            if _same(sol[pv.name], value):
-                yield sol
-            return
-        yield {**sol, pv.name: value}
-    elif isinstance(pv, (Param, Literal)):
-        if _scalar_matches(ctx.value(pv), stored, ctx):
+    how = _UNIFY.get(type(pv))
+    return how(pv, stored, sol, ctx) if how is not None else iter(())
+
+
+def _unify_var(pv: A.Var, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    value = _deref(stored, ctx)
+    if pv.name in sol:
+        if _same(sol[pv.name], value):
             yield sol
-    elif isinstance(pv, A.ObjectPattern):
-        if _is_ref(stored):
-            element = ctx.get(stored["id"])
-            if element is not None:
-                yield from match_element(element, pv, sol, ctx)
-        elif isinstance(stored, (dict, Mapping)):
-            yield from _match_members(list(pv.members), stored, sol, ctx)
-    elif isinstance(pv, A.ArrayPattern):
-        if isinstance(stored, list):
-            yield from _match_items(list(pv.items), stored, sol, ctx)
-    elif isinstance(pv, (A.TripleTuple, A.IdTuple)):
-        if _is_ref(stored):
-            element = ctx.get(stored["id"])
-            if isinstance(element, Proposition):
-                yield from match_proposition(element, pv, sol, ctx)
+        return
+    yield {**sol, pv.name: value}
+
+
+def _unify_scalar(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _scalar_matches(ctx.value(pv), stored, ctx):
+        yield sol
+
+
+def _unify_object(pv: A.ObjectPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _is_ref(stored):
+        element = ctx.get(stored["id"])
+        if element is not None:
+            yield from match_element(element, pv, sol, ctx)
+    elif isinstance(stored, (dict, Mapping)):
+        yield from _match_members(list(pv.members), stored, sol, ctx)
+
+
+def _unify_array(pv: A.ArrayPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if isinstance(stored, list):
+        yield from _match_items(list(pv.items), stored, sol, ctx)
+
+
+def _unify_tuple(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    if _is_ref(stored):
+        element = ctx.get(stored["id"])
+        if isinstance(element, Proposition):
+            yield from match_proposition(element, pv, sol, ctx)
+
+
+#: How each kind of pattern value matches a stored value, by node type (others match nothing).
+_UNIFY: dict[type, Callable[[Any, Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+    A.Var: _unify_var,
+    Param: _unify_scalar,
+    Literal: _unify_scalar,
+    A.ObjectPattern: _unify_object,
+    A.ArrayPattern: _unify_array,
+    A.TripleTuple: _unify_tuple,
+    A.IdTuple: _unify_tuple,
+}
 
 
 def _match_members(members: list[tuple[str, Any]], stored: Mapping[str, Any], sol: dict[str, Any],
@@ -694,29 +598,39 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
         yield {**sol, clause.var: Hit(element, score, mode)}
 
 
+def _concept_pattern(clause: A.ConceptPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
+        for s in match_element(element, clause.pattern, sol, ctx):
+            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+_KIND_OF_PATTERN = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
+                    A.ActivityPattern: (Activity, "activity")}
+
+
+def _kind_pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    cls, kind = _KIND_OF_PATTERN[type(clause)]
+    for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
+        for s in match_element(element, clause.pattern, sol, ctx):
+            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+#: How each kind of pattern clause extends one solution: the one dispatch of clauses, by node type.
+_PATTERNS: dict[type, Callable[[Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+    A.ConceptPattern: _concept_pattern,
+    A.AssertionPattern: _kind_pattern,
+    A.EvidencePattern: _kind_pattern,
+    A.ActivityPattern: _kind_pattern,
+    A.PropositionPattern: _proposition_pattern,
+    A.StructuralPattern: _structural_pattern,
+    A.BeliefPattern: _belief_pattern,
+    A.BeliefSlotPattern: _belief_slot_pattern,
+    A.SearchPattern: _search_pattern,
+}
+
+
 def _pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
-    if isinstance(clause, A.ConceptPattern):
-        for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
-            for s in match_element(element, clause.pattern, sol, ctx):
-                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
-    elif isinstance(clause, (A.AssertionPattern, A.EvidencePattern, A.ActivityPattern)):
-        cls, kind = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
-                     A.ActivityPattern: (Activity, "activity")}[type(clause)]
-        for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
-            for s in match_element(element, clause.pattern, sol, ctx):
-                yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
-    elif isinstance(clause, A.PropositionPattern):
-        yield from _proposition_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.StructuralPattern):
-        yield from _structural_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.BeliefPattern):
-        yield from _belief_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.BeliefSlotPattern):
-        yield from _belief_slot_pattern(clause, sol, ctx)
-    elif isinstance(clause, A.SearchPattern):
-        yield from _search_pattern(clause, sol, ctx)
-    else:  # pragma: no cover
-        raise AssertionError(f"unknown clause {clause!r}")
+    return _PATTERNS[type(clause)](clause, sol, ctx)
 
 
 def _cap(solutions: list[dict[str, Any]]) -> None:
@@ -750,253 +664,6 @@ def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Co
             current = out
         _cap(current)
     return current
-
-
-# --------------------------------------------------------------------- expressions
-
-
-def truth(value: Any) -> bool | None:
-    """Three-valued truth: True, False, or None (unknown)."""
-    return value if isinstance(value, bool) else None
-
-
-def _step(value: Any, step: str, ctx: Context) -> Any:
-    if value is None:
-        return None
-    if isinstance(value, Hit):
-        if step == "retrieval":
-            return {"score": value.score, "mode": value.mode}
-        value = value.element
-    if isinstance(value, ELEMENT_TYPES):
-        return ctx.view(value).get(step)
-    if isinstance(value, B.BeliefValue):
-        return value.data.get(step)
-    if isinstance(value, Edge):
-        return {"source": {"id": value.source}, "field": value.field_ref, "target": {"id": value.target},
-                "index": None}.get(step)
-    if isinstance(value, dict):
-        if _is_ref(value) and step != "id":
-            element = ctx.get(value["id"])
-            return ctx.view(element).get(step) if element is not None else None
-        return value.get(step)
-    return None
-
-
-def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
-    ctx.tick()
-    if isinstance(expr, (Param, Literal)):
-        return ctx.value(expr)
-    if isinstance(expr, A.Var):
-        return sol.get(expr.name)
-    if isinstance(expr, A.Path):
-        value = sol.get(expr.var)
-        for step in expr.steps:
-            value = _step(value, step, ctx)
-        return value
-    if isinstance(expr, A.ArrayExpr):
-        return [eval_expr(i, sol, ctx) for i in expr.items]
-    if isinstance(expr, A.ObjectExpr):
-        return {k: eval_expr(v, sol, ctx) for k, v in expr.members}
-    if isinstance(expr, A.Unary):
-        operand = eval_expr(expr.operand, sol, ctx)
-        if expr.op == "!":
-            t = truth(operand)
-            return None if t is None else not t
-        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
-            return -operand
-        return None
-    if isinstance(expr, A.Binary):
-        if expr.op in ("&&", "||"):
-            left = truth(eval_expr(expr.left, sol, ctx))
-            if expr.op == "&&" and left is False:
-                return False
-            if expr.op == "||" and left is True:
-                return True
-            right = truth(eval_expr(expr.right, sol, ctx))
-            if expr.op == "&&":
-                return False if right is False else (True if left is True and right is True else None)
-            return True if right is True else (False if left is False and right is False else None)
-        return compare(expr.op, eval_expr(expr.left, sol, ctx), eval_expr(expr.right, sol, ctx))
-    if isinstance(expr, A.Call):
-        return call(expr, [eval_expr(a, sol, ctx) for a in expr.args])
-    raise AssertionError(f"not an expression: {expr!r}")  # pragma: no cover
-
-
-def _scalar_kind(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return None
-
-
-def compare(op: str, left: Any, right: Any) -> bool | None:
-    """Comparison without coercion; a null/unbound operand is unknown (§44.2)."""
-    if left is None or right is None:
-        return None
-    if op in ("==", "!="):
-        if _element_of(left) is not None or _element_of(right) is not None \
-                or isinstance(left, (B.BeliefValue, Edge)) or isinstance(right, (B.BeliefValue, Edge)):
-            equal = binding_key(left) == binding_key(right)
-        else:
-            equal = _canon(left) == _canon(right)
-        return equal if op == "==" else not equal
-    lk, rk = _scalar_kind(left), _scalar_kind(right)
-    if lk is None or lk != rk or lk == "boolean":
-        return None
-    if lk == "string":
-        left, right = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
-    return {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
-
-
-def call(expr: A.Call, args: list[Any]) -> Any:
-    name = expr.name
-    if name == "IS_NULL":
-        return args[0] is None
-    if name == "IS_NOT_NULL":
-        return args[0] is not None
-    if name == "IS_LITERAL":
-        return _scalar_kind(args[0]) is not None
-    if name == "IS_ELEMENT":
-        return _element_of(args[0]) is not None
-    if name == "IS_KIND":
-        element = _element_of(args[0])
-        if element is None or args[1] is None:
-            return None if args[0] is None else False
-        if not isinstance(args[1], str):
-            raise KqlError("TypeMismatch", "IS_KIND takes a kind name")
-        return KIND_OF[type(element)] == args[1].lower()
-    if name == "LITERAL_TYPE":
-        if args[0] is None:
-            return None
-        return _scalar_kind(args[0]) or ("array" if isinstance(args[0], list) else
-                                         "object" if isinstance(args[0], dict) else None)
-    if name == "IN":
-        value, candidates = args
-        if not isinstance(candidates, list):
-            raise KqlError("TypeMismatch", "IN takes a list as its second argument")
-        if value is None:
-            return None
-        return any(compare("==", value, c) is True for c in candidates)
-    if name in ("CONTAINS", "STARTS_WITH", "ENDS_WITH", "REGEX"):
-        text, other = args
-        if text is None or other is None:
-            return None
-        if name == "REGEX":
-            if not isinstance(other, str):
-                raise KqlError("TypeMismatch", "REGEX takes a string pattern")
-            return regex_match(text, other) if isinstance(text, str) else None
-        if not isinstance(text, str) or not isinstance(other, str):
-            return None
-        text, other = unicodedata.normalize("NFC", text), unicodedata.normalize("NFC", other)
-        return {"CONTAINS": other in text, "STARTS_WITH": text.startswith(other),
-                "ENDS_WITH": text.endswith(other)}[name]
-    raise KqlError("InvalidSyntax", f"unknown function {name}")  # pragma: no cover - checked statically
-
-
-# --------------------------------------------------------------------- aggregation
-
-
-def _aggregate(agg: A.Aggregate, group: list[dict[str, Any]], ctx: Context) -> Any:
-    values = [eval_expr(agg.arg, s, ctx) for s in group]
-    values = [v for v in values if v is not None]
-    if agg.distinct:
-        unique: dict[Any, Any] = {}
-        for v in values:
-            unique.setdefault(binding_key(v), v)
-        values = list(unique.values())
-    if agg.func == "COUNT":
-        return len(values)
-    if not values:
-        return None
-    if agg.func in ("SUM", "AVG"):
-        if any(_scalar_kind(v) != "number" for v in values):
-            raise KqlError("TypeMismatch", f"{agg.func} takes numeric inputs")
-        total = math.fsum(values) if any(isinstance(v, float) for v in values) else sum(values)
-        if agg.func == "AVG":
-            total = total / len(values)
-        if not math.isfinite(total) or (float(total).is_integer() and not is_safe_integer(total)):
-            raise KqlError("ResourceExhausted", f"{agg.func} leaves the §9.3 numeric range")
-        return int(total) if isinstance(total, float) and total.is_integer() and agg.func == "SUM" else total
-    kinds = {_scalar_kind(v) for v in values}
-    if len(kinds) != 1 or None in kinds or "boolean" in kinds:
-        raise KqlError("TypeMismatch", f"{agg.func} needs mutually comparable scalar inputs")
-    return min(values) if agg.func == "MIN" else max(values)
-
-
-# ------------------------------------------------------------------ ordering & rows
-
-
-def _sort_rank(value: Any) -> tuple[int, Any]:
-    if isinstance(value, bool):
-        return (0, value)
-    if isinstance(value, (int, float)):
-        return (1, value)
-    if isinstance(value, str):
-        return (2, unicodedata.normalize("NFC", value))
-    return (3, _order_text(binding_key(value)))
-
-
-def _compare_rows(a: tuple[list[Any], str], b: tuple[list[Any], str], descending: list[bool]) -> int:
-    for av, bv, desc in zip(a[0], b[0], descending):
-        if av is None and bv is None:
-            continue
-        if av is None:
-            return 1          # nulls last, ascending or descending
-        if bv is None:
-            return -1
-        ar, br = _sort_rank(av), _sort_rank(bv)
-        if ar == br:
-            continue
-        result = -1 if ar < br else 1
-        return -result if desc else result
-    return (a[1] > b[1]) - (a[1] < b[1])
-
-
-def render(value: Any, ctx: Context) -> Any:
-    """The JSON cell of a projected value (§42.5, §81.1)."""
-    if isinstance(value, Hit):
-        view = dict(ctx.nexus.view(value.element, ctx.seq))
-        view["retrieval"] = {"score": value.score, "mode": value.mode}
-        return view
-    if isinstance(value, ELEMENT_TYPES):
-        return ctx.nexus.view(value, ctx.seq)
-    if isinstance(value, B.BeliefValue):
-        return value.data
-    if isinstance(value, Edge):
-        return {"kind": "structural", "source": {"id": value.source}, "field": value.field_ref,
-                "target": {"id": value.target}, "index": None}
-    return value
-
-
-def expr_text(expr: Any) -> str:
-    """A canonical rendering of a FIND/ORDER BY expression, used as column name."""
-    if isinstance(expr, A.Var):
-        return f"?{expr.name}"
-    if isinstance(expr, A.Path):
-        out = f"?{expr.var}"
-        for step in expr.steps:
-            out += f".{step}" if step.isidentifier() else f"[{json.dumps(step, ensure_ascii=False)}]"
-        return out
-    if isinstance(expr, Param):
-        return f":{expr.name}"
-    if isinstance(expr, Literal):
-        return json.dumps(expr.value, ensure_ascii=False)
-    if isinstance(expr, A.Aggregate):
-        return f"{expr.func}({'DISTINCT ' if expr.distinct else ''}{expr_text(expr.arg)})"
-    if isinstance(expr, A.Call):
-        return f"{expr.name}({', '.join(expr_text(a) for a in expr.args)})"
-    if isinstance(expr, A.Unary):
-        return f"{expr.op}{expr_text(expr.operand)}"
-    if isinstance(expr, A.Binary):
-        return f"({expr_text(expr.left)} {expr.op} {expr_text(expr.right)})"
-    if isinstance(expr, A.ArrayExpr):
-        return "[" + ", ".join(expr_text(i) for i in expr.items) + "]"
-    if isinstance(expr, A.ObjectExpr):
-        return "{" + ", ".join(f"{k}: {expr_text(v)}" for k, v in expr.members) + "}"
-    return repr(expr)  # pragma: no cover
 
 
 # -------------------------------------------------------------------------- driver
@@ -1064,24 +731,17 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             term(tup.subject)
             term(tup.object)
 
-    def expr(e: Any) -> None:
-        if isinstance(e, A.Call):
+    def expr(root: Any) -> None:
+        for e in A.walk_expression(root):  # the walker check.py uses too
+            if not isinstance(e, A.Call):
+                continue
             if e.name == "REGEX" and isinstance(e.args[1], Param):
                 value = ctx.value(e.args[1])
                 if not isinstance(value, str):
                     raise KqlError("TypeMismatch", "REGEX takes a string pattern")
-                from akrelay.kip.kql.regex import compile_regex
-
                 compile_regex(value)
             if e.name == "IN" and isinstance(e.args[1], Param) and not isinstance(ctx.value(e.args[1]), list):
                 raise KqlError("TypeMismatch", "IN takes a list as its second argument")
-            for arg in e.args:
-                expr(arg)
-        elif isinstance(e, A.Unary):
-            expr(e.operand)
-        elif isinstance(e, A.Binary):
-            expr(e.left)
-            expr(e.right)
 
     for clause in clauses:
         if isinstance(clause, A.ConceptPattern):
@@ -1118,7 +778,7 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             prevalidate(clause.clauses, ctx)
 
 
-def evaluate(rt: Any, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
+def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
              limit: int | None) -> Outcome:
     """Run a checked query at snapshot ``seq``; rows ``offset``..``offset+limit``."""
     ctx = Context(rt, seq, params, B.Settings())
@@ -1197,12 +857,12 @@ def _prepared(text: str) -> tuple[A.Query, frozenset[str], tuple[str, ...], str]
     return query, names, bound, repr(replace(query, cursor=None, text=""))
 
 
-def _binding(rt: Any, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
+def _binding(rt: KqlRuntime, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
     """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
     return {"query": shape, "parameters": {n: params[n] for n in bound}, "space": rt.nexus.space_id}
 
 
-def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: int, *,
+def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, seq: int, *,
                 now_ms: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run one KQL command for the runtime: ``(result, extra result context)``.
 
@@ -1219,7 +879,7 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     if missing:
         raise KqlError("ReferenceError", f"parameter :{missing[0]} is not bound",
                        details={"missing": missing}, hint="supply every referenced parameter (§74)")
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = rt.now_ms() if now_ms is None else now_ms
 
     def bound(v: Any) -> Any:
         return params[v.name] if isinstance(v, Param) else v.value
@@ -1260,7 +920,8 @@ def execute_kql(rt: Any, command: str, params: Mapping[str, Any] | None, seq: in
     return result, extra
 
 
-def run(rt: Any, command: str, parameters: Mapping[str, Any] | None = None, *, now_ms: int | None = None) -> dict[str, Any]:
+def run(rt: KqlRuntime, command: str, parameters: Mapping[str, Any] | None = None, *,
+        now_ms: int | None = None) -> dict[str, Any]:
     """In-process convenience: the result plus its context, at the runtime's head."""
     with rt.lock:
         result, extra = execute_kql(rt, command, parameters, rt.nexus.head, now_ms=now_ms)

@@ -38,7 +38,7 @@ Patterns (WHERE)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union as _U
+from typing import Any, Callable, Iterator, Union as _U
 
 from akrelay.kip.kql.values import Literal, Param
 
@@ -236,3 +236,33 @@ class Query:
     @property
     def has_aggregates(self) -> bool:
         return any(isinstance(item, Aggregate) for item in self.find)
+
+
+# -------------------------------------------------------------------- walking expressions
+
+#: The direct sub-expressions of each composite expression node; leaves (variables, paths,
+#: parameters, literals) have none. The one walker of expressions: the static checks
+#: (``check``) and the evaluator's pre-validation (``evaluate.prevalidate``) both use it.
+_CHILDREN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
+    ArrayExpr: lambda e: tuple(e.items),
+    ObjectExpr: lambda e: tuple(v for _, v in e.members),
+    Call: lambda e: tuple(e.args),
+    Unary: lambda e: (e.operand,),
+    Binary: lambda e: (e.left, e.right),
+    Aggregate: lambda e: (e.arg,),
+}
+
+
+def subexpressions(expr: Any) -> tuple[Any, ...]:
+    children = _CHILDREN.get(type(expr))
+    return children(expr) if children is not None else ()
+
+
+def walk_expression(expr: Any) -> Iterator[Any]:
+    """``expr`` and every expression inside it, parents before children, left to right."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(subexpressions(node)))
+

@@ -1,0 +1,141 @@
+"""KQL evaluation values and the per-query context (KIP §42): hits, edges, binding keys, symbol resolution.
+
+Shared by the pattern matcher (:mod:`.evaluate`) and the expression evaluator (:mod:`.expressions`).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from akrelay.kip import budget as _budget
+from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
+from akrelay.kip.kql import belief as B
+from akrelay.kip.kql.access import query_view
+from akrelay.kip.kql.errors import KqlError
+from akrelay.kip.kql.host import KqlRuntime
+from akrelay.kip.kql.values import (
+    Literal, Param,
+)
+
+ELEMENT_TYPES = (Concept, Proposition, Assertion, Evidence, Activity)
+
+
+# ------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A Search Pattern binding: the element plus its transient retrieval data (§43.8)."""
+
+    element: Any
+    score: float
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A virtual Structural binding (§43.7)."""
+
+    source: str
+    field_ref: str
+    target: str
+
+
+def _element_of(value: Any) -> Any:
+    if isinstance(value, Hit):
+        return value.element
+    return value if isinstance(value, ELEMENT_TYPES) else None
+
+
+def _canon(value: Any) -> Any:
+    """§9.6 canonical form of a JSON value, as a hashable structure."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+            return ("n", int(value))
+        return ("n", value if isinstance(value, int) else float(value))
+    if isinstance(value, str):
+        return ("s", unicodedata.normalize("NFC", value))
+    if isinstance(value, list):
+        return ("a", tuple(_canon(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", tuple(sorted((k, _canon(v)) for k, v in value.items())))
+    return ("?", repr(value))
+
+
+def binding_key(value: Any) -> Any:
+    """Identity of a bound value for deduplication and unification (§42.5)."""
+    element = _element_of(value)
+    if element is not None:
+        return ("e", element.id)
+    if isinstance(value, B.BeliefValue):
+        return ("b", value.key)
+    if isinstance(value, Edge):
+        return ("s", value.source, value.field_ref, value.target)
+    return ("v", _canon(value))
+
+
+def solution_key(solution: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((name, binding_key(v)) for name, v in solution.items()))
+
+
+def _order_text(key: Any) -> str:
+    """A deterministic total-order key for tie-breaking (ids and canonical values only)."""
+    return repr(key)
+
+
+# ------------------------------------------------------------------------ context
+
+
+@dataclass
+class Context:
+    rt: KqlRuntime
+    seq: int
+    params: Mapping[str, Any]
+    settings: B.Settings
+    views: dict[str, Any] = field(default_factory=dict)
+    used_search: bool = False
+    used_projection: bool = False
+    #: The request's CPU budget (``akrelay.kip.budget``), ticked by every candidate
+    #: read, unification step, expression node, path visit and sort comparison.
+    tick: Any = field(default_factory=lambda: _budget.current().tick)
+
+    @property
+    def nexus(self) -> Any:
+        return self.rt.nexus
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, Param):
+            return self.params[v.name]  # presence checked before execution
+        if isinstance(v, Literal):
+            return v.value
+        raise AssertionError(v)  # pragma: no cover
+
+    def get(self, eid: Any) -> Any:
+        self.tick()
+        if not isinstance(eid, str):
+            return None
+        return self.nexus.get(eid, self.seq)
+
+    def view(self, element: Any) -> Mapping[str, Any]:
+        found = self.views.get(element.id)
+        if found is None:
+            found = self.views[element.id] = query_view(self.nexus, element, self.seq)
+        return found
+
+    def resolve_symbol(self, name: Any, kind: str) -> str:
+        """A Schema symbol (local name, exact or lineage ref) -> its local name."""
+        if not isinstance(name, str):
+            raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
+        exact, _ = self.rt.environment.resolve(name, kind)
+        return exact.rsplit("/", 1)[1]
+
+    def exact_ref(self, local: str, kind: str) -> str:
+        return self.rt.environment.resolve(local, kind)[0]
+
+
+def _is_ref(stored: Any) -> bool:
+    return isinstance(stored, dict) and len(stored) == 1 and isinstance(stored.get("id"), str)

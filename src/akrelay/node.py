@@ -1,0 +1,245 @@
+"""The owner of a running relay: :class:`RelayNode`.
+
+One object builds, in plain code, everything a relay process runs: the store
+and the relay service (or a relay it is given), then each component (search,
+KIP, sync, KnowQL). It starts them in that order and stops them in reverse,
+then closes the store it opened. Nothing starts when a module is imported or
+when routes are mounted: the HTTP app mounts :meth:`RelayNode.routes`, and its
+lifespan calls :meth:`RelayNode.start` and :meth:`RelayNode.stop`. The CLI
+opens the same object with only the components a command needs.
+
+Worker processes (Granian) each own one node over the same data directory;
+the one-per-directory jobs (search indexer, KIP importer, sync loop) elect
+their process with a lock file (:mod:`akrelay.leader`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
+
+from akrelay.http.kip import KipComponent
+from akrelay.http.knowql import KnowqlComponent
+from akrelay.http.peers import SyncComponent
+from akrelay.http.search import SearchComponent
+from akrelay.web import WebComponent
+from akrelay.protocol.options import ValidationOptions
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import Relay, open_relay
+from akrelay.settings import Settings, defaults, licence_allow_list
+
+log = logging.getLogger("akrelay.node")
+
+
+@runtime_checkable
+class Component(Protocol):
+    """One optional part of a relay: its options, its routes, its discovery member, start and stop."""
+
+    #: short name (``akrelay.node.COMPONENTS``)
+    name: str
+    #: the settings (``akrelay.settings.OPTIONS`` names) it reads
+    options: tuple[str, ...]
+
+    def routes(self) -> list[Any]:
+        """Litestar route handlers to mount (none for a background-only component)."""
+        ...
+
+    def discovery(self) -> dict[str, Any]:
+        """Members merged into the §9.2 document (see :func:`merge_discovery`)."""
+        ...
+
+    def start(self) -> None:
+        """Start background work (threads, files); called once, in component order."""
+        ...
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` (or first use) started and close its files; idempotent."""
+        ...
+
+
+#: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
+COMPONENTS: tuple[str, ...] = ("search", "kip", "sync", "knowql", "web")
+
+
+def service_config(settings: Settings) -> ServiceConfig:
+    """Translate operator settings into the service's ``ServiceConfig``.
+
+    Operator options of other areas (search, peers, KIP) stay in ``Settings``;
+    they reach discovery through the components, not through here.
+    """
+    candidates: dict[str, Any] = dict(
+        origin=settings.origin,
+        max_envelope_bytes=settings.max_envelope_bytes,
+        options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
+        licence_allowlist=licence_allow_list(settings),
+    )
+    fields = {f.name for f in dataclasses.fields(ServiceConfig)}
+    return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
+
+
+def open_relay_for(settings: Settings) -> Relay:
+    """Open the relay on ``settings.data`` (created if needed)."""
+    data = settings.data_dir
+    data.mkdir(parents=True, exist_ok=True)
+    return open_relay(data, service_config(settings))
+
+
+def build_components(relay: Any, settings: Settings, names: Collection[str]) -> list[Component]:
+    """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error."""
+    unknown = set(names) - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
+
+    built: list[Component] = []
+    search = kip = knowql = None
+    if "search" in names:
+        search = SearchComponent(relay, settings)
+        built.append(search)
+    if "kip" in names:
+        kip = KipComponent(relay, settings)
+        built.append(kip)
+    if "sync" in names:
+        built.append(SyncComponent(relay, settings))
+    if "knowql" in names:
+        if search is None or kip is None:
+            raise ValueError("the knowql component reads through the search and kip components; list them too")
+        knowql = KnowqlComponent(relay, settings, search=search, kip=kip)
+        built.append(knowql)
+    if "web" in names:  # the explorer, /metrics, /openapi.json: reads whichever of the above are built
+        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql))
+    return built
+
+
+def merge_discovery(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Merge a component's members: lists and maps extend the relay's, other members are set."""
+    for key, value in extra.items():
+        if key == "endpoints":
+            doc["endpoints"] = {**doc.get("endpoints", {}), **value}
+        elif key in ("features", "search_modes"):
+            merged = list(doc.get(key, []))
+            merged.extend(v for v in value if v not in merged)
+            doc[key] = merged
+        elif key == "limits":
+            doc["limits"] = {**doc.get("limits", {}), **value}
+        else:
+            doc[key] = value
+    return doc
+
+
+class RelayNode:
+    """A relay and its components, started and stopped together.
+
+    ``relay`` given: the node runs components over it and leaves closing it to
+    the caller (tests, embedding code). Else :meth:`open` opens the store in
+    ``settings.data`` and :meth:`stop` closes it last. ``components`` names
+    which of :data:`COMPONENTS` to build (``settings.core_only``: none);
+    ``extra`` adds components built by the caller, started after them.
+    """
+
+    def __init__(self, relay: Any, settings: Settings | None = None, *,
+                 components: Collection[str] | None = None, extra: Sequence[Component] = (),
+                 owns_relay: bool = False) -> None:
+        self.relay = relay
+        self.settings = settings if settings is not None else defaults()
+        if components is None:
+            components = () if self.settings.core_only else COMPONENTS
+        self.components: list[Component] = build_components(relay, self.settings, components) + list(extra)
+        self.owns_relay = owns_relay
+        self._state = "built"
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, settings: Settings, *, components: Collection[str] | None = None,
+             extra: Sequence[Component] = ()) -> "RelayNode":
+        """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`)."""
+        relay = open_relay_for(settings)
+        try:
+            return cls(relay, settings, components=components, extra=extra, owns_relay=True)
+        except BaseException:
+            relay.close()
+            raise
+
+    # -- components -------------------------------------------------------------------
+    def component(self, name: str) -> Any:
+        """The component called ``name``; ``KeyError`` when this node was built without it."""
+        for component in self.components:
+            if component.name == name:
+                return component
+        raise KeyError(f"this relay node runs no {name!r} component")
+
+    @property
+    def search(self) -> SearchComponent:
+        return self.component("search")  # type: ignore[no-any-return]
+
+    @property
+    def kip(self) -> KipComponent:
+        return self.component("kip")  # type: ignore[no-any-return]
+
+    @property
+    def sync(self) -> SyncComponent:
+        return self.component("sync")  # type: ignore[no-any-return]
+
+    @property
+    def knowql(self) -> KnowqlComponent:
+        return self.component("knowql")  # type: ignore[no-any-return]
+
+    def routes(self) -> list[Any]:
+        """Every component's routes (the core §9.1 routes are the HTTP app's own)."""
+        return [route for component in self.components for route in component.routes()]
+
+    def discovery(self) -> dict[str, Any]:
+        """The relay's §9.2 document plus every component's members."""
+        doc = dict(self.relay.discovery())
+        for component in self.components:
+            merge_discovery(doc, component.discovery() or {})
+        return doc
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every component in order; if one fails, stop those already started and re-raise."""
+        with self._lock:
+            if self._state != "built":
+                return
+            started: list[Component] = []
+            try:
+                for component in self.components:
+                    component.start()
+                    started.append(component)
+            except BaseException:
+                _stop_all(reversed(started))
+                raise
+            self._state = "started"
+
+    def stop(self) -> None:
+        """Stop every component in reverse order, then close the store if this node opened it.
+
+        Components that were never started are stopped too (a request may have
+        opened a service on first use). Idempotent.
+        """
+        with self._lock:
+            if self._state == "stopped":
+                return
+            self._state = "stopped"
+            _stop_all(reversed(self.components))
+            if self.owns_relay:
+                self.relay.close()
+
+    close = stop
+
+    def __enter__(self) -> "RelayNode":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _stop_all(components: Iterable[Component]) -> None:
+    """Stop each; a failing stop is logged and the others still stop."""
+    for component in components:
+        try:
+            component.stop()
+        except Exception:  # noqa: BLE001 - the remaining components must stop anyway
+            log.exception("stopping the %s component failed", component.name)

@@ -1,0 +1,102 @@
+"""The one base of every follower of the acceptance log (search indexer, KIP importer, ...).
+
+A follower copies records after its *position* into something derived (an
+index, a nexus). The position is durable and kept by the follower's own
+target (the Tantivy index's committed position, the nexus head in its SQLite
+file), committed with the records it covers, so a restart resumes there.
+
+Waking up: a commit in this process calls :meth:`LogFollower.notify` (the
+relay's commit listeners, :meth:`akrelay.service.relay.Relay.on_commit`), so a
+follower reacts at once. Commits made by another worker process are not
+signalled; the follower polls the store every ``interval`` seconds as the
+fallback (one ``checkpoint()`` read: cheap, and bounded lag without any
+cross-process signalling channel to keep alive).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger("akrelay.follow")
+
+
+class LogFollower:
+    """A background loop: ``step()`` until stopped, sleeping when there is nothing new.
+
+    Subclasses implement :meth:`step` (follow what is there; return how many
+    records were taken) and may override :meth:`release` (close files, give up
+    leadership) and :attr:`min_step_interval` (pace commits under load).
+    """
+
+    #: the thread's name (one per kind of follower)
+    thread_name = "akrelay-follower"
+    #: shortest time between two steps that took records (0: no pacing)
+    min_step_interval = 0.0
+
+    def __init__(self, *, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- to implement -------------------------------------------------------------
+    def position(self) -> int:
+        """The last ``seq`` this follower has durably taken in (its target's own record of it)."""
+        raise NotImplementedError
+
+    def step(self) -> int:
+        """Follow what the log holds beyond the position; the number of records taken."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Give back what the follower holds (after its thread ended)."""
+
+    # -- lifecycle ----------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self._halt.is_set()
+
+    def notify(self) -> None:
+        """Something was committed: step without waiting for the poll interval."""
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._halt.clear()
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+            self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the loop (a step in progress finishes first), then :meth:`release`."""
+        self._halt.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self.release()
+
+    def _run(self) -> None:
+        delay = self.interval
+        while not self._halt.is_set():
+            started = time.monotonic()
+            try:
+                taken = self.step()
+                delay = self.interval
+            except Exception as exc:  # noqa: BLE001 - keep following (the log is re-read); report once
+                if self.error is None:
+                    log.exception("%s: step failed; retrying", self.thread_name)
+                self.error = exc
+                taken = 0
+                self._halt.wait(delay)
+                delay = min(delay * 2, 30.0)
+            if not taken:
+                self._wake.wait(self.interval)
+                self._wake.clear()
+            elif self.min_step_interval:
+                self._halt.wait(max(0.0, self.min_step_interval - (time.monotonic() - started)))

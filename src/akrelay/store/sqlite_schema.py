@@ -1,0 +1,42 @@
+"""The layout of ``relay.sqlite3`` and its schema versions (see :mod:`akrelay.store.schema`)."""
+
+from __future__ import annotations
+
+from akrelay.store.schema import Schema, script
+
+#: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    accepted_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    withheld INTEGER NOT NULL DEFAULT 0,
+    text TEXT NOT NULL,  -- before body: verification reads it first, mostly on the leaf page
+    body BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS terms (
+    term TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,  -- copied so time bounds filter without a record lookup
+    PRIMARY KEY (term, seq)
+) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS text_index USING fts5(
+    text, content='records', content_rowid='seq', tokenize='trigram case_sensitive 1', detail='none'
+);
+CREATE TABLE IF NOT EXISTS sequence (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    hwm INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO sequence (id, hwm) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS followers (
+    name TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO followers (name, position) VALUES ('text_index', 0);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"""
+SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1)})

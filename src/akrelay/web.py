@@ -1,0 +1,39 @@
+"""The node component for people and operators: the explorer, ``/metrics``, ``/openapi.json`` and ``/docs``.
+
+Reads the node's search, KIP and KnowQL components through
+:mod:`akrelay.observability.sources`; starts nothing (the pages read on demand).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from akrelay.observability import sources
+
+
+class WebComponent:
+    name = "web"
+    options: tuple[str, ...] = ("no_explorer", "log_json")
+
+    def __init__(self, relay: Any, settings: Any, *, search: Any = None, kip: Any = None, knowql: Any = None) -> None:
+        self.relay = relay
+        self.settings = settings
+        self.present = {"search": search is not None, "kip": kip is not None, "knowql": knowql is not None}
+        sources.bind(relay, search=search, kip=kip, knowql=knowql)
+
+    def routes(self) -> list[Any]:
+        from akrelay import openapi
+        from akrelay.explorer import routes as explorer
+        from akrelay.observability import routes as metrics
+
+        return (explorer.routes(self.relay, self.settings) + metrics.routes(self.relay, self.settings)
+                + openapi.routes(self.relay, self.settings, self.present))
+
+    def discovery(self) -> dict[str, Any]:
+        return {}
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
