@@ -67,6 +67,14 @@ def driver(tmp_path: Path):
 @pytest.fixture
 def relay(tmp_path: Path):
     served = start_relay(tmp_path / "data", extra=["--write-rate", "0", "--read-rate", "0"])
+    try:
+        yield _publish(served)
+    finally:
+        served.stop()
+
+
+def _publish(served):
+    """Four events (the hostile capsule, one relating to it, two assessments); waits until they are readable."""
     corpus = Corpus()
     a = corpus.publish("alice", HOSTILE_TITLE, HOSTILE_STATEMENT, tags=("ops", "storage"))
     b = corpus.publish("bob", "Nightly backups fill the disk",
@@ -87,10 +95,7 @@ def relay(tmp_path: Path):
             if turn.get("akrelay", {}).get("snapshot_seq", 0) >= len(events):
                 break
             time.sleep(0.2)
-    try:
-        yield served, a["hash"], b["hash"]
-    finally:
-        served.stop()
+    return served, a["hash"], b["hash"]
 
 
 def _shot(driver, tmp_path: Path, name: str) -> None:
