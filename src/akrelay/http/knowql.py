@@ -31,6 +31,7 @@ from akrelay.knowql.request import parse_document, parse_json
 from akrelay.knowql.service import KnowqlService
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
+from akrelay.settings import SettingsError
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -91,6 +92,16 @@ class KnowqlComponent:
 
     name = "knowql"
     options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
+
+    @staticmethod
+    def check(settings: Any) -> None:
+        """Refuse an unreadable or invalid contexts file before anything starts (:meth:`RelayNode.check`)."""
+        path = getattr(settings, "knowql_contexts", None)
+        if path:
+            try:
+                ContextRegistry.load("https://localhost", path)
+            except ValueError as exc:  # ContextFileError: its message names the file and the entry
+                raise SettingsError(f"--knowql-contexts {path!r}: {exc}") from None
 
     def __init__(self, relay: Any, settings: Any, *, search: SearchComponent, kip: KipComponent) -> None:
         self.relay = relay

@@ -13,6 +13,7 @@ from typing import Any
 from akrelay.federation.peers import distinct_origins, load_peers
 from akrelay.federation.runner import BackgroundSync, sync_once
 from akrelay.federation.sync import PassResult
+from akrelay.settings import SettingsError
 
 
 class SyncComponent:
@@ -25,6 +26,15 @@ class SyncComponent:
         self.relay = relay
         self.settings = settings
         self._loop: BackgroundSync | None = None
+
+    @staticmethod
+    def check(settings: Any) -> None:
+        """Refuse an unreadable or invalid peer file before anything starts (:meth:`RelayNode.check`)."""
+        if settings.peers:
+            try:
+                load_peers(settings.peers)
+            except ValueError as exc:  # PeerConfigError: its message names the file and the entry
+                raise SettingsError(f"--peers {settings.peers!r}: {exc}") from None
 
     @property
     def enabled(self) -> bool:
