@@ -103,7 +103,7 @@ def check_components(settings: Settings, names: Collection[str] | None = None) -
             _CHECKS[name].check(settings)
 
 
-def build_components(relay: Any, settings: Settings, names: Collection[str]) -> list[Component]:
+def build_components(relay: Relay, settings: Settings, names: Collection[str]) -> list[Component]:
     """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error."""
     unknown = set(names) - set(COMPONENTS)
     if unknown:
@@ -155,7 +155,7 @@ class RelayNode:
     ``extra`` adds components built by the caller, started after them.
     """
 
-    def __init__(self, relay: Any, settings: Settings | None = None, *,
+    def __init__(self, relay: Relay, settings: Settings | None = None, *,
                  components: Collection[str] | None = None, extra: Sequence[Component] = (),
                  owns_relay: bool = False) -> None:
         self.relay = relay

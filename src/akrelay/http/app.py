@@ -16,7 +16,7 @@ then the store the node opened). Handlers that write mark themselves with
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -32,6 +32,9 @@ from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.service.relay import Relay
 
 log = logging.getLogger("akrelay.http")
 
@@ -64,7 +67,7 @@ def query_pairs(raw: bytes) -> list[tuple[str, str]]:
 class Node(Protocol):
     """What the app needs of its owner (:class:`akrelay.node.RelayNode`): no import upwards."""
 
-    relay: Any
+    relay: Relay
     settings: Settings
 
     def routes(self) -> list[Any]: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar.types import Receive, Scope, Send
@@ -20,6 +20,9 @@ from akrelay.http.errors import JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.service.relay import Relay
 
 log = logging.getLogger("akrelay.http")
 
@@ -77,7 +80,7 @@ class SubmitEndpoint:
     that transaction committed, so every 200 is durable.
     """
 
-    def __init__(self, relay: Any, read_body: BodyReader) -> None:
+    def __init__(self, relay: Relay, read_body: BodyReader) -> None:
         self.relay = relay
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
