@@ -78,7 +78,7 @@ option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.
 def _peer_file(text: Any) -> str:
-    """The peer file's path; its content is checked by the sync component (``RelayNode.check``) at startup."""
+    """The peer file's path; its content is checked by the sync component (``akrelay.node.check_components``) at startup."""
     return _str(text)
 
 

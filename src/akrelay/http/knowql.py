@@ -98,7 +98,7 @@ class KnowqlComponent:
 
     @staticmethod
     def check(settings: Settings) -> None:
-        """Refuse an unreadable or invalid contexts file before anything starts (:meth:`RelayNode.check`)."""
+        """Refuse an unreadable or invalid contexts file before anything starts (:func:`akrelay.node.check_components`)."""
         path = getattr(settings, "knowql_contexts", None)
         if path:
             try:

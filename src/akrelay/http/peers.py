@@ -33,7 +33,7 @@ class SyncComponent:
 
     @staticmethod
     def check(settings: Settings) -> None:
-        """Refuse an unreadable or invalid peer file before anything starts (:meth:`RelayNode.check`)."""
+        """Refuse an unreadable or invalid peer file before anything starts (:func:`akrelay.node.check_components`)."""
         if settings.peers:
             try:
                 load_peers(settings.peers)

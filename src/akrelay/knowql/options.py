@@ -8,7 +8,7 @@ from akrelay.optionkit import _positive_int, _str, option
 
 
 def _contexts_file(text: Any) -> str:
-    """The contexts file's path; its content is checked by the KnowQL component (``RelayNode.check``) at startup."""
+    """The contexts file's path; its content is checked by the KnowQL component (``akrelay.node.check_components``) at startup."""
     return _str(text)
 
 
