@@ -86,7 +86,24 @@ def open_relay_for(settings: Settings) -> Relay:
     return open_relay(data, service_config(settings))
 
 
-def build_components(relay: Any, settings: Settings, names: Collection[str]) -> list[Component]:
+#: The component classes that check their own files (read by the settings as paths only).
+_CHECKS: dict[str, Any] = {"sync": SyncComponent, "knowql": KnowqlComponent}
+
+
+def check_components(settings: Settings, names: Collection[str] | None = None) -> None:
+    """Have each named component check the files its options name (peer file, contexts file).
+
+    A :class:`~akrelay.settings.SettingsError` naming the option and the entry;
+    run once before anything starts (``akrelay serve``, ``akrelay sync``), not in every worker.
+    """
+    if names is None:
+        names = () if settings.core_only else COMPONENTS
+    for name in COMPONENTS:
+        if name in names and name in _CHECKS:
+            _CHECKS[name].check(settings)
+
+
+def build_components(relay: Relay, settings: Settings, names: Collection[str]) -> list[Component]:
     """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error."""
     unknown = set(names) - set(COMPONENTS)
     if unknown:
@@ -138,7 +155,7 @@ class RelayNode:
     ``extra`` adds components built by the caller, started after them.
     """
 
-    def __init__(self, relay: Any, settings: Settings | None = None, *,
+    def __init__(self, relay: Relay, settings: Settings | None = None, *,
                  components: Collection[str] | None = None, extra: Sequence[Component] = (),
                  owns_relay: bool = False) -> None:
         self.relay = relay
@@ -153,7 +170,11 @@ class RelayNode:
     @classmethod
     def open(cls, settings: Settings, *, components: Collection[str] | None = None,
              extra: Sequence[Component] = ()) -> "RelayNode":
-        """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`)."""
+        """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`).
+
+        The components' files are checked first (:func:`check_components`): a bad one opens nothing.
+        """
+        check_components(settings, components)
         relay = open_relay_for(settings)
         try:
             return cls(relay, settings, components=components, extra=extra, owns_relay=True)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from akrelay.node import RelayNode
+from akrelay.node import RelayNode, check_components
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
 
 APP_FACTORY = "akrelay.app:create_app_from_env"
@@ -99,6 +99,7 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     from granian.constants import Interfaces
 
     out = out if out is not None else sys.stderr
+    check_components(settings)  # a bad peer or contexts file: refuse before probing the port
     check_address_free(settings.host, settings.port)
     settings, cert, key = prepare(settings, out)
     os.environ[RESOLVED_ENV] = settings.to_env()

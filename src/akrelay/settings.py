@@ -78,13 +78,8 @@ option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.
 def _peer_file(text: Any) -> str:
-    """A readable, valid peer file (checked at startup, not in every worker)."""
-    value = _str(text)
-    if value:
-        from akrelay.federation.peers import load_peers
-
-        load_peers(value)  # PeerConfigError is a ValueError with a message naming the entry
-    return value
+    """The peer file's path; its content is checked by the sync component (``akrelay.node.check_components``) at startup."""
+    return _str(text)
 
 
 option("peers", _peer_file, "", "peer configuration file (TOML, see peers/README.md); runs the sync loop", metavar="FILE")

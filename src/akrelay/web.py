@@ -6,16 +6,24 @@ Reads the node's search, KIP and KnowQL components through
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from akrelay.observability import sources
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.search import SearchComponent
+    from akrelay.service.relay import Relay
+    from akrelay.settings import Settings
 
 
 class WebComponent:
     name = "web"
     options: tuple[str, ...] = ("no_explorer", "log_json")
 
-    def __init__(self, relay: Any, settings: Any, *, search: Any = None, kip: Any = None, knowql: Any = None) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent | None = None,
+                 kip: KipComponent | None = None, knowql: KnowqlComponent | None = None) -> None:
         self.relay = relay
         self.settings = settings
         self.present = {"search": search is not None, "kip": kip is not None, "knowql": knowql is not None}

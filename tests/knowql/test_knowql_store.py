@@ -83,15 +83,19 @@ def test_unknown_session_and_delete(store) -> None:
     assert store.get_query("qry_1") is None and store.events("qry_1") == []
 
 
-def test_a_bad_contexts_file_is_refused_when_settings_resolve(tmp_path) -> None:
-    from akrelay.settings import SettingsError, load_settings
+def test_serve_refuses_a_bad_contexts_file_at_startup(tmp_path, capsys) -> None:
+    """The option reads a path; the KnowQL component checks the file before serve opens anything."""
+    from akrelay.cli import main
 
     bad = tmp_path / "contexts.json"
+    data = tmp_path / "d"
     for text, message in (('{"contexts": [{"slug": "X"}]}', "slug must be"),
                           ('{"contexts": [{"slug": "ops", "filter": {"colour": "red"}}]}', "unknown filter field"),
                           ('{"contexts": [{"slug": "knowledge"}]}', "built in"), ("nope", "not JSON")):
         bad.write_text(text)
-        with pytest.raises(SettingsError, match=message):
-            load_settings({"knowql_contexts": str(bad)}, {})
-    with pytest.raises(SettingsError, match="cannot read"):
-        load_settings({"knowql_contexts": str(tmp_path / "missing.json")}, {})
+        assert main(["serve", "--data", str(data), "--knowql-contexts", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("akrelay serve: --knowql-contexts") and message in err
+    assert main(["serve", "--data", str(data), "--knowql-contexts", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert not data.exists()  # refused before the store was opened

@@ -186,7 +186,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     try:
         node = RelayNode.open(settings, components=("sync",))
-    except PeerConfigError as exc:
+    except (SettingsError, PeerConfigError) as exc:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -30,6 +30,12 @@ from akrelay.kip.runtime import load_environment, preload
 from akrelay.kip.service import open_runtime, reindex
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.kip.follower import KipFollower
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.service.relay import Relay
+    from akrelay.settings import Settings
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
@@ -50,11 +56,11 @@ class Gateway:
     it before the store closes).
     """
 
-    def __init__(self, relay: Any, *, budget_ms: int | None = DEFAULT_BUDGET_MS) -> None:
+    def __init__(self, relay: Relay, *, budget_ms: int | None = DEFAULT_BUDGET_MS) -> None:
         self.relay = relay
         self.budget_ms = budget_ms
-        self._runtime: Any = None
-        self._follower: Any = None
+        self._runtime: KipRuntime | None = None
+        self._follower: KipFollower | None = None
         self._lock = threading.Lock()
         self._opener: threading.Thread | None = None
         self._unlisten: Any = None
@@ -75,7 +81,7 @@ class Gateway:
         except Exception:  # noqa: BLE001 - the first request retries and reports
             pass
 
-    def runtime(self) -> Any:
+    def runtime(self) -> KipRuntime:
         with self._lock:
             if self._runtime is None:
                 self._runtime, self._follower = open_runtime(
@@ -83,10 +89,12 @@ class Gateway:
                     environment=self.environment, budget_ms=self.budget_ms)
                 self._unlisten = self.relay.on_commit(self._follower.notify)
                 return self._runtime
-        self._follower.catch_up(timeout=1.0)
-        return self._runtime
+            runtime, follower = self._runtime, self._follower
+        if follower is not None:  # set together with the runtime
+            follower.catch_up(timeout=1.0)
+        return runtime
 
-    def read_once(self) -> Any:
+    def read_once(self) -> KipRuntime:
         """A runtime caught up once, with no importer thread (``akrelay kip``/``kql --data``)."""
         with self._lock:
             if self._runtime is None:
@@ -127,7 +135,7 @@ class KipComponent:
     name = "kip"
     options: tuple[str, ...] = ("kip_budget_ms",)
 
-    def __init__(self, relay: Any, settings: Any) -> None:
+    def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
         self.gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import anyio.to_thread
 import msgspec
@@ -31,6 +31,10 @@ from akrelay.knowql.request import parse_document, parse_json
 from akrelay.knowql.service import KnowqlService
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
+from akrelay.settings import Settings, SettingsError
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.service.relay import Relay
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -92,7 +96,17 @@ class KnowqlComponent:
     name = "knowql"
     options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
 
-    def __init__(self, relay: Any, settings: Any, *, search: SearchComponent, kip: KipComponent) -> None:
+    @staticmethod
+    def check(settings: Settings) -> None:
+        """Refuse an unreadable or invalid contexts file before anything starts (:func:`akrelay.node.check_components`)."""
+        path = getattr(settings, "knowql_contexts", None)
+        if path:
+            try:
+                ContextRegistry.load("https://localhost", path)
+            except ValueError as exc:  # ContextFileError: its message names the file and the entry
+                raise SettingsError(f"--knowql-contexts {path!r}: {exc}") from None
+
+    def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent, kip: KipComponent) -> None:
         self.relay = relay
         self.settings = settings
         self.search = search
@@ -219,7 +233,7 @@ def _with(doc: Any, **changes: Any) -> Any:
     return replace(doc, **changes)
 
 
-def discovery(relay: Any, settings: Any) -> dict[str, Any]:
+def discovery(relay: Relay, settings: Settings) -> dict[str, Any]:
     """The ``knowql`` member: version, endpoint, API versions and contexts."""
     origin = relay.config.origin
     registry = ContextRegistry.load(origin, getattr(settings, "knowql_contexts", None) or None)

@@ -8,11 +8,16 @@ component does nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from akrelay.federation.peers import distinct_origins, load_peers
 from akrelay.federation.runner import BackgroundSync, sync_once
 from akrelay.federation.sync import PassResult
+from akrelay.settings import SettingsError
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.service.relay import Relay
+    from akrelay.settings import Settings
 
 
 class SyncComponent:
@@ -21,10 +26,19 @@ class SyncComponent:
     name = "sync"
     options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count")
 
-    def __init__(self, relay: Any, settings: Any) -> None:
+    def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
         self.settings = settings
         self._loop: BackgroundSync | None = None
+
+    @staticmethod
+    def check(settings: Settings) -> None:
+        """Refuse an unreadable or invalid peer file before anything starts (:func:`akrelay.node.check_components`)."""
+        if settings.peers:
+            try:
+                load_peers(settings.peers)
+            except ValueError as exc:  # PeerConfigError: its message names the file and the entry
+                raise SettingsError(f"--peers {settings.peers!r}: {exc}") from None
 
     @property
     def enabled(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 from litestar import Request, post
@@ -19,14 +19,18 @@ from akrelay.http.errors import JSON
 from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
 
+if TYPE_CHECKING:  # annotations only
+    from akrelay.service.relay import Relay
+    from akrelay.settings import Settings
 
-def data_dir_of(relay: Any) -> Path | None:
+
+def data_dir_of(relay: Relay) -> Path | None:
     """The data directory of a relay on an on-disk store; ``None`` keeps the index in memory."""
     path = getattr(relay.store, "path", None)
     return Path(path).parent if path is not None else None
 
 
-def _options(settings: Any) -> dict[str, Any]:
+def _options(settings: Settings) -> dict[str, Any]:
     """Service options from the serve settings."""
     return {"budget": Budget(candidates=settings.search_candidates, seconds=settings.search_timeout_ms / 1000),
             "writer_threads": settings.search_writer_threads}
@@ -43,7 +47,7 @@ class SearchComponent:
     name = "search"
     options: tuple[str, ...] = ("search_candidates", "search_timeout_ms", "search_writer_threads")
 
-    def __init__(self, relay: Any, settings: Any) -> None:
+    def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
         self.settings = settings
         self._service: SearchService | None = None

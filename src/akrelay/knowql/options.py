@@ -8,13 +8,8 @@ from akrelay.optionkit import _positive_int, _str, option
 
 
 def _contexts_file(text: Any) -> str:
-    """A readable, valid contexts file (checked when the settings are resolved)."""
-    value = _str(text)
-    if value:
-        from akrelay.knowql.contexts import ContextRegistry
-
-        ContextRegistry.load("https://localhost", value)  # ContextFileError is a ValueError naming the entry
-    return value
+    """The contexts file's path; its content is checked by the KnowQL component (``akrelay.node.check_components``) at startup."""
+    return _str(text)
 
 
 option("knowql_contexts", _contexts_file, "",
