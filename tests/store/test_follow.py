@@ -94,5 +94,92 @@ def test_a_failing_step_is_reported_once_and_the_loop_keeps_going(caplog) -> Non
         assert done.wait(10.0)
     finally:
         follower.stop()
-    assert isinstance(follower.error, RuntimeError)
+    assert follower.error is None  # the outage ended: a step succeeded again
     assert len([r for r in caplog.records if "step failed" in r.getMessage()]) == 1
+
+
+class SlowStep(LogFollower):
+    """One step that outlasts ``stop``'s wait; records whether release came before the step ended."""
+
+    thread_name = "akrelay-test-slow-follower"
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.01)
+        self.in_step = threading.Event()
+        self.step_done = threading.Event()
+        self.released = threading.Event()
+        self.released_during_step = False
+
+    def position(self) -> int:
+        return 0
+
+    def step(self) -> int:
+        self.in_step.set()
+        self._halt.wait(5)  # noqa: SLF001 - hold the step until stop() has given up waiting
+        self.step_done.wait(5)
+        return 0
+
+    def release(self) -> None:
+        self.released_during_step = not self.step_done.is_set()
+        self.released.set()
+
+
+def test_stop_never_releases_under_a_step_that_outlasts_its_wait() -> None:
+    follower = SlowStep()
+    follower.start()
+    assert follower.in_step.wait(5)
+    follower.stop(timeout=0.1)
+    assert not follower.released.is_set(), "released while the step still ran"
+    follower.start()  # no second thread beside the one still in its step
+    assert [t.name for t in threading.enumerate()].count(follower.thread_name) == 1
+    follower.step_done.set()
+    assert follower.released.wait(5), "the thread releases once its step ends"
+    assert follower.released_during_step is False
+    assert not follower.is_alive() or follower._thread is None  # noqa: SLF001
+
+
+class Flaky(LogFollower):
+    """Fails on chosen calls; otherwise takes nothing."""
+
+    thread_name = "akrelay-test-flaky-follower"
+
+    def __init__(self, failing: set[int], calls: int) -> None:
+        super().__init__(interval=0.001)
+        self.failing, self.calls, self.count = failing, calls, 0
+        self.done = threading.Event()
+
+    def position(self) -> int:
+        return 0
+
+    def step(self) -> int:
+        self.count += 1
+        if self.count >= self.calls:
+            self.done.set()
+        if self.count in self.failing:
+            raise RuntimeError(f"outage at call {self.count}")
+        return 0
+
+
+def test_each_outage_is_reported_once(caplog) -> None:  # noqa: ANN001
+    follower = Flaky({1, 3}, calls=4)
+    with caplog.at_level("INFO", logger="akrelay.follow"):
+        follower.start()
+        assert follower.done.wait(10)
+        follower.stop()
+    failures = [r for r in caplog.records if "step failed" in r.getMessage()]
+    assert len(failures) == 2, [r.getMessage() for r in caplog.records]
+    assert sum("recovered" in r.getMessage() for r in caplog.records) >= 1
+    assert follower.error is None
+
+
+def test_a_failing_commit_listener_neither_fails_the_commit_nor_skips_the_others(caplog) -> None:  # noqa: ANN001
+    relay = _relay()
+    woken: list[str] = []
+    relay.on_commit(lambda: 1 / 0)
+    relay.on_commit(lambda: woken.append("second"))
+    name = next(n for n, f in VECTORS["fixtures"].items() if f["envelope"]["event"]["type"] == "knowledge.publish")
+    with caplog.at_level("WARNING", logger="akrelay.service"):
+        record, created = relay.submit(_envelope(name))
+    assert created and record.seq == 1
+    assert woken == ["second"]
+    assert any("commit listener" in r.getMessage() and r.exc_info for r in caplog.records)

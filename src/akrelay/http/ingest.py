@@ -128,6 +128,8 @@ class SubmitEndpoint:
                     existing = self.relay.retained(envelope.id)
                     if existing is None:
                         raise
+                    log.warning("commit of %s failed, but the record is retained; answering it", envelope.id,
+                                exc_info=True)
         except ProtocolError as exc:
             metrics().refuse(exc.code)
             await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))

@@ -11,6 +11,7 @@ re-encoding envelopes.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from pathlib import Path
@@ -33,6 +34,8 @@ from akrelay.service.config import ServiceConfig
 from akrelay.store.base import Record, Store
 
 _json = msgspec.json.encode
+
+log = logging.getLogger("akrelay.service")
 
 
 def ms_clock() -> int:
@@ -138,7 +141,10 @@ class Relay:
     def _committed(self, results: list[tuple[Record, bool]]) -> list[tuple[Record, bool]]:
         if self._commit_listeners and any(created for _, created in results):
             for listener in tuple(self._commit_listeners):
-                listener()
+                try:
+                    listener()
+                except Exception:  # noqa: BLE001 - a wake-up must not fail a commit that is already durable
+                    log.warning("commit listener %r failed", listener, exc_info=True)
         return results
 
     # -- acceptance (§8.1) ---------------------------------------------------

@@ -41,6 +41,10 @@ class LogFollower:
         self._halt = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        #: guards the hand-over of :meth:`release` between :meth:`stop` and a thread it gave up waiting for
+        self._state = threading.Lock()
+        self._finished = False
+        self._orphaned = False
 
     # -- to implement -------------------------------------------------------------
     def position(self) -> int:
@@ -66,6 +70,7 @@ class LogFollower:
     def start(self) -> None:
         if self._thread is None:
             self._halt.clear()
+            self._finished = self._orphaned = False
             self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
             self._thread.start()
 
@@ -73,22 +78,47 @@ class LogFollower:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """End the loop (a step in progress finishes first), then :meth:`release`."""
+        """End the loop (a step in progress finishes first), then :meth:`release`.
+
+        Releasing while a step still runs would close the target under it (and
+        give up leadership to a second writer), so a step that outlasts
+        ``timeout`` keeps the thread; the thread itself releases when it ends.
+        """
         self._halt.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+            with self._state:
+                if not self._finished:
+                    self._orphaned = True
+                    log.warning("%s: a step outlasted %.1f s; it releases when it ends", self.thread_name, timeout)
+                    return
+        self._thread = None
         self.release()
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            with self._state:
+                self._finished = True
+                orphaned, self._orphaned = self._orphaned, False
+            if orphaned:  # stop() gave up waiting for this thread: release now that the last step is done
+                self._thread = None
+                self.release()
+
+    def _follow(self) -> None:
         delay = self.interval
         while not self._halt.is_set():
             started = time.monotonic()
             try:
                 taken = self.step()
                 delay = self.interval
-            except Exception as exc:  # noqa: BLE001 - keep following (the log is re-read); report once
+                if self.error is not None:
+                    log.info("%s: recovered", self.thread_name)
+                    self.error = None
+            except Exception as exc:  # noqa: BLE001 - keep following (the log is re-read); report once per outage
                 if self.error is None:
                     log.exception("%s: step failed; retrying", self.thread_name)
                 self.error = exc
