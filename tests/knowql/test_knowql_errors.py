@@ -53,6 +53,11 @@ BAD_DOCUMENTS = [
     ({**OK, "shape": {"$ref": "https://example.com/s.json"}}, "local $ref"),
     ({**OK, "thinking_level": "extreme"}, "thinking_level must be one of"),
     ({**OK, "vars": {"policy": "mine"}}, "vars.policy"),
+    ({**OK, "vars": {"policy": []}}, "vars.policy"),
+    ({**OK, "vars": {"policy": {"a": 1}}}, "vars.policy"),
+    ({**OK, "shape": {"type": "object", "properties": {"answer": {"type": "string", "pattern": "(a)\\1"}}}},
+     "is not supported (RE2 syntax"),
+    ({**OK, "shape": {"type": "object", "patternProperties": {"(?=x)": {}}}}, "is not supported (RE2 syntax"),
     ({**OK, "vars": []}, "vars must be an object"),
     ({**OK, "models": []}, "models must have 1 to 8"),
     ({**OK, "tools": "search"}, "tools must be an array"),
@@ -221,3 +226,36 @@ def test_unpaired_surrogates_anywhere_are_400() -> None:
             r = kq.ask(body.replace('"ask": "q", ', "") if member.startswith('"ask"') else body)
             assert _error(r) == (400, "bad_request"), (member, r.text)
         assert _rows(kq) == (0, 0)
+
+
+def test_a_superscript_last_event_id_is_not_a_500() -> None:
+    """``"²".isdigit()`` is true but ``int("²")`` fails: the replay starts from the beginning instead."""
+    import anyio
+
+    with knowql_app() as kq:
+        doc = kq.ask(OK).json()
+        sent: list[dict] = []
+        scope = {"type": "http", "method": "GET", "path": f"/queries/{doc['id']}/events", "raw_path":
+                 f"/queries/{doc['id']}/events".encode(), "query_string": b"", "headers": [
+                     (b"host", b"localhost"), (b"last-event-id", b"\xb2")], "http_version": "1.1",
+                 "scheme": "https", "server": ("127.0.0.1", 443), "client": ("127.0.0.1", 5000), "root_path": "",
+                 "state": {}}
+
+        calls = [0]
+
+        async def receive() -> dict:
+            calls[0] += 1
+            if calls[0] > 1:  # the stream waits for a disconnect: give it the replay's time first
+                await anyio.sleep(5)
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        with kq.client.portal() as portal:
+            portal.call(kq.client.app, scope, receive, send)
+        statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+        assert statuses == [200], statuses
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        assert b"event: query" in body  # the whole replay, ending with the query frame

@@ -347,3 +347,15 @@ def test_version_header_is_echoed_on_success_and_error(header) -> None:
         assert bad.status_code == 400 and bad.headers["x-pinecone-api-version"] == header
         missing = kq.client.get("/queries/qry_nope", headers={"X-Pinecone-Api-Version": header})
         assert missing.status_code == 404 and missing.headers["x-pinecone-api-version"] == header
+
+
+def test_a_backtracking_shape_pattern_is_matched_in_linear_time() -> None:
+    """Python's ``re`` would take exponential time (holding the GIL) on this pattern; RE2 answers at once."""
+    with knowql_app() as kq:
+        _world(kq)
+        shape = {"type": "object", "properties": {"answer": {"type": "string", "pattern": "^(?:[\\s\\S]|[\\s\\S])*Z$"}},
+                 "required": ["answer"]}
+        started = time.monotonic()
+        doc = kq.ask({"ask": "cache restart", "scope": ["knowledge"], "shape": shape}).json()
+        assert time.monotonic() - started < 30  # exponential under backtracking: the answer is hundreds of chars
+        assert doc["status"] == "failed" and "does not match" in doc["error"]

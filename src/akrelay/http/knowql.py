@@ -197,7 +197,8 @@ def routes(component: KnowqlComponent) -> list[Any]:
             service = current()
             await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
             last = (request.headers.get("last-event-id") or "").strip()
-            start = int(last) if last.isdigit() and len(last) < 12 else 1
+            # isdigit() alone admits "²", which int() refuses: ASCII digits only.
+            start = int(last) if last.isascii() and last.isdigit() and len(last) < 12 else 1
             return _sse(tail(service.store, query_id, start), version)
 
         return await _answer(request, work)

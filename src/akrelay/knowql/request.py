@@ -217,7 +217,7 @@ def _vars(doc: dict[str, Any]) -> dict[str, Any] | None:
     if policy is not None:
         from akrelay.kip.projection import POLICIES
 
-        if policy not in POLICIES:
+        if not isinstance(policy, str) or policy not in POLICIES:
             raise bad_request(f"vars.policy must be one of {', '.join(sorted(POLICIES))}")
     return value
 

@@ -9,13 +9,85 @@ required property it cannot bind fails the turn with a message naming it.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 import jsonschema
-from jsonschema import Draft202012Validator
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 from akrelay.knowql.errors import bad_request
+
+# ---- patterns in linear time ------------------------------------------------------------------
+# jsonschema matches ``pattern`` and ``patternProperties`` with Python's backtracking ``re``,
+# which holds the GIL: one hostile shape (``^(?:[\s\S]|[\s\S])*Z$``) would freeze the whole
+# worker. Shapes are matched with RE2 instead, as KQL's REGEX is; a pattern RE2 cannot
+# compile (backreferences, lookaround) is refused with a 400 when the shape is checked.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.max_mem = 2 << 20
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _search(pattern: str, text: str) -> bool:
+    return _compiled(pattern).search(text) is not None
+
+
+def _pattern(validator: Any, patrn: str, instance: Any, schema: dict[str, Any]) -> Any:
+    if validator.is_type(instance, "string") and not _search(patrn, instance):
+        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], instance: Any,
+                        schema: dict[str, Any]) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for patrn, subschema in pattern_properties.items():
+        for key, value in instance.items():
+            if _search(patrn, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=patrn)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: dict[str, Any]) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    known = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extras = sorted(k for k in instance if k not in known and not any(_search(p, k) for p in patterns))
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif additional is False and extras:
+        yield ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras))} unexpected)")
+
+
+ShapeValidator = validators.extend(Draft202012Validator, {
+    "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+})
+
+
+def _patterns(value: Any) -> list[str]:
+    """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if key == "pattern" and isinstance(inner, str):
+                    found.append(inner)
+                    continue
+                if key == "patternProperties" and isinstance(inner, dict):
+                    found.extend(k for k in inner if isinstance(k, str))
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 class ShapeFailure(Exception):
@@ -37,6 +109,12 @@ def check_shape(shape: dict[str, Any]) -> None:
     for ref in _refs(shape):
         if not ref.startswith("#"):
             raise bad_request("shape may only use local $ref values (starting with #)")
+    for patrn in _patterns(shape):
+        try:
+            _compiled(patrn)
+        except re2.error as exc:
+            raise bad_request(f"shape pattern {patrn[:64]!r} is not supported (RE2 syntax, no backreferences or "
+                              f"lookaround): {exc}") from None
 
 
 def _refs(value: Any) -> list[str]:
@@ -57,11 +135,11 @@ def _refs(value: Any) -> list[str]:
 def problems(value: Any, shape: dict[str, Any]) -> list[str]:
     """Validation problems of ``value`` against ``shape`` (empty: it conforms)."""
     try:
-        validator = Draft202012Validator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        validator = ShapeValidator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
     except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
-            RecursionError, ValueError, TypeError, KeyError) as exc:
+            RecursionError, ValueError, TypeError, KeyError, re2.error) as exc:
         return [f"the shape cannot be evaluated: {exc}"]
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
 
