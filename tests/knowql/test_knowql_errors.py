@@ -259,3 +259,17 @@ def test_a_superscript_last_event_id_is_not_a_500() -> None:
         assert statuses == [200], statuses
         body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
         assert b"event: query" in body  # the whole replay, ending with the query frame
+
+
+def test_a_turn_cut_off_by_shutdown_is_failed_and_frees_its_session(slow, tmp_path) -> None:
+    """Without this, a restart left the session busy (409) until the turn's deadline (900 s by default)."""
+    with knowql_app(tmp_path) as kq:
+        doc = kq.ask({**OK, "background": True, "models": ["test/slow"]}).json()
+        assert slow.entered.wait(5)
+        kq.node.knowql.service.close(timeout=0.2)  # the turn is still blocked in its composer
+        slow.gate.set()
+    with knowql_app(tmp_path) as kq:
+        after = kq.client.get(f"/queries/{doc['id']}").json()
+        assert after["status"] == "failed" and "shut down" in after["error"]
+        again = kq.ask({"ask": "q", "session_id": doc["session_id"]})
+        assert again.status_code == 200, again.json()

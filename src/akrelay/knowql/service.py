@@ -8,6 +8,7 @@ it (synchronous), stream its events, or answer 202 at once (background).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -73,6 +74,10 @@ class KnowqlService:
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
                                  clock=clock)
         self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
+        #: turns this process accepted and has not finished running: failed at close, so a
+        #: restart does not leave their sessions busy (409) until their deadlines
+        self._open: set[str] = set()
+        self._open_lock = threading.Lock()
 
     @classmethod
     def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
@@ -87,6 +92,11 @@ class KnowqlService:
         deadline = time.monotonic() + timeout
         for thread in list(getattr(self._pool, "_threads", ())):  # the executor's own workers
             thread.join(max(0.0, deadline - time.monotonic()))
+        with self._open_lock:
+            unfinished, self._open = sorted(self._open), set()
+        message = "the relay shut down before the turn ended"
+        for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
+            self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
         self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------
@@ -126,6 +136,8 @@ class KnowqlService:
         deadline = now + doc.timeout_seconds
         history = history_of(self.store.session_queries(session_id)) if new_session is None else ()
         _session, stored = self.store.create_turn(new_session, session_id, query, deadline)
+        with self._open_lock:
+            self._open.add(query_id)
         turn = Turn(query_id, session_id, doc, scope, policy, model, history, pinned.get("system_prompt"),
                     pinned.get("guardrails"), deadline, doc.timeout_seconds)
         return public(stored), turn
@@ -149,10 +161,14 @@ class KnowqlService:
             return self.catalog.resolve([])
 
     def run(self, turn: Turn) -> None:
-        self.runner.run(turn)
+        try:
+            self.runner.run(turn)
+        finally:
+            with self._open_lock:
+                self._open.discard(turn.query_id)
 
     def start(self, turn: Turn) -> Future:
-        return self._pool.submit(self.runner.run, turn)
+        return self._pool.submit(self.run, turn)
 
     # ---- resources ------------------------------------------------------------------------
 
