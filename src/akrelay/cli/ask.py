@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-from akrelay.cli.search import DEFAULT_RELAY, EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
+from akrelay.cli.client import relay_args
+from akrelay.cli.search import EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
 
 DEFAULT_SCOPE = "knowledge"
 EXIT_FAILED = 4
@@ -33,10 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="skip composition: print the retrieved capsules and passages")
     p.add_argument("--shape", metavar="FILE", help="a JSON Schema file; the answer's output_json must conform")
     p.add_argument("--json", action="store_true", help="print the final Query document as JSON")
-    p.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
-                   help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
-    p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
-                   help="PEM certificate to trust, e.g. the relay's self-signed tls-cert.pem [env AKRELAY_CACERT]")
+    relay_args(p)
     p.set_defaults(handler=cmd_ask)
 
 

@@ -101,7 +101,8 @@ def _sign_epilog() -> str:
     ])
 
 
-def _relay_args(parser: argparse.ArgumentParser) -> None:
+def relay_args(parser: argparse.ArgumentParser) -> None:
+    """``--relay`` and ``--cacert``, as every command that talks to a running relay takes them."""
     parser.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
                         help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
     parser.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
@@ -141,14 +142,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "envelope again returns its existing record. Stops at the first refusal "
                                           "(exit 1, the relay's error code on stderr).")
     p.add_argument("envelopes", nargs="+", metavar="ENVELOPE_JSON", help="envelope files ('-' for stdin)")
-    _relay_args(p)
+    relay_args(p)
     p.set_defaults(handler=_guard(cmd_submit))
 
     p = subparsers.add_parser("get", help="read one acceptance record by event ID",
                               description="Read the acceptance record of one event and verify its envelope. The "
                                           "event ID is the envelope's \"hash\" (what `akrelay sign` prints).")
     p.add_argument("event_id", metavar="EVENT_ID", help="event ID (put it after `--` if it starts with '-')")
-    _relay_args(p)
+    relay_args(p)
     p.set_defaults(handler=_guard(cmd_get))
 
     p = subparsers.add_parser("query", help="enumerate a query completely (every page) and print a final checkpoint",
@@ -160,7 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog=_query_epilog())
     p.add_argument("params", nargs="*", metavar="NAME=VALUE",
                    help="query parameters (listed below), combined with AND, e.g. kind=observation q=\"cache language\"")
-    _relay_args(p)
+    relay_args(p)
     p.set_defaults(handler=_guard(cmd_query))
 
     p = subparsers.add_parser("batch", help="read up to 100 event IDs; prints result and missing",
@@ -168,7 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "{\"result\", \"missing\", ...}: found records and unknown IDs, each in "
                                           "request order. Put the IDs after `--`, since an event ID may start with '-'.")
     p.add_argument("event_ids", nargs="+", metavar="EVENT_ID", help="event IDs (after `--` if one starts with '-')")
-    _relay_args(p)
+    relay_args(p)
     p.set_defaults(handler=_guard(cmd_batch))
 
 

@@ -14,9 +14,9 @@ import os
 import sys
 from typing import Any
 
+from akrelay.cli.client import relay_args
 from akrelay.protocol.errors import ProtocolError
 
-DEFAULT_RELAY = "https://localhost:8443"
 # Exit codes, as for the other client commands: 1 refused, 2 usage/local error, 3 bad response.
 EXIT_REFUSED, EXIT_USAGE, EXIT_RESPONSE = 1, 2, 3
 _INTEGER_FILTERS = ("created_from", "created_before")
@@ -35,10 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "created_from, created_before); repeatable, combined with AND")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="hits to return, 1-100 (default 20)")
     p.add_argument("--json", action="store_true", help="print the verified response JSON instead of a listing")
-    p.add_argument("--relay", default=os.environ.get("AKRELAY_RELAY", DEFAULT_RELAY), metavar="URL",
-                   help=f"relay origin [env AKRELAY_RELAY; default {DEFAULT_RELAY}]")
-    p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
-                   help="PEM certificate to trust, e.g. the relay's self-signed tls-cert.pem [env AKRELAY_CACERT]")
+    relay_args(p)
     p.set_defaults(handler=cmd_search)
 
     p = subparsers.add_parser(
