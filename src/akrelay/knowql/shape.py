@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import jsonschema
 import re2
@@ -72,21 +72,27 @@ ShapeValidator = validators.extend(Draft202012Validator, {
 })
 
 
-def _patterns(value: Any) -> list[str]:
-    """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
-    found, stack = [], [value]
+def _members(value: Any) -> Iterator[tuple[str, Any]]:
+    """Every ``(name, value)`` member of every object in a schema, iteratively (shapes are bounded in depth)."""
+    stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             for key, inner in item.items():
-                if key == "pattern" and isinstance(inner, str):
-                    found.append(inner)
-                    continue
-                if key == "patternProperties" and isinstance(inner, dict):
-                    found.extend(k for k in inner if isinstance(k, str))
+                yield key, inner
                 stack.append(inner)
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _patterns(value: Any) -> list[str]:
+    """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
+    found: list[str] = []
+    for key, inner in _members(value):
+        if key == "pattern" and isinstance(inner, str):
+            found.append(inner)
+        elif key == "patternProperties" and isinstance(inner, dict):
+            found.extend(k for k in inner if isinstance(k, str))
     return found
 
 
@@ -118,18 +124,7 @@ def check_shape(shape: dict[str, Any]) -> None:
 
 
 def _refs(value: Any) -> list[str]:
-    found, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key, inner in item.items():
-                if key in ("$ref", "$dynamicRef") and isinstance(inner, str):
-                    found.append(inner)
-                else:
-                    stack.append(inner)
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
+    return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
 def problems(value: Any, shape: dict[str, Any]) -> list[str]:
