@@ -14,3 +14,36 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+# -- a real redis-server, one per test process (pytest-xdist worker) -------------------------------------
+import itertools  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from redis_server import RedisServer  # noqa: E402
+
+_redis_db = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
+    """A ``redis-server`` of this test process (AOF on, ``appendfsync always``), stopped at the end."""
+    server = RedisServer(Path(tmp_path_factory.mktemp("redis"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of an empty database of the session's server (databases 1..63 in turn, flushed first)."""
+    import redis
+
+    db = next(_redis_db) % 63 + 1
+    client = redis.Redis.from_url(redis_server.url_for(db))
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return redis_server.url_for(db)

@@ -48,6 +48,19 @@ def load_option_modules() -> None:
 
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
+def _store_url(text: Any) -> str:
+    """``""``/``sqlite`` (the embedded store in ``--data``) or ``redis://`` / ``rediss://`` / ``unix://`` URL."""
+    value = _str(text).strip()
+    if value in ("", "sqlite"):
+        return ""
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("must be empty, 'sqlite', or a redis://HOST:PORT/DB (rediss://, unix://) URL")
+    return value
+
+
+option("store", _store_url, "",
+       "the acceptance log: empty for the embedded SQLite file in --data, or redis://HOST:PORT/DB for a log "
+       "shared by several relay nodes (docs/operations.md, Scaling out)", metavar="URL")
 option("host", _str, "127.0.0.1", "address to listen on", serve_only=True)
 option("port", _port, 8443, "TCP port to listen on", serve_only=True)
 option("origin", _str, None,

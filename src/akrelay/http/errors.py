@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException
 from litestar.types import Send
 
 from akrelay.protocol.errors import ProtocolError
+from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.http")
 
@@ -69,6 +70,19 @@ def internal_error_body() -> bytes:
     return error_body("internal_error", "Internal server error.")
 
 
+def unavailable_body(exc: StoreUnavailable) -> tuple[bytes, dict[str, str]]:
+    """The 503 body and headers for a store outage (also sent by the ingest fast path)."""
+    body = error_body("service_unavailable", f"The relay's store is unavailable; retry later ({exc}).")
+    return body, {"Retry-After": str(exc.retry_after)}
+
+
+def handle_store_unavailable(request: Request, exc: StoreUnavailable) -> Response[bytes]:
+    """An outage of the shared store, not a bug: 503 with ``Retry-After``, one WARNING line, no traceback."""
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    body, headers = unavailable_body(exc)
+    return Response(content=body, status_code=503, media_type=JSON, headers=headers)
+
+
 def handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
     """A bug, not bad input: log it with the request line and answer 500."""
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -77,6 +91,7 @@ def handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
 
 EXCEPTION_HANDLERS = {
     ProtocolError: handle_protocol_error,
+    StoreUnavailable: handle_store_unavailable,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

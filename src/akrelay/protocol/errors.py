@@ -28,6 +28,8 @@ HTTP_STATUS: dict[str, int] = {
     "invalid_cursor": 400,
     "query_too_broad": 422,
     "query_unavailable": 503,
+    # local extension (docs/api.md): the shared store is unreachable; retry after Retry-After
+    "service_unavailable": 503,
     "unsupported_search_mode": 400,
 }
 

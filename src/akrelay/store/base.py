@@ -112,6 +112,19 @@ def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     return frozenset(term_key(t) for t in index_terms(envelope)), search_text(envelope)
 
 
+class StoreUnavailable(Exception):
+    """The store cannot be reached now (a shared store's server is down or slow).
+
+    Not a bug and not bad input: the HTTP layer answers 503 ``service_unavailable``
+    with ``Retry-After: retry_after`` and the node keeps serving what it can.
+    An embedded store never raises it.
+    """
+
+    def __init__(self, message: str, retry_after: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
 class Store(Protocol):
     """Durable acceptance log with exact filtered enumeration."""
 
@@ -179,5 +192,8 @@ class Store(Protocol):
 
     def meta_setdefault(self, key: str, value: bytes) -> bytes:
         """Set ``key`` if absent, atomically across processes; return the stored value."""
+
+    def ping(self) -> None:
+        """Check that the store answers now (``/readyz``); raise :class:`StoreUnavailable` if not."""
 
     def close(self) -> None: ...

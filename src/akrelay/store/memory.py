@@ -151,5 +151,8 @@ class MemoryStore:
         with self._lock:
             return self._meta.setdefault(key, bytes(value))
 
+    def ping(self) -> None:
+        """Always reachable: it is this process's memory."""
+
     def close(self) -> None:
         pass

@@ -436,6 +436,10 @@ class SqliteStore(BackgroundWork):
 
         return self._write(run)
 
+    def ping(self) -> None:
+        """One read on this thread's connection: the file is open and readable."""
+        self._reader().execute("SELECT 1").fetchone()
+
     def close(self) -> None:
         if self._closed:
             return
