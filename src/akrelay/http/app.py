@@ -28,7 +28,7 @@ from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON
 from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, check_content_type, client_ip,
                                  refuse_rate_limited)
-from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
+from akrelay.http.ratelimit import RateLimits, TokenBucket, open_rate_limits, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
@@ -105,12 +105,13 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
     return [discovery, submit, lookup, query, batch]
 
 
-def rate_buckets(settings: Settings) -> dict[str, TokenBucket]:
-    """One worker's token buckets, shared by the middleware and the ingest fast path."""
-    return {
-        "write": TokenBucket(settings.write_rate, settings.write_burst),
-        "read": TokenBucket(settings.read_rate, settings.read_burst),
-    }
+def rate_buckets(settings: Settings) -> RateLimits:
+    """One worker's token buckets, shared by the middleware and the ingest fast path.
+
+    Per process, or one per client across the deployment with ``--store redis://...``
+    (:func:`akrelay.http.ratelimit.open_rate_limits`); the app's shutdown closes them.
+    """
+    return open_rate_limits(settings)
 
 
 def rate_limit_middleware(settings: Settings, buckets: dict[str, TokenBucket] | None = None) -> Callable[[ASGIApp], ASGIApp]:
@@ -205,7 +206,7 @@ def build_app(node: Node) -> "RelayApp":
         logging_config=None,
         debug=False,
         on_startup=[node.start],
-        on_shutdown=[submitter.close, node.stop],
+        on_shutdown=[submitter.close, node.stop, buckets.close],
     )
     app.state.node = node
     app.state.relay = relay

@@ -1,0 +1,154 @@
+"""The token buckets shared through Redis: one budget per client across nodes, and an outage that fails open."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Iterator
+
+import redis
+from litestar.testing import TestClient
+
+from akrelay.app import create_app
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import Relay
+from akrelay.store.memory import MemoryStore
+
+from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, open_rate_limits
+from akrelay.settings import defaults
+from akrelay.store.redis_client import connect
+from redis_server import RedisServer
+
+from relay_harness import NOW, ORIGIN, Clock, Harness, error_of
+
+
+@contextlib.contextmanager
+def node_app(url: str, **overrides) -> Iterator[Harness]:
+    """The core app over a memory relay, its limits shared through ``url`` (one relay node)."""
+    settings = defaults(store=url, **overrides)
+    clock = Clock(NOW)
+    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=clock, cursor_secret=b"k" * 32)
+    app = create_app(relay, settings, components=())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield Harness(client, relay, clock, settings, app.state.node)
+
+
+def _node(url: str, rate: float = 0.001, burst: int = 5, **kw) -> RedisTokenBucket:
+    """A bucket with its own client, as one relay node (or worker) would have."""
+    return RedisTokenBucket(connect(url), "write", rate, burst, **kw)
+
+
+def test_two_nodes_share_one_budget_per_client(redis_url) -> None:
+    a, b = _node(redis_url), _node(redis_url)
+    admitted = [bucket.take("10.0.0.1") for bucket in (a, b, a, b, a)]
+    assert admitted == [0.0] * 5
+    # The sixth request is refused on either node, with the wait of one token at the rate.
+    for bucket in (a, b):
+        wait = bucket.take("10.0.0.1")
+        assert 990 < wait <= 1000
+    # Another client, and another bucket name, have budgets of their own.
+    assert a.take("10.0.0.2") == 0.0
+    assert RedisTokenBucket(connect(redis_url), "read", 0.001, 1).take("10.0.0.1") == 0.0
+    assert not a.degraded and not b.degraded
+
+
+def test_refill_at_the_rate_and_keys_expire_when_full(redis_url) -> None:
+    a, b = _node(redis_url, rate=20.0, burst=1), _node(redis_url, rate=20.0, burst=1)
+    assert a.take("c") == 0.0
+    assert 0 < b.take("c") <= 0.05
+    client = redis.Redis.from_url(redis_url)
+    ttl = client.pttl(KEY_PREFIX + "write:c")
+    assert 0 < ttl <= 51  # gone once the bucket would be full again: a missing key is a full bucket
+    time.sleep(0.12)
+    assert b.take("c") == 0.0
+    time.sleep(0.12)
+    assert client.exists(KEY_PREFIX + "write:c") == 0
+
+
+def test_a_refusal_writes_nothing(redis_url) -> None:
+    a = _node(redis_url, rate=0.001, burst=1)
+    assert a.take("c") == 0.0
+    client = redis.Redis.from_url(redis_url)
+    before = client.hgetall(KEY_PREFIX + "write:c")
+    assert a.take("c") > 0 and client.hgetall(KEY_PREFIX + "write:c") == before
+
+
+def test_an_outage_falls_back_to_the_local_bucket_then_back_to_redis(tmp_path, caplog) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        now = [100.0]
+        bucket = _node(server.url, rate=0.001, burst=2, clock=lambda: now[0])
+        assert bucket.take("c") == 0.0 and bucket.take("c") == 0.0 and bucket.take("c") > 0
+        server.kill()
+        with caplog.at_level(logging.WARNING, logger="akrelay.http"):
+            started = time.monotonic()
+            # Redis is down: the process's own bucket (full) admits, quickly; no exception.
+            assert bucket.take("c") == 0.0
+            assert time.monotonic() - started < 1.0
+            assert bucket.degraded
+            assert bucket.take("c") == 0.0 and bucket.take("c") > 0  # the local burst of 2 is spent
+        assert any("Redis unreachable" in r.message for r in caplog.records)
+        server.start()
+        now[0] += RETRY_FIRST + 0.1
+        with caplog.at_level(logging.WARNING, logger="akrelay.http"):
+            assert bucket.take("c") > 0  # the shared bucket again: its budget was spent before the outage
+        assert not bucket.degraded
+        assert any("Redis is back" in r.message for r in caplog.records)
+    finally:
+        server.kill()
+
+
+def test_back_off_doubles_while_redis_stays_away(tmp_path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    server.kill()
+    now = [0.0]
+    bucket = _node(server.url, rate=100.0, burst=100, clock=lambda: now[0])
+    calls = []
+    original = bucket._script
+
+    def counting(*args, **kwargs):
+        calls.append(now[0])
+        return original(*args, **kwargs)
+
+    bucket._script = counting
+    for _ in range(40):
+        assert bucket.take("c") == 0.0
+        now[0] += 0.5
+    # Tried at 0, then after 1, 2, 4, 8, 8 ... seconds: not on every request.
+    assert calls == [0.0, 1.0, 3.0, 7.0, 15.0]
+
+
+def test_two_apps_on_one_redis_share_the_write_budget(redis_url) -> None:
+    limits = dict(write_rate=0.001, write_burst=2, read_rate=0.0)
+    with node_app(redis_url, **limits) as node_a, node_app(redis_url, **limits) as node_b:
+        # Each node has a store of its own here: only the budget is shared.
+        assert node_a.submit_fixture("original").status_code == 200
+        assert node_b.submit_fixture("original").status_code == 200
+        for node in (node_b, node_a):
+            refused = node.submit_fixture("original")
+            assert error_of(refused) == (429, "rate_limited") and int(refused.headers["retry-after"]) >= 1
+        assert node_a.relay.checkpoint() == 1 and node_b.relay.checkpoint() == 1
+
+
+def test_an_app_keeps_answering_while_its_redis_is_down(tmp_path) -> None:
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        with node_app(server.url, write_rate=100.0, write_burst=100, read_rate=100.0) as h:
+            assert h.query().status_code == 200
+            server.kill()
+            started = time.monotonic()
+            assert h.submit_fixture("original").status_code == 200
+            assert h.query().status_code == 200
+            assert time.monotonic() - started < 2.0
+    finally:
+        server.kill()
+
+
+def test_the_limits_close_their_client(redis_url) -> None:
+    limits = open_rate_limits(defaults(store=redis_url))
+    assert isinstance(limits["write"], RedisTokenBucket) and isinstance(limits["read"], RedisTokenBucket)
+    assert limits["write"].take("c") == 0.0
+    limits.close()
+    limits.close()
+    assert not isinstance(open_rate_limits(defaults())["write"], RedisTokenBucket)
