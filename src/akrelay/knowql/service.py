@@ -21,7 +21,7 @@ from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import Turn, TurnRunner, history_of
-from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
+from akrelay.knowql.store import TurnStore, open_turn_store, public
 
 #: Turns running at once in one worker; more wait in the pool's queue.
 TURN_THREADS = 8
@@ -83,7 +83,7 @@ class KnowqlService:
     def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
              runtime: Callable[[], Any]) -> "KnowqlService":
         contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
-        return cls(relay, settings, store=SqliteTurnStore.in_data_dir(data_dir), contexts=contexts,
+        return cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
                    search=search, runtime=runtime)
 
     def close(self, timeout: float = 10.0) -> None:

@@ -3,7 +3,9 @@
 :class:`TurnStore` is the interface the rest of KnowQL uses; :class:`SqliteTurnStore`
 keeps it in ``<data>/knowql.sqlite3`` (WAL, so a poll, a cancel or an event
 replay can reach any worker), or in memory for a relay without a data
-directory. A Redis backend can implement the same interface later.
+directory. :class:`akrelay.knowql.redis_store.RedisTurnStore` keeps it in Redis
+for a deployment of several nodes (``--store redis://...``); :func:`open_turn_store`
+picks the one the settings name.
 
 Every status change is a compare-and-set from ``in_progress`` (a cancel and a
 completion cannot both win) made in one transaction with the terminal event
@@ -46,7 +48,7 @@ SCHEMA = Schema("KnowQL turn store", {0: script(_SCHEMA_V1)})
 
 
 class TurnStore(Protocol):
-    """What KnowQL needs from a shared store (SQLite today, Redis later)."""
+    """What KnowQL needs from a shared store (SQLite file, or Redis for a deployment)."""
 
     def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
                     deadline: float) -> tuple[dict[str, Any], dict[str, Any]]: ...
@@ -58,7 +60,22 @@ class TurnStore(Protocol):
     def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
                *, pending: list[dict[str, Any]] = ()) -> bool: ...  # type: ignore[assignment]
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
+    def session_of_query(self, query_id: str) -> str | None: ...
+    def status_counts(self) -> dict[str, int]: ...
     def close(self) -> None: ...
+
+
+def open_turn_store(settings: Any, data_dir: str | Path | None) -> TurnStore:
+    """The turn store of ``settings``: Redis when ``settings.store`` is a Redis URL, else the SQLite file.
+
+    Opened by the KnowQL component on start and closed on stop; a Redis client connects on first use.
+    """
+    url = getattr(settings, "store", "") or ""
+    if url:
+        from akrelay.knowql.redis_store import RedisTurnStore
+
+        return RedisTurnStore.connect(url)
+    return SqliteTurnStore.in_data_dir(data_dir)
 
 
 def public(doc: dict[str, Any]) -> dict[str, Any]:

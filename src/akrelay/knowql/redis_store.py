@@ -1,0 +1,283 @@
+"""The KnowQL turn store in Redis: sessions and queries shared by every node of a deployment.
+
+Same interface and semantics as :class:`akrelay.knowql.store.SqliteTurnStore`, so a
+poll, a cancel, an event replay or the next turn of a session can reach any worker of
+any node. Each change is one optimistic transaction (``WATCH`` the keys it decides on,
+then ``MULTI``/``EXEC``, retried when another writer got there first): a status change
+is a compare-and-set from ``in_progress``, made together with its terminal event and
+the release of the session's in-flight slot; progress events are only appended while
+the turn is still in progress, so the terminal event is always a stream's last.
+
+Keys (``<p>`` is :data:`KEY_PREFIX`, ``akrelay:knowql:``):
+
+* ``<p>session:<id>`` hash: ``doc`` (JSON), ``last`` and ``inflight`` (query ids, ``""`` for none),
+  ``created``, ``updated`` (RFC 3339);
+* ``<p>session-queries:<id>`` list: the session's query ids in order;
+* ``<p>query:<id>`` hash: ``session``, ``status``, ``deadline``, ``doc`` (JSON);
+* ``<p>events:<id>`` list: the query's events (JSON); an event's ``seq`` is its position from 1;
+* ``<p>status-counts`` hash: turns per status, for ``/metrics``.
+
+Nothing expires by time, as in the SQLite file: a session lives until it is deleted.
+A Redis outage is :class:`~akrelay.store.base.StoreUnavailable` (503 with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from typing import Any, Callable, TypeVar
+
+import redis
+import redis.client
+import redis.exceptions
+
+from akrelay.knowql.errors import conflict, not_found
+from akrelay.knowql.store import _EVENT_OF, TERMINAL, _dump, rfc3339
+from akrelay.store.redis_client import connect, unavailable
+
+KEY_PREFIX = "akrelay:knowql:"
+#: Optimistic transactions retried at most this often before the request is refused as busy.
+MAX_RETRIES = 64
+
+T = TypeVar("T")
+
+
+def _outage_is_503(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with unavailable("the KnowQL session store (Redis)"):
+            return method(*args, **kwargs)
+    return wrapper
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if value is not None else None
+
+
+class RedisTurnStore:
+    """:class:`~akrelay.knowql.store.TurnStore` in the Redis at ``url`` (or over ``client``)."""
+
+    def __init__(self, client: redis.Redis, *, clock: Callable[[], float] = time.time,
+                 prefix: str = KEY_PREFIX) -> None:
+        self._r = client
+        self.clock = clock
+        self.prefix = prefix
+
+    @classmethod
+    def connect(cls, url: str, **kwargs: Any) -> "RedisTurnStore":
+        """A store over a new client for ``url`` (connected on first use, closed by :meth:`close`)."""
+        return cls(connect(url), **kwargs)
+
+    def close(self) -> None:
+        self._r.close()
+
+    # ---- keys -------------------------------------------------------------------------------
+
+    def _session(self, session_id: str) -> str:
+        return f"{self.prefix}session:{session_id}"
+
+    def _queries(self, session_id: str) -> str:
+        return f"{self.prefix}session-queries:{session_id}"
+
+    def _query(self, query_id: str) -> str:
+        return f"{self.prefix}query:{query_id}"
+
+    def _events(self, query_id: str) -> str:
+        return f"{self.prefix}events:{query_id}"
+
+    @property
+    def _counts(self) -> str:
+        return f"{self.prefix}status-counts"
+
+    def _transaction(self, watch: list[str], body: Callable[[redis.client.Pipeline], Any]) -> Any:
+        """Run ``body`` on a pipeline watching ``watch``, again while another writer interferes.
+
+        ``body`` reads in immediate mode (it may watch more keys), then calls ``pipe.multi()``
+        and queues its writes. It returns the result, or a function of the writes' replies.
+        """
+        for _ in range(MAX_RETRIES):
+            with self._r.pipeline() as pipe:
+                try:
+                    pipe.watch(*watch)
+                    result = body(pipe)
+                    if pipe.explicit_transaction:
+                        replies = pipe.execute()
+                        if callable(result):
+                            return result(replies)
+                    return result
+                except redis.exceptions.WatchError:
+                    continue
+        raise conflict("session_busy", "the session changed too often to record this; retry")
+
+    # ---- turns ------------------------------------------------------------------------------
+
+    @_outage_is_503
+    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
+                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Record ``query`` (in_progress) in a new ``session`` or the existing ``session_id``.
+
+        Takes the session's in-flight slot (409 ``session_busy`` if another turn holds
+        it) and links the query after the session's last one; nothing is written when it refuses.
+        """
+        now = self.clock()
+        self._expire_session(session_id, now)
+        skey = self._session(session_id)
+        stamp = rfc3339(now)
+
+        def body(pipe: redis.client.Pipeline) -> tuple[dict[str, Any], dict[str, Any]]:
+            doc_text, last, inflight, created = pipe.hmget(skey, "doc", "last", "inflight", "created")
+            if session is not None:
+                if doc_text is not None:
+                    raise conflict("session_exists", f"a session {session_id!r} exists already")
+                session_doc, last, created = dict(session), None, stamp.encode()
+            elif doc_text is None:
+                raise not_found("session_not_found", f"no session {session_id!r}")
+            else:
+                if inflight:
+                    raise conflict("session_busy", f"query {inflight.decode()} is still in progress on this session")
+                session_doc = json.loads(doc_text)
+            previous = last.decode() if last else None
+            doc = dict(query, session_id=session_id, previous_query_id=previous)
+            pipe.multi()
+            if session is not None:
+                pipe.hset(skey, mapping={"doc": _dump(session), "created": stamp})
+            pipe.hset(skey, mapping={"last": doc["id"], "inflight": doc["id"], "updated": stamp})
+            pipe.rpush(self._queries(session_id), doc["id"])
+            pipe.hset(self._query(doc["id"]), mapping={
+                "session": session_id, "status": "in_progress", "deadline": repr(float(deadline)), "doc": _dump(doc)})
+            pipe.hincrby(self._counts, "in_progress", 1)
+            session_doc.update(last_query_id=doc["id"], created_at=created.decode(), updated_at=stamp)
+            return session_doc, doc
+
+        return self._transaction([skey], body)  # type: ignore[no-any-return]
+
+    def _expire_session(self, session_id: str, now: float) -> None:
+        inflight = self._r.hget(self._session(session_id), "inflight")
+        if inflight:
+            self.get_query(inflight.decode(), now=now)
+
+    @_outage_is_503
+    def status_counts(self) -> dict[str, int]:
+        """Turns per status (``/metrics``): one count for every node of the deployment."""
+        return {k.decode(): int(v) for k, v in self._r.hgetall(self._counts).items() if int(v) > 0}
+
+    @_outage_is_503
+    def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+        status, deadline, doc = self._r.hmget(self._query(query_id), "status", "deadline", "doc")
+        if doc is None:
+            return None
+        now = self.clock() if now is None else now
+        if status == b"in_progress" and now > float(deadline or 0):
+            limit = json.loads(doc).get("_timeout")
+            message = f"timed out after {limit} s" if limit else "timed out"
+            self.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+            return self.get_query(query_id, now=now)
+        return json.loads(doc)  # type: ignore[no-any-return]
+
+    @_outage_is_503
+    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
+               *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
+        """Move an in_progress query to ``status`` with ``fields`` merged into its document.
+
+        ``pending`` progress events, then ``event`` (the terminal one, ``response.<status>``
+        by default), are appended in the same transaction. ``False`` when the query was no
+        longer in progress (nothing is written).
+        """
+        assert status in TERMINAL
+        now = self.clock()
+        qkey = self._query(query_id)
+        session_id = _text(self._r.hget(qkey, "session"))
+        if session_id is None:
+            return False
+        skey = self._session(session_id)
+
+        def body(pipe: redis.client.Pipeline) -> bool:
+            current, doc_text = pipe.hmget(qkey, "status", "doc")
+            if current != b"in_progress" or doc_text is None:
+                return False
+            inflight = pipe.hget(skey, "inflight")
+            doc = json.loads(doc_text)
+            doc.update(fields)
+            doc["status"] = status
+            doc["runtime_ms"] = max(0, int(round((now - doc.get("_started", now)) * 1000)))
+            terminal = dict(event or {"type": _EVENT_OF[status]})
+            terminal.setdefault("type", _EVENT_OF[status])
+            terminal["query_id"] = query_id
+            if status != "completed" and "error" not in terminal and doc.get("error"):
+                terminal["error"] = doc["error"]
+            pipe.multi()
+            pipe.hset(qkey, mapping={"status": status, "doc": _dump(doc)})
+            if inflight is not None and inflight.decode() == query_id:
+                pipe.hset(skey, mapping={"inflight": "", "updated": rfc3339(now)})
+            events = [dict(progress, query_id=query_id) for progress in pending] + [terminal]
+            pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
+            pipe.hincrby(self._counts, "in_progress", -1)
+            pipe.hincrby(self._counts, status, 1)
+            return True
+
+        return self._transaction([qkey, skey], body)  # type: ignore[no-any-return]
+
+    @_outage_is_503
+    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
+        """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
+        qkey, ekey = self._query(query_id), self._events(query_id)
+
+        def body(pipe: redis.client.Pipeline) -> Any:
+            if pipe.hget(qkey, "status") != b"in_progress":
+                return None
+            if not events:
+                return 0
+            pipe.multi()
+            pipe.rpush(ekey, *(_dump(dict(e, query_id=query_id)) for e in events))
+            return lambda replies: int(replies[-1])  # the list's length after the push: the last seq
+
+        return self._transaction([qkey], body)  # type: ignore[no-any-return]
+
+    @_outage_is_503
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
+        start = max(1, from_seq)
+        out = []
+        for offset, data in enumerate(self._r.lrange(self._events(query_id), start - 1, -1)):
+            event = json.loads(data)
+            out.append((start + offset, event["type"], event))
+        return out
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    @_outage_is_503
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        doc_text, last, created, updated = self._r.hmget(self._session(session_id), "doc", "last", "created", "updated")
+        if doc_text is None:
+            return None
+        doc: dict[str, Any] = json.loads(doc_text)
+        doc.update(last_query_id=_text(last) or None, created_at=_text(created), updated_at=_text(updated))
+        return doc
+
+    @_outage_is_503
+    def session_queries(self, session_id: str) -> list[dict[str, Any]]:
+        ids = [qid.decode() for qid in self._r.lrange(self._queries(session_id), 0, -1)]
+        return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    @_outage_is_503
+    def session_of_query(self, query_id: str) -> str | None:
+        return _text(self._r.hget(self._query(query_id), "session"))
+
+    @_outage_is_503
+    def delete_session(self, session_id: str) -> bool:
+        skey, lkey = self._session(session_id), self._queries(session_id)
+
+        def body(pipe: redis.client.Pipeline) -> bool:
+            existed = bool(pipe.exists(skey))
+            ids = [qid.decode() for qid in pipe.lrange(lkey, 0, -1)]
+            if ids:
+                pipe.watch(*(self._query(q) for q in ids))  # their statuses feed the counts
+            statuses = [pipe.hget(self._query(qid), "status") for qid in ids]
+            pipe.multi()
+            pipe.delete(skey, lkey, *(self._query(q) for q in ids), *(self._events(q) for q in ids))
+            for status in statuses:
+                if status is not None:
+                    pipe.hincrby(self._counts, status.decode(), -1)
+            return existed
+
+        return self._transaction([skey, lkey], body)  # type: ignore[no-any-return]
