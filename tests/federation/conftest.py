@@ -206,3 +206,41 @@ def router():
 @pytest.fixture
 def author() -> Author:
     return Author("alice")
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def new_state(request, tmp_path):
+    """Opens federation states of one backend, so state tests run on both.
+
+    ``new_state()`` is a fresh, empty state (SQLite in memory; Redis under a prefix of its own);
+    ``new_state("name")`` opens the same state again after a close (a file; the same Redis keys).
+    A Redis state writes under a sync lease it holds (its fencing token).
+    """
+    opened: list[Any] = []
+    if request.param == "sqlite":
+        def make(name: str | None = None, **kw: Any) -> Any:
+            state = FederationState(tmp_path / f"{name}.sqlite3" if name else ":memory:", **kw)
+            opened.append(state)
+            return state
+    else:
+        from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
+        from akrelay.leader import RedisLease
+        from akrelay.store.redis_client import connect
+
+        client = connect(request.getfixturevalue("redis_url"))
+        leases: dict[str, RedisLease] = {}
+        fresh = iter(range(1_000_000))
+
+        def make(name: str | None = None, **kw: Any) -> Any:
+            prefix = f"{KEY_PREFIX}{name or f'fresh{next(fresh)}'}:"
+            if prefix not in leases:
+                leases[prefix] = RedisLease(client, prefix, ttl=600)
+                assert leases[prefix].acquire()
+            state = RedisFederationState(client, token=leases[prefix].token, prefix=prefix, **kw)
+            opened.append(state)
+            return state
+    yield make
+    for state in opened:
+        state.close()
+    if request.param == "redis":
+        client.close()

@@ -5,21 +5,21 @@ from __future__ import annotations
 import httpx
 
 from akrelay.federation.peers import Peer
-from akrelay.federation.state import FederationState
+from akrelay.federation.state import StateStore
 
 from .conftest import Author, Clock, FakePeer, local_ids, make_engine, make_relay, raw
 
 PEER = "https://peer-a.example"
 
 
-def start_after(state: FederationState, seq: int, origin: str = PEER) -> None:
+def start_after(state: StateStore, seq: int, origin: str = PEER) -> None:
     """Pretend earlier passes covered ``seq``, so the next enumeration starts after it."""
     st = state.get(origin)
     st.checkpoint = st.peer_checkpoint = seq
     state.put(st)
 
 
-def test_missing_dependencies_are_fetched_with_batch_dependencies_first(router) -> None:
+def test_missing_dependencies_are_fetched_with_batch_dependencies_first(router, new_state) -> None:
     fake = FakePeer(router)
     alice, bob = Author("alice"), Author("bob")
     base = alice.publish("Base")
@@ -27,7 +27,7 @@ def test_missing_dependencies_are_fetched_with_batch_dependencies_first(router) 
     review = bob.assess(v2)
     fake.add(base, v2, review)
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, fake.seq_of(v2))  # only the assessment is enumerated
     [result] = make_engine(local, [Peer(origin=PEER)], state).run_once()
     assert result.ok and result.accepted == 1 and result.resolved == 2 and result.pending == 0
@@ -35,7 +35,7 @@ def test_missing_dependencies_are_fetched_with_batch_dependencies_first(router) 
     assert fake.batch_calls == [[v2["hash"]], [base["hash"]]]
 
 
-def test_dependency_depth_is_bounded_and_nothing_is_accepted_early(router) -> None:
+def test_dependency_depth_is_bounded_and_nothing_is_accepted_early(router, new_state) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
     chain = [alice.publish("v0")]
@@ -43,7 +43,7 @@ def test_dependency_depth_is_bounded_and_nothing_is_accepted_early(router) -> No
         chain.append(alice.supersede(chain[-1], f"v{i}"))
     fake.add(*chain)
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, fake.seq_of(chain[-2]))
     engine = make_engine(local, [Peer(origin=PEER)], state, max_depth=2)
     [result] = engine.run_once()
@@ -60,31 +60,31 @@ def test_dependency_depth_is_bounded_and_nothing_is_accepted_early(router) -> No
     assert state.get(PEER).counts["pending_accepted"] == 1
 
 
-def test_dependency_count_and_byte_budgets(router) -> None:
+def test_dependency_count_and_byte_budgets(router, new_state) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
     targets = [alice.publish(f"Member {i}") for i in range(5)]
     collection = alice.publish("All of them", kind="collection",
                                relations=[{"relation": "contains", "target": t["hash"]} for t in targets])
     fake.add(*targets, collection)
-    state = FederationState()
+    state = new_state()
     start_after(state, 5)
     local = make_relay()
     [r] = make_engine(local, [Peer(origin=PEER)], state, max_dependency_events=3).run_once()
     assert r.pending == 1 and collection["hash"] not in local_ids(local)
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, 5)
     [r] = make_engine(local, [Peer(origin=PEER, max_batch_bytes=1024)], state).run_once()
     assert r.pending == 1 and collection["hash"] not in local_ids(local)
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, 5)
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
     assert r.pending == 0 and r.resolved == 5 and local_ids(local)[-1] == collection["hash"]
 
 
-def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, tmp_path) -> None:
+def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, new_state) -> None:
     fake = FakePeer(router)
     alice, bob = Author("alice"), Author("bob")
     base = alice.publish("Base that the peer withholds")
@@ -94,7 +94,7 @@ def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, 
     fake.relay.store.set_withheld(base["hash"], True)
     fake.batch_hook = lambda body: None
     local = make_relay()
-    state = FederationState(tmp_path / "fed.sqlite3")
+    state = new_state("fed")
     start_after(state, 1)
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
     assert r.ok and r.pending == 1 and r.accepted == 1  # the unrelated event is not blocked
@@ -102,7 +102,7 @@ def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, 
     assert state.get(PEER).checkpoint == 3
     state.close()
     # The pending set survives a restart.
-    state = FederationState(tmp_path / "fed.sqlite3")
+    state = new_state("fed")
     [entry] = state.pending(PEER)
     assert entry.event_id == review["hash"] and entry.missing == (base["hash"],)
     # Still unobtainable: it stays pending, and is never accepted early.
@@ -119,7 +119,7 @@ def test_unobtainable_dependency_stays_pending_persisted_and_is_retried(router, 
     assert state.pending_count(PEER) == 0 and local_ids(local)[-1] == review["hash"]
 
 
-def test_pending_set_is_bounded_oldest_first(router) -> None:
+def test_pending_set_is_bounded_oldest_first(router, new_state) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
     hidden = [alice.publish(f"Hidden {i}") for i in range(3)]
@@ -127,7 +127,7 @@ def test_pending_set_is_bounded_oldest_first(router) -> None:
     fake.add(*hidden, *reviews)
     for h in hidden:
         fake.relay.store.set_withheld(h["hash"], True)
-    state = FederationState(max_pending=2)
+    state = new_state(max_pending=2)
     start_after(state, 3)
     [r] = make_engine(make_relay(), [Peer(origin=PEER)], state).run_once()
     assert r.pending == 3 and state.pending_count(PEER) == 2
@@ -135,7 +135,7 @@ def test_pending_set_is_bounded_oldest_first(router) -> None:
     assert state.get(PEER).counts["pending_dropped"] == 1
 
 
-def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -> None:
+def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router, new_state) -> None:
     fake = FakePeer(router)
     clock = Clock()
     alice = Author("alice")
@@ -143,7 +143,7 @@ def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -
     fake.relay = make_relay(PEER, clock=lambda: clock.now + 4_000_000)  # the peer's clock runs ahead
     fake.add(future)
     local = make_relay(clock=clock)
-    state = FederationState()
+    state = new_state()
     engine = make_engine(local, [Peer(origin=PEER)], state, clock=clock)
     [r] = engine.run_once()
     assert r.ok and r.pending == 1 and local_ids(local) == []
@@ -152,17 +152,17 @@ def test_future_dated_event_waits_in_pending_until_the_clock_allows_it(router) -
     assert local_ids(local) == [future["hash"]] and state.pending_count(PEER) == 0
 
 
-def sync_with_batch_hook(fake: FakePeer, hook, after: int):
+def sync_with_batch_hook(fake: FakePeer, hook, after: int, new_state):
     """One pass from a fresh relay that starts after ``after``, with ``hook`` spoiling batch answers."""
     fake.batch_hook = hook
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, after)
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
     return r, state.get(PEER), state, local
 
 
-def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(router) -> None:
+def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(router, new_state) -> None:
     fake = FakePeer(router)
     alice = Author("alice")
     base, stranger = alice.publish("Base"), alice.publish("Not requested")
@@ -174,13 +174,13 @@ def test_batch_answers_that_do_not_match_the_request_leave_the_event_pending(rou
         "exactly once": lambda body: body["missing"].append(base["hash"]),
     }
     for fragment, hook in cases.items():
-        r, st, state, local = sync_with_batch_hook(fake, hook, 2)
+        r, st, state, local = sync_with_batch_hook(fake, hook, 2, new_state)
         assert r.ok and r.pending == 1 and fragment in st.last_batch_error, (fragment, st.last_batch_error)
         assert st.counts["batch_errors"] == 1 and state.pending_count(PEER) == 1
         assert local_ids(local) == [] and st.checkpoint == 3  # nothing accepted, nothing blocked
 
 
-def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router) -> None:
+def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router, new_state) -> None:
     fake = FakePeer(router)
     base = Author("alice").publish("Base")
     review = Author("bob").assess(base)
@@ -190,19 +190,19 @@ def test_forged_dependency_is_not_accepted_and_the_dependent_waits(router) -> No
         body["result"][0]["envelope"]["event"]["payload"]["title"] = "Forged"
     fake.batch_hook = forge
     local = make_relay()
-    state = FederationState()
+    state = new_state()
     start_after(state, 1)
     [r] = make_engine(local, [Peer(origin=PEER)], state).run_once()
     assert r.ok and r.pending == 1 and local_ids(local) == []
 
 
-def test_batch_server_error_parks_the_event_and_a_later_pass_resolves_it(router) -> None:
+def test_batch_server_error_parks_the_event_and_a_later_pass_resolves_it(router, new_state) -> None:
     fake = FakePeer(router)
     base = Author("alice").publish("Base")
     review = Author("bob").assess(base)
     fake.add(base, review)
     fake.batch_hook = lambda body: httpx.Response(502)
-    state = FederationState()
+    state = new_state()
     start_after(state, 1)
     local = make_relay()
     engine = make_engine(local, [Peer(origin=PEER)], state)
@@ -215,7 +215,7 @@ def test_batch_server_error_parks_the_event_and_a_later_pass_resolves_it(router)
     assert local_ids(local) == [base["hash"], review["hash"]] and state.pending_count(PEER) == 0
 
 
-def test_a_page_commits_in_groups_and_in_page_dependencies_need_no_batch(router) -> None:
+def test_a_page_commits_in_groups_and_in_page_dependencies_need_no_batch(router, new_state) -> None:
     """The first pass commits admitted envelopes together; a dependency earlier in the
     same page is committed before its dependent is checked again, never fetched."""
     fake = FakePeer(router)
@@ -234,14 +234,14 @@ def test_a_page_commits_in_groups_and_in_page_dependencies_need_no_batch(router)
         return real_commit(items)
 
     local.commit_admitted = spy
-    [result] = make_engine(local, [Peer(origin=PEER)], FederationState(), group_size=4).run_once()
+    [result] = make_engine(local, [Peer(origin=PEER)], new_state(), group_size=4).run_once()
     assert result.ok and result.accepted == 8 and result.pending == 0 and result.rejected == 0
     assert fake.batch_calls == []
     assert local_ids(local) == [e["hash"] for e in (base, *others[:2], v2, review, *others[2:])]
     assert sum(groups) == 8 and max(groups) <= 4 and len(groups) < 8
 
 
-def test_a_batch_answer_of_the_wrong_shape_costs_only_the_event_that_needed_it(router) -> None:
+def test_a_batch_answer_of_the_wrong_shape_costs_only_the_event_that_needed_it(router, new_state) -> None:
     """``missing: [["id"]]`` once raised TypeError and ended the pass as an internal error."""
     fake = FakePeer(router)
     alice = Author("alice")
@@ -258,7 +258,7 @@ def test_a_batch_answer_of_the_wrong_shape_costs_only_the_event_that_needed_it(r
         "result object": lambda body: body.update(result={"0": body["result"][0]}),
     }
     for name, hook in cases.items():
-        r, st, _, local = sync_with_batch_hook(fake, hook, 1)
+        r, st, _, local = sync_with_batch_hook(fake, hook, 1, new_state)
         assert r.ok and r.error is None, (name, r.error)
         assert r.accepted == 1 and r.pending == 1, name  # the later event is not held up
         assert st.counts["batch_errors"] == 1 and st.checkpoint == 3, name

@@ -419,12 +419,12 @@ def test_endless_pages_take_constant_memory_and_the_verified_part_is_kept() -> N
     assert feed.after_seqs == ["0", "3000"]  # the next pass resumes after what was verified
 
 
-def test_state_survives_reopening(router, tmp_path) -> None:
+def test_state_survives_reopening(router, new_state) -> None:
     fake, events = seeded(router, 3)
-    state = FederationState.open_in(tmp_path)
+    state = new_state("federation")
     make_engine(make_relay(), [peer()], state).run_once()
     state.close()
-    again = FederationState.open_in(tmp_path)
+    again = new_state("federation")
     st = again.get(PEER)
     assert st.checkpoint == 3 and st.counts["accepted"] == 3 and st.last_success and st.lag == 0
 

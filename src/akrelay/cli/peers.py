@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     st = sub.add_parser("status", help="per-peer checkpoint, lag, last success, last error and counts")
     st.add_argument("--data", metavar="DIR", default="./akrelay-data", help="the relay's data directory")
+    st.add_argument("--store", metavar="URL", default=None,
+                    help="a deployment's Redis (redis://HOST:PORT/DB): read its shared sync state instead "
+                         "[env AKRELAY_STORE]")
     st.set_defaults(handler=cmd_status)
     peers.set_defaults(handler=lambda args: (peers.print_help(), 0)[1])
 
@@ -133,12 +137,20 @@ def _when(ms: int | None) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from akrelay.federation.peers import PeerConfigError, load_peers
-    from akrelay.federation.state import STATE_FILE, FederationState, PeerState
+    from akrelay.federation.state import STATE_FILE, FederationState, PeerState, StateStore
+    from akrelay.store.base import StoreUnavailable
 
     data = Path(args.data)
-    if not (data / STATE_FILE).is_file() and not args.file:
+    store = getattr(args, "store", None) or os.environ.get("AKRELAY_STORE", "")
+    state: StateStore
+    if store and store != "sqlite":  # the deployment's state, read only
+        from akrelay.federation.redis_state import RedisFederationState
+
+        state = RedisFederationState.connect(store)
+    elif not (data / STATE_FILE).is_file() and not args.file:
         return _fail(f"no sync state in {data} (has the relay synced yet?)")
-    state = FederationState.open_in(data) if (data / STATE_FILE).is_file() else FederationState()
+    else:
+        state = FederationState.open_in(data) if (data / STATE_FILE).is_file() else FederationState()
     try:
         states = {s.origin: s for s in state.all()}
         if args.file:
@@ -148,6 +160,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             except PeerConfigError as exc:
                 return _fail(str(exc))
         pending = {o: state.pending_count(o) for o in states}
+    except StoreUnavailable as exc:
+        return _fail(str(exc))
     finally:
         state.close()
     if args.json:

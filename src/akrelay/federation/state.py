@@ -1,8 +1,10 @@
 """Persisted per-peer sync state and the bounded pending set.
 
 Kept in its own small SQLite file in the data directory (``federation.sqlite3``)
-so it survives restarts whatever store backend the relay uses, and so that a
-checkpoint and the pending entries of one pass commit in one transaction. The
+so it survives restarts, and so that a checkpoint and the pending entries of one
+pass commit in one transaction. With ``--store redis://...`` it lives in Redis
+instead (:mod:`akrelay.federation.redis_state`), shared by the deployment's nodes,
+so a new sync leader on another node continues where the old one stopped. The
 acceptance log itself stays in the store: replaying a pass after a crash only
 resubmits envelopes, which the store answers as exact resubmissions.
 """
@@ -14,7 +16,7 @@ import sqlite3
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from akrelay.store.schema import Schema, ensure_schema, script
 
@@ -62,6 +64,14 @@ class PeerState:
         data["lag"] = self.lag
         return data
 
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "PeerState":
+        """The state :meth:`to_json` saved (``lag`` is derived; counters added later start at 0)."""
+        data = json.loads(text)
+        data.pop("lag", None)
+        counts = dict.fromkeys(COUNTERS, 0) | data.pop("counts", {})
+        return cls(**data, counts=counts)
+
 
 @dataclass(frozen=True, slots=True)
 class PendingEntry:
@@ -89,8 +99,45 @@ CREATE INDEX IF NOT EXISTS pending_ord ON pending (origin, ord);
 SCHEMA = Schema("federation state", {0: script(_SCHEMA_V1)})
 
 
+class StateStore(Protocol):
+    """The federation state as the sync engine uses it: :class:`FederationState` (a SQLite file
+    per data directory) or :class:`akrelay.federation.redis_state.RedisFederationState` (one per
+    deployment, writes fenced by the sync lease's token)."""
+
+    path: str
+    max_pending: int
+    max_pending_bytes: int
+
+    def get(self, origin: str) -> PeerState: ...
+    def put(self, state: PeerState) -> None: ...
+    def all(self) -> list[PeerState]: ...
+    def pending(self, origin: str, limit: int | None = None) -> list[PendingEntry]: ...
+    def pending_count(self, origin: str | None = None) -> int: ...
+    def add_pending(self, origin: str, event_id: str, raw: bytes, missing: list[str] | tuple[str, ...],
+                    now_ms: int, retry_at: int = 0) -> int: ...
+    def remove_pending(self, origin: str, event_id: str) -> bool: ...
+    def is_pending(self, origin: str, event_id: str) -> bool: ...
+    def iter_origins_with_pending(self) -> Iterator[str]: ...
+    def close(self) -> None: ...
+
+
+def open_state(settings: Any, *, token: int | None = None,
+               on_fenced: Callable[[], None] | None = None) -> StateStore:
+    """The federation state of ``settings``: in Redis when ``settings.store`` is a Redis URL
+    (writes fenced by ``token``, the sync lease's), else ``federation.sqlite3`` in the data directory."""
+    url = getattr(settings, "store", "") or ""
+    if url:
+        from akrelay.federation.redis_state import RedisFederationState
+
+        return RedisFederationState.connect(url, token=token, on_fenced=on_fenced)
+    return FederationState.open_in(settings.data_dir)
+
+
 class FederationState:
-    """Thread-safe store of :class:`PeerState` and pending entries."""
+    """Thread-safe store of :class:`PeerState` and pending entries in one SQLite file.
+
+    Its writer is the data directory's leader (an ``flock``), so its writes need no fencing.
+    """
 
     def __init__(self, path: str | Path = ":memory:", *, max_pending: int = 10_000,
                  max_pending_bytes: int = 64 * 1024 * 1024) -> None:
@@ -122,12 +169,7 @@ class FederationState:
     def get(self, origin: str) -> PeerState:
         with self._lock:
             row = self._db.execute("SELECT data FROM peer_state WHERE origin = ?", (origin,)).fetchone()
-        if row is None:
-            return PeerState(origin)
-        data = json.loads(row[0])
-        data.pop("lag", None)
-        counts = dict.fromkeys(COUNTERS, 0) | data.pop("counts", {})
-        return PeerState(**data, counts=counts)
+        return PeerState.from_json(row[0]) if row is not None else PeerState(origin)
 
     def put(self, state: PeerState) -> None:
         with self._lock:

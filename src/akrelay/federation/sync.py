@@ -31,11 +31,13 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
-from akrelay.federation.state import FederationState, PeerState
+from akrelay.federation.state import PeerState, StateStore
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
+from akrelay.leader import LeadershipLost
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.records import check_batch_shape, check_query_shape, check_same_scope
+from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.federation")
 
@@ -127,7 +129,7 @@ class _Budget:
 class SyncEngine:
     """Replicates from a set of peers into one relay."""
 
-    def __init__(self, relay: Any, state: FederationState, peers: Iterable[Peer],
+    def __init__(self, relay: Any, state: StateStore, peers: Iterable[Peer],
                  options: SyncOptions | None = None, *,
                  transport_factory: Callable[[Peer], PeerTransport] = PeerTransport,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
@@ -168,13 +170,19 @@ class SyncEngine:
 
         def loop(peer: Peer, hop: int) -> None:
             while not stop.is_set():
+                wait = peer.interval
                 try:
                     self.sync_peer(peer, hop=hop)
+                    st = self.state.get(peer.origin)
+                    wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
+                    wait = max(peer.interval, wait_ms / 1000.0)
+                except LeadershipLost:
+                    return  # another node leads now: its owner stops this loop (see federation.runner)
+                except StoreUnavailable as exc:  # an outage, not a bug: no traceback, try again later
+                    log.warning("sync %s: %s (next try in %.1fs)", peer.origin, exc, wait)
                 except Exception:  # never let one peer's bug end its loop silently
                     log.exception("sync pass for %s crashed", peer.origin)
-                st = self.state.get(peer.origin)
-                wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
-                stop.wait(max(peer.interval, wait_ms / 1000.0))
+                stop.wait(wait)
 
         while not stop.is_set():
             wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
@@ -203,8 +211,10 @@ class SyncEngine:
                 endpoints = self._discover(peer, transport, hop)
                 self._retry_pending(peer, transport, endpoints["batch"], st, result)
                 self._enumerate(peer, transport, endpoints, st, result)
-        except (PeerFetchError, PeerMisbehaved, ProtocolError) as exc:
+        except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
             self._fail(peer, st, result, exc)
+        except LeadershipLost:
+            raise
         except Exception as exc:  # a bug or a local failure must not end the other peers' passes
             log.exception("sync pass for %s failed unexpectedly", peer.origin)
             self._fail(peer, st, result, PeerMisbehaved(f"internal error: {type(exc).__name__}: {exc}"))

@@ -77,14 +77,18 @@ def _kip_head(relay: Any) -> int | None:
 
 def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
     data = _data_dir(relay)
-    if data is None or not getattr(settings, "peers", None):
+    if not getattr(settings, "peers", None):
         return []
     try:
-        from akrelay.federation.state import STATE_FILE, FederationState
+        from akrelay.federation.state import STATE_FILE, FederationState, StateStore, open_state
 
-        if not (data / STATE_FILE).exists():
+        state: StateStore
+        if getattr(settings, "store", ""):  # the deployment's state, in Redis (read only here)
+            state = open_state(settings)
+        elif data is None or not (data / STATE_FILE).exists():
             return []
-        state = FederationState.open_in(data)
+        else:
+            state = FederationState.open_in(data)
         try:
             return [PeerStatus(p.origin, p.checkpoint, p.peer_checkpoint, p.lag, p.counts.get("failed_passes", 0),
                                p.counts.get("passes", 0), p.last_error, p.last_success) for p in state.all()]
