@@ -179,13 +179,13 @@ class LeaseKeeper(threading.Thread):
         self.lease = lease
         self.on_lost = on_lost
         self.clock = clock
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         from akrelay.store.redis_client import OUTAGE_ERRORS
 
         confirmed = self.clock()
-        while not self._stop.wait(self.lease.ttl / 3):
+        while not self._halt.wait(self.lease.ttl / 3):
             try:
                 if not self.lease.renew():
                     self.on_lost("another node holds the lease now")
@@ -198,6 +198,6 @@ class LeaseKeeper(threading.Thread):
                     return
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
+        self._halt.set()
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout)

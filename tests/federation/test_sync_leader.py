@@ -1,0 +1,204 @@
+"""One sync leader per deployment on Redis: the lease, its fencing token, takeover and handover."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from akrelay.federation.peers import Peer, PeerFile, save_peers
+from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
+from akrelay.federation.runner import BackgroundSync, Leadership, sync_once
+from akrelay.federation.state import PeerState
+from akrelay.leader import LeadershipLost, LeaseKeeper, RedisLease
+from akrelay.settings import defaults
+from akrelay.store.redis_client import connect
+
+from .conftest import Author, FakePeer, local_ids, make_engine, make_relay
+
+PEER = "https://peer-a.example"
+
+
+def contender(url: str, ttl: float = 30.0) -> RedisLease:
+    """A lease over a client of its own, as on one relay node."""
+    return RedisLease(connect(url), KEY_PREFIX, ttl=ttl)
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_two_contenders_one_leader(redis_url) -> None:
+    a, b = contender(redis_url), contender(redis_url)
+    results = []
+    barrier = threading.Barrier(2)
+
+    def race(lease: RedisLease) -> None:
+        barrier.wait()
+        results.append(lease.acquire())
+
+    threads = [threading.Thread(target=race, args=(lease,)) for lease in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == [False, True]
+    leader = a if a.held else b
+    assert leader.token == 1 and leader.current() == (1, leader.holder)
+    assert leader.acquire() and leader.token == 1  # asking again while holding renews, same term
+
+
+def test_a_stalled_leader_is_replaced_with_a_higher_token_and_its_write_is_refused(redis_url) -> None:
+    a, b = contender(redis_url, ttl=0.3), contender(redis_url, ttl=30.0)
+    assert a.acquire() and not b.acquire()
+    fenced = []
+    old = RedisFederationState(a.client, token=a.token, on_fenced=lambda: fenced.append(True))
+    old.put(PeerState(PEER, checkpoint=5))  # while it leads, its writes land
+    time.sleep(0.45)  # a stalls: no renewal, the lease expires
+    assert b.acquire() and b.token == a.token + 1
+    new = RedisFederationState(b.client, token=b.token)
+    assert new.get(PEER).checkpoint == 5  # the new leader continues from the old one's state
+    new.put(PeerState(PEER, checkpoint=6))
+    with pytest.raises(LeadershipLost, match="stale"):
+        old.put(PeerState(PEER, checkpoint=99))
+    with pytest.raises(LeadershipLost):
+        old.add_pending(PEER, "e1", b"raw", ["d"], now_ms=1)
+    assert fenced == [True] and new.get(PEER).checkpoint == 6 and new.pending_count() == 0
+    assert not a.renew() and not a.held  # and its renewal is refused: b holds the lease
+    assert b.current() == (b.token, b.holder)
+
+
+def test_a_lapsed_lease_nobody_took_is_resumed_with_the_same_token(redis_url) -> None:
+    a = contender(redis_url, ttl=0.2)
+    assert a.acquire()
+    time.sleep(0.3)
+    assert a.renew() and a.token == 1 and a.current() == (1, a.holder)
+
+
+def test_release_hands_over_at_once(redis_url) -> None:
+    a, b = contender(redis_url), contender(redis_url)
+    assert a.acquire() and not b.acquire()
+    a.release()
+    assert not a.held and b.acquire() and b.token == 2
+    a.release()  # not ours any more: leaves b's lease alone
+    assert b.current() == (2, b.holder)
+
+
+def test_the_keeper_renews_and_reports_a_lost_lease(redis_url) -> None:
+    a, b = contender(redis_url, ttl=1.0), contender(redis_url)
+    assert a.acquire()
+    lost: list[str] = []
+    keeper = LeaseKeeper(a, lost.append)
+    keeper.start()
+    try:
+        time.sleep(1.6)  # well past the ttl: renewed every 0.33 s
+        assert not b.acquire() and a.held and lost == []
+        a.client.delete(a.key)  # someone else's term begins (here: the lease vanishes, b takes it)
+        assert b.acquire()
+        assert wait_until(lambda: lost != [], 5) and "another node" in lost[0]
+    finally:
+        keeper.stop()
+
+
+def test_the_new_leader_continues_where_the_old_one_stopped(router, redis_url) -> None:
+    fake = FakePeer(router)
+    fake.add(*(Author("alice").publish(f"Result {i}") for i in range(3)))
+    a, b = contender(redis_url), contender(redis_url)
+    assert a.acquire()
+    local = make_relay()
+    make_engine(local, [Peer(origin=PEER)], RedisFederationState(a.client, token=a.token)).run_once()
+    a.release()
+    fake.add(Author("bob").publish("After the handover"))
+    assert b.acquire()
+    state = RedisFederationState(b.client, token=b.token)
+    assert state.get(PEER).checkpoint == 3
+    [result] = make_engine(local, [Peer(origin=PEER)], state).run_once()
+    assert result.ok and result.accepted == 1 and state.get(PEER).checkpoint == 4
+    assert fake.query_calls[-1]["after_seq"] == "3" and len(local_ids(local)) == 4
+
+
+def _settings(tmp_path, url: str, name: str):
+    peers = tmp_path / "peers.toml"
+    if not peers.exists():  # a peer nobody answers for: every pass fails fast and saves the peer's state
+        save_peers(peers, PeerFile([Peer(origin="https://127.0.0.1:9", allow_private=True, interval=0.2)]))
+    return defaults(store=url, peers=str(peers), data=str(tmp_path / name))
+
+
+def test_background_sync_one_leader_across_nodes_handover_and_fencing(tmp_path, redis_url, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="akrelay.federation")
+    nodes = [BackgroundSync(_settings(tmp_path, redis_url, n), make_relay(), retry=0.05, lease_ttl=1.5)
+             for n in ("a", "b")]
+    for node in nodes:
+        node.start()
+    try:
+        assert wait_until(lambda: sum(n.terms for n in nodes) == 1)
+        time.sleep(0.3)
+        assert sum(n.terms for n in nodes) == 1  # one leader for the deployment, not one per data dir
+        first = next(n for n in nodes if n.terms == 1)
+        other = nodes[1 - nodes.index(first)]
+        first_token = first.leadership.token
+        # The leader stalls: its keeper stops renewing, so the lease expires and the other node takes it.
+        keeper = first.leadership._keeper
+        assert keeper is not None
+        keeper.stop()
+        assert wait_until(lambda: other.terms == 1)
+        assert other.leadership.token == first_token + 1
+        # The old leader's next state write carries its stale token: refused, and it stops syncing.
+        assert wait_until(lambda: any("no longer leading" in r.getMessage() for r in caplog.records))
+        assert first.is_alive() and first.terms == 1  # back to waiting for the lease
+        # Stopping the leader releases the lease: the waiting node leads at its next try, not after the ttl.
+        other.stop()
+        started = time.monotonic()
+        assert wait_until(lambda: first.terms == 2, 5)
+        assert time.monotonic() - started < 0.5
+        assert first.leadership.token == first_token + 2
+    finally:
+        for node in nodes:
+            node.stop()
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records), [r.getMessage() for r in caplog.records]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("leading the deployment on redis://" in m and "fencing token" in m for m in messages)
+
+
+def test_sync_once_refuses_while_another_node_leads(tmp_path, redis_url) -> None:
+    settings = _settings(tmp_path, redis_url, "a")
+    holder = Leadership(settings)
+    assert holder.acquire()
+    try:
+        with pytest.raises(RuntimeError, match="already syncing the deployment"):
+            sync_once(settings, make_relay())
+    finally:
+        holder.close()
+    [result] = sync_once(settings, make_relay())
+    assert not result.ok  # nobody answers, but it ran, as the leader
+    assert RedisFederationState(connect(redis_url)).get("https://127.0.0.1:9").counts["failed_passes"] == 1
+
+
+def test_a_redis_outage_deposes_the_leader_quietly_and_it_leads_again_after(tmp_path, caplog) -> None:
+    from redis_server import RedisServer
+
+    caplog.set_level(logging.INFO, logger="akrelay.federation")
+    server = RedisServer(tmp_path / "redis").start()
+    node = BackgroundSync(_settings(tmp_path, server.url, "a"), make_relay(), retry=0.05, lease_ttl=1.0)
+    node.start()
+    try:
+        assert wait_until(lambda: node.terms == 1 and node.leadership.token == 1)
+        server.kill()
+        assert wait_until(lambda: any("no longer leading" in r.getMessage() for r in caplog.records), 10)
+        assert node.is_alive()
+        server.start()
+        assert wait_until(lambda: node.terms == 2, 10)
+        assert node.leadership.token == 2
+    finally:
+        node.stop()
+        server.kill()
+    assert not node.is_alive()
+    assert not any(r.levelno >= logging.ERROR or r.exc_info for r in caplog.records), \
+        [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
