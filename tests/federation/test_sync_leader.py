@@ -202,3 +202,18 @@ def test_a_redis_outage_deposes_the_leader_quietly_and_it_leads_again_after(tmp_
     assert not node.is_alive()
     assert not any(r.levelno >= logging.ERROR or r.exc_info for r in caplog.records), \
         [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_peers_status_reads_the_deployment_state(redis_url, tmp_path, capsys) -> None:
+    from akrelay.cli import main
+
+    lease = contender(redis_url)
+    assert lease.acquire()
+    state = RedisFederationState(lease.client, token=lease.token)
+    state.put(PeerState(PEER, checkpoint=4, peer_checkpoint=6))
+    state.add_pending(PEER, "e1", b"raw", ["d"], now_ms=1)
+    assert main(["peers", "status", "--data", str(tmp_path / "none"), "--store", redis_url]) == 0
+    out = capsys.readouterr().out
+    assert PEER in out and "checkpoint    4 (peer at 6, lag 2)" in out
+    assert main(["peers", "status", "--store", "redis://127.0.0.1:9/0"]) == 2
+    assert "unreachable" in capsys.readouterr().err
