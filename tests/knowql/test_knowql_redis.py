@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from akrelay.knowql.redis_store import RedisTurnStore
-from akrelay.knowql.store import SqliteTurnStore, open_turn_store
+from akrelay.knowql.service import open_turn_store
+from akrelay.knowql.store import SqliteTurnStore
 from akrelay.settings import defaults
 from redis_server import RedisServer
 

@@ -22,9 +22,8 @@ and ``<p>token`` (:class:`~akrelay.leader.RedisLease`):
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 from akrelay.federation.state import PeerState, PendingEntry
 from akrelay.leader import TOKEN_KEY, LeadershipLost
@@ -32,7 +31,8 @@ from akrelay.store.redis_client import connect, unavailable
 
 KEY_PREFIX = "akrelay:sync:"
 
-T = TypeVar("T")
+#: Methods wrapped in this answer a Redis outage as StoreUnavailable (503 with Retry-After upstream).
+_outage_is_503 = unavailable("the federation state (Redis)")
 
 #: Every write script starts here: a token other than the deployment's current one writes nothing.
 _FENCE = """
@@ -98,13 +98,6 @@ end
 return out
 """
 
-
-def _outage_is_503(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        with unavailable("the federation state (Redis)"):
-            return method(*args, **kwargs)
-    return wrapper
 
 
 class RedisFederationState:

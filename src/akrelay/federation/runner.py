@@ -124,6 +124,17 @@ class Leadership:
             self._client.close()
 
 
+def open_state(settings: Any) -> StateStore:
+    """The federation state of ``settings`` for reading (status, metrics): the deployment's in
+    Redis when ``settings.store`` is a Redis URL, else ``federation.sqlite3`` in the data directory."""
+    url = getattr(settings, "store", "") or ""
+    if url:
+        from akrelay.federation.redis_state import RedisFederationState
+
+        return RedisFederationState.connect(url)
+    return FederationState.open_in(settings.data_dir)
+
+
 def sync_options(settings: Any) -> SyncOptions:
     return SyncOptions(
         own_origin=settings.origin,

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Iterator, Protocol
 
 from akrelay.store.schema import Schema, ensure_schema, script
 
@@ -120,17 +120,6 @@ class StateStore(Protocol):
     def iter_origins_with_pending(self) -> Iterator[str]: ...
     def close(self) -> None: ...
 
-
-def open_state(settings: Any, *, token: int | None = None,
-               on_fenced: Callable[[], None] | None = None) -> StateStore:
-    """The federation state of ``settings``: in Redis when ``settings.store`` is a Redis URL
-    (writes fenced by ``token``, the sync lease's), else ``federation.sqlite3`` in the data directory."""
-    url = getattr(settings, "store", "") or ""
-    if url:
-        from akrelay.federation.redis_state import RedisFederationState
-
-        return RedisFederationState.connect(url, token=token, on_fenced=on_fenced)
-    return FederationState.open_in(settings.data_dir)
 
 
 class FederationState:

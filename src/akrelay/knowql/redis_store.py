@@ -23,10 +23,9 @@ A Redis outage is :class:`~akrelay.store.base.StoreUnavailable` (503 with ``Retr
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import redis
 import redis.client
@@ -40,15 +39,9 @@ KEY_PREFIX = "akrelay:knowql:"
 #: Optimistic transactions retried at most this often before the request is refused as busy.
 MAX_RETRIES = 64
 
-T = TypeVar("T")
+#: Methods wrapped in this answer a Redis outage as StoreUnavailable (503 with Retry-After upstream).
+_outage_is_503 = unavailable("the KnowQL session store (Redis)")
 
-
-def _outage_is_503(method: Callable[..., T]) -> Callable[..., T]:
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        with unavailable("the KnowQL session store (Redis)"):
-            return method(*args, **kwargs)
-    return wrapper
 
 
 def _text(value: bytes | None) -> str | None:

@@ -21,7 +21,8 @@ from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import Turn, TurnRunner, history_of
-from akrelay.knowql.store import TurnStore, open_turn_store, public
+from akrelay.knowql.redis_store import RedisTurnStore
+from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
 
 #: Turns running at once in one worker; more wait in the pool's queue.
 TURN_THREADS = 8
@@ -56,6 +57,17 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
         if entry is not None:
             entries.append(entry)
     return Catalog(entries, tiers)
+
+
+def open_turn_store(settings: Any, data_dir: Any) -> TurnStore:
+    """The turn store of ``settings``: Redis when ``settings.store`` is a Redis URL, else the SQLite file.
+
+    Opened by the KnowQL component on start and closed on stop; a Redis client connects on first use.
+    """
+    url = getattr(settings, "store", "") or ""
+    if url:
+        return RedisTurnStore.connect(url)
+    return SqliteTurnStore.in_data_dir(data_dir)
 
 
 class KnowqlService:

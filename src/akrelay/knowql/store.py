@@ -4,8 +4,8 @@
 keeps it in ``<data>/knowql.sqlite3`` (WAL, so a poll, a cancel or an event
 replay can reach any worker), or in memory for a relay without a data
 directory. :class:`akrelay.knowql.redis_store.RedisTurnStore` keeps it in Redis
-for a deployment of several nodes (``--store redis://...``); :func:`open_turn_store`
-picks the one the settings name.
+for a deployment of several nodes (``--store redis://...``);
+:func:`akrelay.knowql.service.open_turn_store` picks the one the settings name.
 
 Every status change is a compare-and-set from ``in_progress`` (a cancel and a
 completion cannot both win) made in one transaction with the terminal event
@@ -64,18 +64,6 @@ class TurnStore(Protocol):
     def status_counts(self) -> dict[str, int]: ...
     def close(self) -> None: ...
 
-
-def open_turn_store(settings: Any, data_dir: str | Path | None) -> TurnStore:
-    """The turn store of ``settings``: Redis when ``settings.store`` is a Redis URL, else the SQLite file.
-
-    Opened by the KnowQL component on start and closed on stop; a Redis client connects on first use.
-    """
-    url = getattr(settings, "store", "") or ""
-    if url:
-        from akrelay.knowql.redis_store import RedisTurnStore
-
-        return RedisTurnStore.connect(url)
-    return SqliteTurnStore.in_data_dir(data_dir)
 
 
 def public(doc: dict[str, Any]) -> dict[str, Any]:

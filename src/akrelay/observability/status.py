@@ -80,7 +80,8 @@ def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
     if not getattr(settings, "peers", None):
         return []
     try:
-        from akrelay.federation.state import STATE_FILE, FederationState, StateStore, open_state
+        from akrelay.federation.runner import open_state
+        from akrelay.federation.state import STATE_FILE, FederationState, StateStore
 
         state: StateStore
         if getattr(settings, "store", ""):  # the deployment's state, in Redis (read only here)
