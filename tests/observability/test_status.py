@@ -48,3 +48,22 @@ def test_explorer_pages_share_the_read_rate_limit(tmp_path: Path) -> None:
         codes = [kq.client.get("/explorer/").status_code for _ in range(3)]
         assert codes[:2] == [200, 200] and codes[2] == 429
         assert kq.client.get("/v1/knowledge/query").status_code == 429  # the same bucket
+
+
+def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url: str) -> None:
+    from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
+    from akrelay.leader import RedisLease
+    from akrelay.store.redis_client import connect
+
+    client = connect(redis_url)
+    lease = RedisLease(client, KEY_PREFIX)
+    assert lease.acquire()
+    RedisFederationState(client, token=lease.token).put(PeerState("https://peer.example", checkpoint=2,
+                                                                  peer_checkpoint=5))
+    client.close()
+    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    try:
+        settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
+        assert [(p.origin, p.lag) for p in relay_status(relay, settings).peers] == [("https://peer.example", 3)]
+    finally:
+        relay.close()
