@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from akrelay.knowql.redis_store import RedisTurnStore
@@ -48,7 +49,7 @@ def test_a_session_started_on_one_node_continues_on_another(redis_url, tmp_path)
     assert not (tmp_path / "knowql.sqlite3").exists()
 
 
-def test_an_outage_of_the_session_store_is_a_503(tmp_path) -> None:
+def test_an_outage_of_the_session_store_is_a_503(tmp_path, caplog) -> None:
     server = RedisServer(tmp_path / "redis").start()
     try:
         with knowql_app(store=server.url) as kq:
@@ -63,5 +64,11 @@ def test_an_outage_of_the_session_store_is_a_503(tmp_path) -> None:
             assert time.monotonic() - started < 10
             server.start()
             assert kq.client.get(f"/queries/{doc['id']}").json() == doc
+            # Redis away at shutdown, with a turn this node still runs: a warning, and the node stops.
+            kq.node.knowql.service._open.add("qry_unfinished")
+            server.kill()
+            caplog.clear()
     finally:
         server.kill()
+    assert any("could not fail 1 unfinished turn" in r.getMessage() for r in caplog.records)
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)

@@ -8,6 +8,7 @@ it (synchronous), stream its events, or answer 202 at once (background).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -23,6 +24,9 @@ from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import Turn, TurnRunner, history_of
 from akrelay.knowql.redis_store import RedisTurnStore
 from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
+from akrelay.store.base import StoreUnavailable
+
+log = logging.getLogger("akrelay.knowql")
 
 #: Turns running at once in one worker; more wait in the pool's queue.
 TURN_THREADS = 8
@@ -107,9 +111,13 @@ class KnowqlService:
         with self._open_lock:
             unfinished, self._open = sorted(self._open), set()
         message = "the relay shut down before the turn ended"
-        for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
-            self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
-        self.store.close()
+        try:
+            for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
+                self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+        except StoreUnavailable as exc:  # Redis away at shutdown: those turns fail at their deadlines instead
+            log.warning("KnowQL: could not fail %d unfinished turn(s) at shutdown: %s", len(unfinished), exc)
+        finally:
+            self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------
 
