@@ -72,3 +72,29 @@ def test_an_outage_of_the_session_store_is_a_503(tmp_path, caplog) -> None:
         server.kill()
     assert any("could not fail 1 unfinished turn" in r.getMessage() for r in caplog.records)
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)
+
+
+def test_a_stream_ends_quietly_when_the_store_goes_away_mid_turn(caplog) -> None:
+    import anyio
+
+    from akrelay.knowql.sse import tail
+    from akrelay.store.base import StoreUnavailable
+
+    class Flaky:
+        calls = 0
+
+        def events(self, query_id, from_seq):
+            self.calls += 1
+            if self.calls > 1:
+                raise StoreUnavailable("the KnowQL session store (Redis) is unreachable", 2)
+            return [(1, "response.created", {"type": "response.created", "query_id": query_id})]
+
+        def get_query(self, query_id):
+            return {"id": query_id, "status": "in_progress"}
+
+    async def collect():
+        return [frame async for frame in tail(Flaky(), "qry_1")]
+
+    frames = anyio.run(collect)
+    assert len(frames) == 1 and frames[0].startswith(b"id: 1\nevent: response.created")
+    assert any("ended early" in r.getMessage() for r in caplog.records)

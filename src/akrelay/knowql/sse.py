@@ -11,6 +11,7 @@ any worker, resumable with ``Last-Event-ID``) are the same loop.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, AsyncIterator, Callable
 
@@ -18,6 +19,9 @@ import anyio
 import anyio.to_thread
 
 from akrelay.knowql.store import TERMINAL, public
+from akrelay.store.base import StoreUnavailable
+
+log = logging.getLogger("akrelay.knowql")
 
 #: How often a tail looks for new events, and when it sends a keep-alive comment.
 POLL_SECONDS = 0.015
@@ -44,29 +48,34 @@ async def tail(store: Any, query_id: str, from_seq: int = 1, *,
     """Frames of ``query_id`` from ``from_seq`` (inclusive) until its ``query`` frame."""
     next_seq = max(1, from_seq)
     started = last_sent = clock()
-    while True:
-        events = await anyio.to_thread.run_sync(store.events, query_id, next_seq)
-        ended = False
-        for seq, kind, event in events:
-            yield event_frame(seq, event)
-            next_seq = seq + 1
-            ended = ended or kind in _TERMINAL_EVENTS
-            last_sent = clock()
-        # get_query also fails a turn whose deadline has passed (its terminal event follows).
-        doc = await anyio.to_thread.run_sync(store.get_query, query_id)
-        if doc is None:
-            return
-        if ended or (doc["status"] in TERMINAL and not events):
-            if not ended:
-                # The terminal event landed between the two reads: send it first.
-                for seq, _kind, event in await anyio.to_thread.run_sync(store.events, query_id, next_seq):
-                    yield event_frame(seq, event)
-            yield query_frame(doc)
-            return
-        now = clock()
-        if now - started > MAX_TAIL_SECONDS:
-            return
-        if now - last_sent >= KEEPALIVE_SECONDS:
-            yield b": ping\n\n"
-            last_sent = now
-        await anyio.sleep(POLL_SECONDS)
+    try:
+        while True:
+            events = await anyio.to_thread.run_sync(store.events, query_id, next_seq)
+            ended = False
+            for seq, kind, event in events:
+                yield event_frame(seq, event)
+                next_seq = seq + 1
+                ended = ended or kind in _TERMINAL_EVENTS
+                last_sent = clock()
+            # get_query also fails a turn whose deadline has passed (its terminal event follows).
+            doc = await anyio.to_thread.run_sync(store.get_query, query_id)
+            if doc is None:
+                return
+            if ended or (doc["status"] in TERMINAL and not events):
+                if not ended:
+                    # The terminal event landed between the two reads: send it first.
+                    for seq, _kind, event in await anyio.to_thread.run_sync(store.events, query_id, next_seq):
+                        yield event_frame(seq, event)
+                yield query_frame(doc)
+                return
+            now = clock()
+            if now - started > MAX_TAIL_SECONDS:
+                return
+            if now - last_sent >= KEEPALIVE_SECONDS:
+                yield b": ping\n\n"
+                last_sent = now
+            await anyio.sleep(POLL_SECONDS)
+    except StoreUnavailable as exc:
+        # The shared store went away mid-stream: end the stream (no traceback); the client
+        # resumes with Last-Event-ID once it answers again.
+        log.warning("KnowQL stream of %s ended early: %s", query_id, exc)
