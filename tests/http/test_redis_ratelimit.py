@@ -15,7 +15,7 @@ from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.store.memory import MemoryStore
 
-from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, open_rate_limits
+from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, limiter_client, open_rate_limits
 from akrelay.settings import defaults
 from akrelay.store.redis_client import connect
 from redis_server import RedisServer
@@ -36,7 +36,7 @@ def node_app(url: str, **overrides) -> Iterator[Harness]:
 
 def _node(url: str, rate: float = 0.001, burst: int = 5, **kw) -> RedisTokenBucket:
     """A bucket with its own client, as one relay node (or worker) would have."""
-    return RedisTokenBucket(connect(url), "write", rate, burst, **kw)
+    return RedisTokenBucket(limiter_client(url), "write", rate, burst, **kw)
 
 
 def test_two_nodes_share_one_budget_per_client(redis_url) -> None:
@@ -152,3 +152,26 @@ def test_the_limits_close_their_client(redis_url) -> None:
     limits.close()
     limits.close()
     assert not isinstance(open_rate_limits(defaults())["write"], RedisTokenBucket)
+
+
+def test_a_stalled_redis_costs_one_short_wait_then_the_local_bucket_decides(tmp_path) -> None:
+    import os
+    import signal
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        now = [0.0]
+        bucket = _node(server.url, rate=100.0, burst=100, clock=lambda: now[0])
+        assert bucket.take("c") == 0.0
+        os.kill(server.process.pid, signal.SIGSTOP)  # alive, accepting, never answering
+        try:
+            started = time.monotonic()
+            assert bucket.take("c") == 0.0
+            assert time.monotonic() - started < 1.0  # REDIS_TIMEOUT, not the store's 3 s, and no hang
+            started = time.monotonic()
+            assert all(bucket.take("c") == 0.0 for _ in range(50))
+            assert time.monotonic() - started < 0.1  # the back-off: Redis is not asked again yet
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+    finally:
+        server.kill()

@@ -203,6 +203,8 @@ class BackgroundSync(threading.Thread):
                 if not self._lead():
                     return
                 self.stop_event.wait(self.retry)
+        except Exception:  # e.g. Redis refusing our credentials: a bug to fix, said once
+            log.exception("akrelay sync: the leader election failed; the sync loop stopped")
         finally:
             self.leadership.close()
 

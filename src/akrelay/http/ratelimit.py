@@ -168,6 +168,13 @@ class RateLimits(dict[str, TokenBucket]):
             client.close()
 
 
+def limiter_client(url: str) -> "redis.Redis":
+    """A Redis client for the limiter: waits of at most :data:`REDIS_TIMEOUT` (it runs on the event loop)."""
+    from akrelay.store.redis_client import connect
+
+    return connect(url, reply_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=0)
+
+
 def open_rate_limits(settings: Any) -> RateLimits:
     """The buckets for ``settings``: per process, or shared through ``settings.store`` (a Redis URL).
 
@@ -178,9 +185,6 @@ def open_rate_limits(settings: Any) -> RateLimits:
     url = getattr(settings, "store", "")
     if not url:
         return RateLimits({kind: TokenBucket(rate, burst) for kind, (rate, burst) in limits.items()})
-    from akrelay.store.redis_client import connect
-
-    client = connect(url, reply_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
-                     health_check_interval=0)
+    client = limiter_client(url)
     return RateLimits({kind: RedisTokenBucket(client, kind, rate, burst) for kind, (rate, burst) in limits.items()},
                       client)
