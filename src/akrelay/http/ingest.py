@@ -16,10 +16,11 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 
 from akrelay.http.body import BodyReader
-from akrelay.http.errors import JSON, error_body, internal_error_body, send_json
+from akrelay.http.errors import JSON, error_body, internal_error_body, send_json, unavailable_body
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
+from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.service.relay import Relay
@@ -85,6 +86,8 @@ class SubmitEndpoint:
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
+        #: a store on the network (Redis) commits on a thread always: the loop keeps verifying meanwhile
+        self._offload = bool(getattr(relay.store, "blocking_io", False))
         #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
         self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
 
@@ -122,6 +125,8 @@ class SubmitEndpoint:
             if existing is None:
                 try:
                     existing, created = await self._commit(envelope, accepted_at)
+                except StoreUnavailable:
+                    raise
                 except Exception:
                     # Step 2 was deferred to the commit: if the envelope is already
                     # retained, a failed write must not turn its resubmission into a 500.
@@ -133,6 +138,12 @@ class SubmitEndpoint:
         except ProtocolError as exc:
             metrics().refuse(exc.code)
             await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
+            return
+        except StoreUnavailable as exc:
+            # outside Litestar's exception handlers: the same 503 as handle_store_unavailable, one line in the log
+            log.warning("store unavailable on POST %s: %s", EVENTS_PATH, exc)
+            body, headers = unavailable_body(exc)
+            await send_json(send, 503, body, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
             return
         if created:
             metrics().accept(envelope.event["type"])
@@ -162,7 +173,7 @@ class SubmitEndpoint:
                 try:
                     # On the loop thread when no one else is writing (no thread hop);
                     # in a worker thread when the commit point is busy.
-                    results = self.relay.try_commit_admitted(items)
+                    results = None if self._offload else self.relay.try_commit_admitted(items)
                     if results is None:
                         results = await loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
                 except BaseException as exc:  # every waiter learns of the failure

@@ -38,7 +38,7 @@ import redis
 import redis.exceptions
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, StoreUnavailable, indexed_facts, term_key
+from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
 from akrelay.store.schema import SchemaVersionError
 
@@ -62,7 +62,7 @@ class RedisFormatError(SchemaVersionError):
     """The namespace holds a log in a layout this akrelay does not read."""
 
 
-class WeakDurability(RuntimeError):
+class WeakDurability(StoreRefused):
     """Redis's live persistence settings do not make every acknowledged acceptance survive a crash."""
 
 
