@@ -189,3 +189,38 @@ def test_a_capsule_accepted_on_one_node_is_searchable_on_the_other_within_a_seco
             found = response.json()["result"]
             time.sleep(0.02)
         assert found, "not searchable on node B within 1 s"
+
+
+@pytest.mark.slow
+def test_akrelay_serve_with_a_redis_store(tmp_path, redis_url):
+    """The real command: two workers over the shared log; --data holds no log; weak durability refused at start."""
+    import subprocess
+    import sys
+
+    import httpx
+    from relay_harness import start_relay
+
+    served = start_relay(tmp_path / "node", workers=2, extra=["--store", redis_url])
+    try:
+        with httpx.Client(verify=served.ssl_context(), timeout=10) as client:
+            assert client.get(served.origin + "/readyz").status_code == 200
+            accepted = client.post(served.origin + "/v1/knowledge/events", content=publication("served"), headers=HEADERS)
+            assert accepted.status_code == 200 and accepted.json()["seq"] == 1
+            page = client.get(served.origin + "/v1/knowledge/query").json()
+            assert [r["seq"] for r in page["result"]] == [1] and page["checkpoint"] == 1
+        assert not list((tmp_path / "node").glob("relay.sqlite3*"))
+    finally:
+        served.stop()
+
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.config_set("appendfsync", "everysec")
+    try:
+        result = subprocess.run([sys.executable, "-m", "akrelay", "serve", "--data", str(tmp_path / "weak"),
+                                 "--store", redis_url, "--port", "1"], capture_output=True, text=True, timeout=60)
+    finally:
+        client.config_set("appendfsync", "always")
+        client.close()
+    assert result.returncode == 2
+    assert "appendfsync is 'everysec'" in result.stderr and "Traceback" not in result.stderr

@@ -259,3 +259,21 @@ def test_watch_wakes_on_commits_of_another_store(redis_url):
     finally:
         a.close()
         b.close()
+
+
+def test_a_full_redis_refuses_a_commit_whole_and_leaves_no_gap(private_redis):
+    store = RedisStore(private_redis.url)
+    client = redis.Redis.from_url(private_redis.url)
+    pool = corpus()
+    try:
+        store.commit(pool[0], 1)
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", "1")
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            store.commit_many([(pool[1], 2), (pool[2], 3)])
+        assert store.get(pool[1].id) is None and store.checkpoint() == 1  # nothing written; reads still work
+        client.config_set("maxmemory", "0")
+        assert [r.seq for r, _ in store.commit_many([(pool[1], 2), (pool[2], 3)])] == [2, 3]
+    finally:
+        client.close()
+        store.close()

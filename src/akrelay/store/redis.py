@@ -19,6 +19,9 @@ Why it is shaped this way (docs/architecture.md, "The Redis store", has the key 
   most :attr:`RedisStore.scan_budget` candidates and says where it stopped; the
   client loops, so no single call holds Redis for long. Blocks of 1024 ``seq``
   values keep their ``created_at`` range, so a time bound skips whole blocks.
+* **Checked before any write.** The write scripts carry a ``#!lua`` header (Redis 7),
+  so Redis refuses one whole when it is out of memory or cannot persist, instead of
+  failing at its first write; the read scripts are declared ``no-writes``.
 * **A namespace.** Every key starts with ``<namespace>:``, so several deployments
   can share a database; a format-version key is checked on open, and a log written
   by a newer akrelay is refused (as :mod:`akrelay.store.schema` does for SQLite).
@@ -66,7 +69,7 @@ class WeakDurability(StoreRefused):
     """Redis's live persistence settings do not make every acknowledged acceptance survive a crash."""
 
 
-_COMMIT = """
+_COMMIT = """#!lua
 local p = ARGV[1]
 local n = tonumber(ARGV[2])
 local ids, rec, flt, all, wh = p..'ids', p..'rec', p..'flt', p..'all', p..'wh'
@@ -126,7 +129,7 @@ end
 return out
 """.replace("BLOCK", str(BLOCK))
 
-_QUERY = """
+_QUERY = """#!lua flags=no-writes
 local p = ARGV[1]
 local after = tonumber(ARGV[2])
 local upto = tonumber(ARGV[3])
@@ -228,7 +231,7 @@ end
 return out
 """.replace("BLOCK", str(BLOCK))
 
-_GET = """
+_GET = """#!lua flags=no-writes
 local p = ARGV[1]
 local ids, rec, wh = p..'ids', p..'rec', p..'wh'
 local out = {}
@@ -247,7 +250,7 @@ end
 return out
 """
 
-_ITER = """
+_ITER = """#!lua flags=no-writes
 local p = ARGV[1]
 local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
@@ -259,7 +262,7 @@ end
 return out
 """
 
-_WITHHOLD = """
+_WITHHOLD = """#!lua
 local p = ARGV[1]
 local s = redis.call('HGET', p..'ids', ARGV[2])
 if not s then return 0 end
@@ -268,7 +271,7 @@ return 1
 """
 
 #: ARGV: prefix, id, seq the caller read, then the record's index terms (computed from its envelope).
-_REMOVE = """
+_REMOVE = """#!lua
 local p = ARGV[1]
 local s = redis.call('HGET', p..'ids', ARGV[2])
 if not s then return 0 end
@@ -285,7 +288,7 @@ return 1
 #: Append records with their own seq (migration). ARGV: prefix, n, then per record:
 #: id, seq, accepted_at, withheld, created_at, body, text, nterms, terms...
 #: Refuses (changing nothing) when an ID or a seq is already there or a seq is not above the mark.
-_APPEND = """
+_APPEND = """#!lua
 local p = ARGV[1]
 local n = tonumber(ARGV[2])
 local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
@@ -332,7 +335,7 @@ return hwm
 """.replace("BLOCK", str(BLOCK))
 
 #: Raise the high-water mark to at least ARGV[2]; return the mark.
-_RAISE = """
+_RAISE = """#!lua
 local p = ARGV[1]
 local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
 local want = tonumber(ARGV[2])
@@ -391,7 +394,7 @@ class RedisStore:
             with unavailable(f"the Redis store at {describe(self.url)}"):
                 return fn()
         except redis.exceptions.ResponseError as exc:
-            if str(exc).startswith(_OPERATIONAL_REPLIES):
+            if isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith(_OPERATIONAL_REPLIES):
                 raise StoreUnavailable(f"the Redis store at {describe(self.url)} refused: {exc}", RETRY_AFTER) from exc
             raise
 
