@@ -148,6 +148,8 @@ local texts = {}
 for k = 1, nq do texts[k] = ARGV[10 + nt + k] end
 local wh, flt, rec = p..'wh', p..'flt', p..'rec'
 if after >= upto then return {after, 1, upto} end
+-- with nothing withheld (the usual case) no candidate needs the check
+if not incw and redis.call('SCARD', wh) == 0 then incw = true end
 -- the smallest term set in the window drives the scan; an empty one ends it at once
 local driver = p..'all'
 local others = {}
