@@ -69,10 +69,46 @@ class WeakDurability(StoreRefused):
     """Redis's live persistence settings do not make every acknowledged acceptance survive a crash."""
 
 
-_COMMIT = """#!lua
-local p = ARGV[1]
+#: Lua shared by the scripts that write records (spliced after their ``#!lua`` line).
+_PUT = """
+-- store one record (seq as a number) and its index entries; widen its block's created_at range in ``blocks``
+local function put(p, blocks, id, seq, acc, created, body, text, first_term, nt)
+  local s = string.format('%d', seq)
+  redis.call('HSET', p..'ids', id, s)
+  redis.call('HSET', p..'rec', s, acc .. ':' .. body)
+  redis.call('HSET', p..'flt', s, created .. ' ' .. text)
+  redis.call('ZADD', p..'all', seq, s)
+  for t = first_term, first_term + nt - 1 do
+    redis.call('ZADD', p .. 't:' .. ARGV[t], seq, s)
+  end
+  local c = tonumber(created)
+  local b = math.floor(seq / BLOCK)
+  local r = blocks[b]
+  if r == nil then
+    local stored = redis.call('HGET', p..'cblk', b)
+    if stored then
+      local sp = string.find(stored, ' ', 1, true)
+      r = {tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))}
+    else
+      r = {c, c}
+    end
+    blocks[b] = r
+  end
+  if c < r[1] then r[1] = c end
+  if c > r[2] then r[2] = c end
+  return s
+end
+
+local function save_blocks(p, blocks)
+  for b, r in pairs(blocks) do
+    redis.call('HSET', p..'cblk', b, string.format('%d %d', r[1], r[2]))
+  end
+end
+""".replace("BLOCK", str(BLOCK))
+
+_COMMIT = "#!lua\n" + _PUT + """local p = ARGV[1]
 local n = tonumber(ARGV[2])
-local ids, rec, flt, all, wh = p..'ids', p..'rec', p..'flt', p..'all', p..'wh'
+local ids, rec, wh = p..'ids', p..'rec', p..'wh'
 local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
 local first = hwm
 local blocks = {}
@@ -89,29 +125,7 @@ for _ = 1, n do
     out[#out + 1] = redis.call('SISMEMBER', wh, seen)
   else
     hwm = hwm + 1
-    local s = string.format('%d', hwm)
-    redis.call('HSET', ids, id, s)
-    redis.call('HSET', rec, s, acc .. ':' .. body)
-    redis.call('HSET', flt, s, created .. ' ' .. text)
-    redis.call('ZADD', all, hwm, s)
-    for t = 1, nt do
-      redis.call('ZADD', p .. 't:' .. ARGV[i + 5 + t], hwm, s)
-    end
-    local c = tonumber(created)
-    local b = math.floor(hwm / BLOCK)
-    local r = blocks[b]
-    if r == nil then
-      local stored = redis.call('HGET', p..'cblk', b)
-      if stored then
-        local sp = string.find(stored, ' ', 1, true)
-        r = {tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))}
-      else
-        r = {c, c}
-      end
-      blocks[b] = r
-    end
-    if c < r[1] then r[1] = c end
-    if c > r[2] then r[2] = c end
+    put(p, blocks, id, hwm, acc, created, body, text, i + 6, nt)
     out[#out + 1] = 1
     out[#out + 1] = hwm
     out[#out + 1] = false
@@ -120,14 +134,12 @@ for _ = 1, n do
   i = i + 6 + nt
 end
 if hwm > first then
-  for b, r in pairs(blocks) do
-    redis.call('HSET', p..'cblk', b, string.format('%d %d', r[1], r[2]))
-  end
+  save_blocks(p, blocks)
   redis.call('SET', p..'hwm', hwm)
   redis.call('PUBLISH', p..'commits', hwm)
 end
 return out
-""".replace("BLOCK", str(BLOCK))
+"""
 
 _QUERY = """#!lua flags=no-writes
 local p = ARGV[1]
@@ -290,8 +302,7 @@ return 1
 #: Append records with their own seq (migration). ARGV: prefix, n, then per record:
 #: id, seq, accepted_at, withheld, created_at, body, text, nterms, terms...
 #: Refuses (changing nothing) when an ID or a seq is already there or a seq is not above the mark.
-_APPEND = """#!lua
-local p = ARGV[1]
+_APPEND = "#!lua\n" + _PUT + """local p = ARGV[1]
 local n = tonumber(ARGV[2])
 local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
 local i = 3
@@ -307,34 +318,14 @@ local blocks = {}
 for _ = 1, n do
   local id, s, acc, w, created, body, text = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local nt = tonumber(ARGV[i + 7])
-  local seq = tonumber(s)
-  redis.call('HSET', p..'ids', id, s)
-  redis.call('HSET', p..'rec', s, acc .. ':' .. body)
-  redis.call('HSET', p..'flt', s, created .. ' ' .. text)
-  redis.call('ZADD', p..'all', seq, s)
+  put(p, blocks, id, tonumber(s), acc, created, body, text, i + 8, nt)
   if w == '1' then redis.call('SADD', p..'wh', s) end
-  for t = 1, nt do redis.call('ZADD', p .. 't:' .. ARGV[i + 7 + t], seq, s) end
-  local c = tonumber(created)
-  local b = math.floor(seq / BLOCK)
-  local r = blocks[b]
-  if r == nil then
-    local stored = redis.call('HGET', p..'cblk', b)
-    if stored then
-      local sp = string.find(stored, ' ', 1, true)
-      r = {tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))}
-    else
-      r = {c, c}
-    end
-    blocks[b] = r
-  end
-  if c < r[1] then r[1] = c end
-  if c > r[2] then r[2] = c end
   i = i + 8 + nt
 end
-for b, r in pairs(blocks) do redis.call('HSET', p..'cblk', b, string.format('%d %d', r[1], r[2])) end
+save_blocks(p, blocks)
 if n > 0 then redis.call('SET', p..'hwm', hwm) end
 return hwm
-""".replace("BLOCK", str(BLOCK))
+"""
 
 #: Raise the high-water mark to at least ARGV[2]; return the mark.
 _RAISE = """#!lua
