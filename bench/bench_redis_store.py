@@ -43,6 +43,19 @@ def build(store: Any, corpus: Corpus, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def settle(store: Any, timeout: float = 600.0) -> None:
+    """Wait until Redis is not rewriting its AOF (the bulk build triggers rewrites), so queries meet a quiet server."""
+    client = getattr(store, "_client", None)
+    if client is None:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = client.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+            return
+        time.sleep(0.5)
+
+
 def commit_rate(store: Any, envelopes: list, group: int, threads: int) -> float:
     """Accepted/s with ``threads`` committers, each committing ``group`` envelopes per call."""
     chunks = [envelopes[i:i + group] for i in range(0, len(envelopes), group)]
@@ -73,6 +86,7 @@ def measure(name: str, store: Any, n: int, commits: int, group: int, threads: in
     if isinstance(store, SqliteStore):
         while store.index_text(5000):
             pass
+    settle(store)
     out = run(n, store, corpus, iterations)
     fresh = [corpus.make(i) for i in range(n, n + commits)]
     grouped = commit_rate(store, fresh[: commits // 2], group, threads)
