@@ -224,3 +224,30 @@ def test_akrelay_serve_with_a_redis_store(tmp_path, redis_url):
         client.close()
     assert result.returncode == 2
     assert "appendfsync is 'everysec'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_concurrent_submissions_commit_in_several_groups_at_once(tmp_path, redis_url):
+    """The ingest batcher keeps several commit groups in flight on Redis: every seq once, duplicates answered."""
+    import asyncio
+
+    from litestar.testing import AsyncTestClient
+
+    bodies = [publication(f"concurrent {i}") for i in range(60)]
+
+    async def main():
+        app = create_app(_settings(tmp_path, redis_url), components=())
+        async with AsyncTestClient(app) as client:
+            async def submit(body):
+                return await client.post("/v1/knowledge/events", content=body, headers=HEADERS)
+
+            answers = await asyncio.gather(*(submit(b) for b in bodies + bodies[:10]))
+        return answers
+
+    answers = asyncio.run(main())
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200][:3]
+    seq_of = {}
+    for answer in answers:
+        record = answer.json()
+        seq_of.setdefault(record["envelope"]["hash"], set()).add(record["seq"])
+    assert all(len(seqs) == 1 for seqs in seq_of.values())
+    assert sorted(s for seqs in seq_of.values() for s in seqs) == list(range(1, 61))

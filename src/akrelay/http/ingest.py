@@ -37,6 +37,8 @@ EVENTS_PATH = "/v1/knowledge/events"
 
 #: Event-loop passes a commit group waits for before it is written (see ``SubmitEndpoint._drain``).
 GATHER_PASSES = 3
+#: Commit groups one worker may have in flight at once on a network store (each waits for a reply).
+MAX_INFLIGHT = 4
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -86,8 +88,10 @@ class SubmitEndpoint:
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
-        #: a store on the network (Redis) commits on a thread always: the loop keeps verifying meanwhile
+        #: a store on the network (Redis) commits on threads always, several groups at once (:meth:`_dispatch`):
+        #: the loop keeps verifying meanwhile
         self._offload = bool(getattr(relay.store, "blocking_io", False))
+        self._inflight = 0
         #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
         self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
 
@@ -168,6 +172,12 @@ class SubmitEndpoint:
             for _ in range(GATHER_PASSES):
                 await asyncio.sleep(0)
             while self._queue:
+                if self._offload:
+                    if self._inflight >= MAX_INFLIGHT:
+                        return  # the group keeps growing; a finishing commit drains it
+                    group, self._queue = self._queue, []
+                    self._dispatch(loop, group)
+                    continue
                 group, self._queue = self._queue, []
                 items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
                 try:
@@ -188,6 +198,33 @@ class SubmitEndpoint:
                         future.set_result(result)
         finally:
             self._draining = False
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop, group: list[tuple[Any, int, asyncio.Future]]) -> None:
+        """Commit ``group`` on a thread without waiting for it (a network store: several groups in flight).
+
+        A store on the network spends a commit waiting for the reply (and its fsync);
+        with one group in flight per worker that wait, not the CPU, would bound ingest.
+        The store orders concurrent groups at its own commit point (one script each).
+        """
+        self._inflight += 1
+        items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
+        done = loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
+
+        def finished(future: asyncio.Future) -> None:
+            self._inflight -= 1
+            error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            for index, (_, _, waiter) in enumerate(group):
+                if waiter.done():
+                    continue
+                if error is not None:
+                    waiter.set_exception(error)
+                else:
+                    waiter.set_result(future.result()[index])
+            if self._queue and not self._draining:
+                self._draining = True
+                loop.create_task(self._drain(loop))
+
+        done.add_done_callback(finished)
 
 
 class IngestFastPath:
