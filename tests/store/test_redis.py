@@ -277,3 +277,18 @@ def test_a_full_redis_refuses_a_commit_whole_and_leaves_no_gap(private_redis):
     finally:
         client.close()
         store.close()
+
+
+def test_iter_records_pages_past_one_call(redis_url, monkeypatch):
+    import akrelay.store.redis as module
+
+    monkeypatch.setattr(module, "ITER_CHUNK", 4)
+    store = RedisStore(redis_url)
+    try:
+        pool = corpus()
+        store.commit_many([(env, 1) for env in pool[:11]])
+        assert [r.seq for r in store.iter_records(0, 100)] == list(range(1, 12))
+        assert [r.seq for r in store.iter_records(2, 8)] == list(range(3, 11))
+        assert store.iter_records(11, 5) == [] and store.iter_records(0, 0) == []
+    finally:
+        store.close()

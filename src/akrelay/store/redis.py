@@ -53,8 +53,9 @@ T = TypeVar("T")
 FORMAT_VERSION = 1
 #: ``seq`` values per ``created_at`` summary block (see the module docstring).
 BLOCK = 1024
-#: Envelopes per commit script call: bounds how long one call holds Redis.
+#: Envelopes per commit script call, records per read call: bound how long one call holds Redis.
 COMMIT_CHUNK = 256
+ITER_CHUNK = 1000
 
 #: Server-side replies that mean "Redis cannot take this now" rather than a bug of ours:
 #: out of memory, persistence failing, still loading the AOF, not enough replicas.
@@ -433,10 +434,17 @@ class RedisStore:
         return int(value) if value is not None else 0
 
     def iter_records(self, after_seq: int, limit: int) -> list[Record]:
-        if limit <= 0:
-            return []
-        reply = self._script("iter", [int(after_seq), int(limit)])
-        return [_record(seq, value, withheld) for seq, value, withheld in _triples(reply)]
+        """In calls of at most :data:`ITER_CHUNK` records, so a large ``limit`` never holds Redis long."""
+        out: list[Record] = []
+        after = int(after_seq)
+        while len(out) < limit:
+            want = min(ITER_CHUNK, limit - len(out))
+            reply = self._script("iter", [after, want])
+            out += [_record(seq, value, withheld) for seq, value, withheld in _triples(reply)]
+            if len(reply) < 3 * want:
+                break
+            after = out[-1].seq
+        return out
 
     def query(
         self,
