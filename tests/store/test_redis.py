@@ -292,3 +292,37 @@ def test_iter_records_pages_past_one_call(redis_url, monkeypatch):
         assert store.iter_records(11, 5) == [] and store.iter_records(0, 0) == []
     finally:
         store.close()
+
+
+def test_time_bounds_skip_whole_blocks_exactly(redis_url):
+    """Past one 1024-seq block the created_at summaries prune; results equal the in-memory backend's."""
+    import random
+
+    from akrelay.protocol.signer import Signer, publish_event
+    from akrelay.store.memory import MemoryStore
+    from store_contract import BASE_TIME, LICENSE, envelope_from_signed
+
+    rng = random.Random(5)
+    signer = Signer.from_seed(b"\x09" * 32)
+    envs = []
+    for i in range(2600):
+        # mostly rising with the seq, with a scattered minority, so some blocks prune and some do not
+        created = BASE_TIME + (i * 1000 if rng.random() < 0.9 else rng.randrange(0, 2600) * 1000)
+        payload = {"license": LICENSE, "kind": rng.choice(("claim", "question")), "title": f"t{i}",
+                   "statement": "s", "language": "en", "tags": [rng.choice(("a", "b"))],
+                   "context": {"scope": "x", "conditions": [], "limitations": []}, "basis": "b"}
+        envs.append(envelope_from_signed(signer.sign(publish_event(signer.agent_id, created, i + 1, payload))))
+    store, oracle_store = RedisStore(redis_url), MemoryStore()
+    try:
+        store.commit_many([(e, 1) for e in envs])
+        oracle_store.commit_many([(e, 1) for e in envs])
+        for _ in range(40):
+            lo = BASE_TIME + rng.randrange(0, 2700) * 1000 if rng.random() < 0.8 else None
+            hi = BASE_TIME + rng.randrange(0, 2700) * 1000 if rng.random() < 0.5 else None
+            terms = rng.choice(([], [("tag", "a")], [("kind", "question"), ("tag", "b")]))
+            after, limit = rng.randrange(0, 2600), rng.choice((1, 7, 100, 5000))
+            expected = oracle_store.query(terms, lo, hi, after_seq=after, limit=limit)
+            got = store.query(terms, lo, hi, after_seq=after, limit=limit)
+            assert [r.seq for r in got] == [r.seq for r in expected], (terms, lo, hi, after, limit)
+    finally:
+        store.close()

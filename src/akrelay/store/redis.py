@@ -179,11 +179,33 @@ end
 local timed = cfrom ~= nil or cbefore ~= nil
 local filtered = timed or nq > 0
 local blockok = {}
+-- can block ``b`` hold a record inside the created_at bounds? (its summary is a superset of what it holds)
+local function block_ok(b)
+  local bo = blockok[b]
+  if bo == nil then
+    bo = true
+    local stored = redis.call('HGET', p..'cblk', b)
+    if stored then
+      local sp = string.find(stored, ' ', 1, true)
+      local lo, hi = tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))
+      if (cfrom ~= nil and hi < cfrom) or (cbefore ~= nil and lo >= cbefore) then bo = false end
+    end
+    blockok[b] = bo
+  end
+  return bo
+end
 local found = {}
 local pos = after
 local scanned = 0
 local exhausted = 0
 while #found < limit do
+  if scanned >= budget then break end
+  -- skip blocks that cannot match before reading any of their candidates
+  while timed and scanned < budget and pos < upto and not block_ok(math.floor((pos + 1) / BLOCK)) do
+    pos = (math.floor((pos + 1) / BLOCK) + 1) * BLOCK - 1
+    scanned = scanned + 1
+  end
+  if pos >= upto then exhausted = 1; pos = upto; break end
   if scanned >= budget then break end
   local chunk = redis.call('ZRANGEBYSCORE', driver, '(' .. pos, upto, 'LIMIT', 0, math.min(256, budget - scanned))
   if #chunk == 0 then exhausted = 1; break end
@@ -193,22 +215,10 @@ while #found < limit do
     local ok = true
     if timed then
       local b = math.floor(seq / BLOCK)
-      local bo = blockok[b]
-      if bo == nil then
-        bo = true
-        local stored = redis.call('HGET', p..'cblk', b)
-        if stored then
-          local sp = string.find(stored, ' ', 1, true)
-          local lo, hi = tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))
-          if (cfrom ~= nil and hi < cfrom) or (cbefore ~= nil and lo >= cbefore) then bo = false end
-        end
-        blockok[b] = bo
-      end
-      if not bo then
+      if not block_ok(b) then
         -- nothing in this block can match: continue after it
         pos = (b + 1) * BLOCK - 1
         if pos < seq then pos = seq end
-        ok = nil
         break
       end
     end
