@@ -50,7 +50,8 @@ RATE_LIMITED = {"description": "Too many requests from this client; Retry-After 
                 "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                 "content": {"application/json": {"schema": ref("ErrorBody")}}}
 
-UNAVAILABLE = {"description": "The shared store (Redis) is unreachable now; nothing changed. Retry-After says when to retry",
+UNAVAILABLE = {"description": "The shared store (Redis) is unreachable now; Retry-After says when to retry "
+                              "(resubmitting an envelope is safe: idempotent)",
                "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                "content": {"application/json": {"schema": ref("ErrorBody")}}}
 

@@ -251,3 +251,57 @@ def test_concurrent_submissions_commit_in_several_groups_at_once(tmp_path, redis
         seq_of.setdefault(record["envelope"]["hash"], set()).add(record["seq"])
     assert all(len(seqs) == 1 for seqs in seq_of.values())
     assert sorted(s for seqs in seq_of.values() for s in seqs) == list(range(1, 61))
+
+
+def test_a_stalled_redis_is_503_within_seconds_for_every_waiting_request(tmp_path, private_redis):
+    """SIGSTOP: connections open but nothing answers (like a host that vanished). Requests must not queue behind
+    each other's timeouts, and the event loop must keep answering /healthz meanwhile."""
+    import asyncio
+    import os
+    import signal
+
+    from litestar.testing import AsyncTestClient
+
+    async def main():
+        app = create_app(_settings(tmp_path, private_redis.url), components=())
+        async with AsyncTestClient(app) as client:
+            first = await client.post("/v1/knowledge/events", content=publication(), headers=HEADERS)
+            event_id = first.json()["envelope"]["hash"]
+            os.kill(private_redis.process.pid, signal.SIGSTOP)
+            try:
+                async def timed(method, url, **kw):
+                    started = time.monotonic()
+                    response = await client.request(method, url, **kw)
+                    return response, time.monotonic() - started
+
+                calls = []
+                for i in range(12):
+                    calls.append(timed("POST", "/v1/knowledge/events", content=publication(f"stalled {i}"), headers=HEADERS))
+                    calls.append(timed("POST", "/v1/knowledge/events", content=assessment(event_id), headers=HEADERS))
+                    calls.append(timed("GET", f"/v1/knowledge/events/{event_id}"))
+                    calls.append(timed("GET", "/v1/knowledge/query?limit=3"))
+                stalled_at = time.monotonic()
+                gathered = asyncio.gather(*calls)
+                await asyncio.sleep(0.5)
+                health, health_took = await timed("GET", "/healthz")
+                answers = await gathered
+                answered_in = time.monotonic() - stalled_at
+            finally:
+                os.kill(private_redis.process.pid, signal.SIGCONT)
+            recovered = False
+            for _ in range(150):
+                if (await client.get("/readyz")).status_code == 200:
+                    recovered = True
+                    break
+                await asyncio.sleep(0.1)
+            after = await client.post("/v1/knowledge/events", content=publication("after the stall"), headers=HEADERS)
+        return health, health_took, answers, recovered, after, answered_in
+
+    health, health_took, answers, recovered, after, answered_in = asyncio.run(main())
+    assert answered_in < 10  # all 48 were sent at once: none waited for the others' timeouts
+    assert health.status_code == 200 and health_took < 1.0
+    assert {r.status_code for r, _ in answers} <= {200, 503}  # a 200 only if Redis answered before the stop
+    assert sum(r.status_code == 503 for r, _ in answers) >= len(answers) - 2
+    assert max(took for _, took in answers) < 10
+    assert all(int(r.headers["retry-after"]) >= 1 for r, _ in answers if r.status_code == 503)
+    assert recovered and after.status_code == 200

@@ -125,7 +125,11 @@ class SubmitEndpoint:
             return
         created = False
         try:
-            existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
+            if self._offload:  # step 5 asks the store: off the loop, so that an unreachable Redis stalls no one else
+                existing, envelope, accepted_at = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._check_new, raw)
+            else:
+                existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
             if existing is None:
                 try:
                     existing, created = await self._commit(envelope, accepted_at)
@@ -154,6 +158,9 @@ class SubmitEndpoint:
         else:
             metrics().duplicates.inc()
         await send_json(send, 200, existing.to_json())
+
+    def _check_new(self, raw: bytes) -> tuple[Any, Any, int]:
+        return self.relay.check(raw, expect_new=True)
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import redis
@@ -56,6 +57,8 @@ BLOCK = 1024
 #: Envelopes per commit script call, records per read call: bound how long one call holds Redis.
 COMMIT_CHUNK = 256
 ITER_CHUNK = 1000
+#: Seconds every call fails at once after an outage was seen (a ``ping`` probes through it).
+OUTAGE_HOLD = 1.0
 
 #: Server-side replies that mean "Redis cannot take this now" rather than a bug of ours:
 #: out of memory, persistence failing, still loading the AOF, not enough replicas.
@@ -376,6 +379,9 @@ class RedisStore:
         self.channel = f"{self.prefix}commits"
         self._client = client if client is not None else connect(url)
         self._closed = False
+        #: until when calls fail at once after an outage (see :meth:`_call`), and why
+        self._down_until = 0.0
+        self._down_reason = ""
         self._watchers: list[_Watcher] = []
         self._scripts = {
             name: self._client.register_script(source)
@@ -390,17 +396,31 @@ class RedisStore:
             raise
 
     # -- plumbing ------------------------------------------------------------------
-    def _call(self, fn: Callable[[], T]) -> T:
-        """Run one Redis exchange; an outage (or a server that cannot take writes now) is :class:`StoreUnavailable`."""
+    def _call(self, fn: Callable[[], T], *, probe: bool = False) -> T:
+        """Run one Redis exchange; an outage (or a server that cannot take writes now) is :class:`StoreUnavailable`.
+
+        After an outage every call fails at once for :data:`OUTAGE_HOLD` seconds instead of
+        waiting for its own connect or reply timeout: with Redis unreachable (a host down,
+        a stalled server) requests would otherwise queue behind each other's timeouts far
+        past the few seconds a 503 may take. ``probe`` calls (``ping``, for ``/readyz``) go
+        through anyway, and a success ends the hold.
+        """
         if self._closed:
             raise RuntimeError("store is closed")
+        if not probe and self._down_until and time.monotonic() < self._down_until:
+            raise StoreUnavailable(self._down_reason, RETRY_AFTER)
         try:
             with unavailable(f"the Redis store at {describe(self.url)}"):
-                return fn()
+                value = fn()
+        except StoreUnavailable as exc:
+            self._down_reason, self._down_until = str(exc), time.monotonic() + OUTAGE_HOLD
+            raise
         except redis.exceptions.ResponseError as exc:
             if isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith(_OPERATIONAL_REPLIES):
                 raise StoreUnavailable(f"the Redis store at {describe(self.url)} refused: {exc}", RETRY_AFTER) from exc
             raise
+        self._down_until = 0.0
+        return value
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
         script = self._scripts[name]
@@ -583,7 +603,7 @@ class RedisStore:
 
     # -- operations ----------------------------------------------------------------
     def ping(self) -> None:
-        self._call(self._client.ping)
+        self._call(self._client.ping, probe=True)
 
     def durability(self) -> dict[str, str]:
         """Redis's live ``appendonly`` and ``appendfsync`` (``CONFIG GET``); raises if CONFIG is refused."""
