@@ -305,3 +305,23 @@ def test_a_stalled_redis_is_503_within_seconds_for_every_waiting_request(tmp_pat
     assert max(took for _, took in answers) < 10
     assert all(int(r.headers["retry-after"]) >= 1 for r, _ in answers if r.status_code == 503)
     assert recovered and after.status_code == 200
+
+
+def test_every_component_runs_over_a_redis_log(tmp_path, redis_url):
+    """Search, KIP, KnowQL and the web pages open their derived state in --data and read the shared log."""
+    app = create_app(_settings(tmp_path, redis_url, "full"), components=None)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        accepted = client.post("/v1/knowledge/events", content=publication("every component"), headers=HEADERS)
+        assert accepted.status_code == 200
+        kip = {"kip": "2.0", "operations": [{"command": "DESCRIBE SNAPSHOT"}]}
+        assert client.post("/v1/kip", content=json.dumps(kip), headers=HEADERS).status_code == 200
+        ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
+        assert client.post("/query", content=json.dumps(ask), headers=HEADERS).status_code == 200
+        assert client.post("/v1/knowledge/search", content=json.dumps({"text": "component", "mode": "lexical"}),
+                           headers=HEADERS).status_code == 200
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200 and "akrelay_checkpoint 1.0" in metrics.text
+        assert client.get("/explorer/").status_code == 200
+    data = tmp_path / "full"
+    assert (data / "search").exists() and (data / "kip-nexus.sqlite3").exists()
+    assert not (data / "relay.sqlite3").exists()
