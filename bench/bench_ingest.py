@@ -5,7 +5,8 @@ For each scale (records already in the store: default 10k and 100k, add
 records (bulk import, as in ``bench_query.py``), then ``akrelay serve --workers
 2`` is started on it and 32 concurrent clients submit distinct, really signed
 envelopes (all signed before timing) over TLS with keep-alive. Each
-acknowledgement is a durable acceptance (SQLite WAL commit). The figure is
+acknowledgement is a durable acceptance (SQLite WAL commit; with ``--store redis://…``
+an fsynced Redis AOF write, the log then in Redis). The figure is
 acknowledged acceptances (HTTP 200, new record) per second.
 
 The load generator is a lean asyncio HTTP/1.1 client in this process (one
@@ -58,19 +59,40 @@ def presign(count: int, seed: int) -> list[bytes]:
     return out
 
 
+#: ``--store`` (a redis:// URL): the relay's log is in Redis, not in the data directory.
+STORE = ""
+
+
 def preload(data: Path, target: int, existing: int) -> None:
     """Bring the store to ``target`` records with the query benchmark's corpus (bulk import)."""
-    from bench_query import Corpus, build
+    from bench_query import BASE, Corpus, build
 
     corpus = Corpus(seed=7)
     for i in range(existing):  # keep the corpus state (published IDs, nonce) consistent
         corpus.rng.random()
+    if STORE:
+        from akrelay.store.redis import RedisStore
+
+        rstore = RedisStore(STORE)
+        for lo in range(existing, target, 2000):
+            rstore.commit_many([(corpus.make(i), BASE + i) for i in range(lo, min(target, lo + 2000))])
+        rstore.close()
+        return
     store = build(data / "relay.sqlite3", target, corpus, existing)
     store.close()
 
 
 def records_in(data: Path) -> int:
     import sqlite3
+
+    if STORE:
+        from akrelay.store.redis import RedisStore
+
+        rstore = RedisStore(STORE)
+        try:
+            return rstore.checkpoint()
+        finally:
+            rstore.close()
 
     path = data / "relay.sqlite3"
     if not path.exists():
@@ -110,6 +132,7 @@ def start(data: Path, workers: int, core_only: bool = False) -> tuple[subprocess
     port = free_port()
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--port", str(port),
             "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"] + (["--core-only"] if core_only else [])
+    args += ["--store", STORE] if STORE else []
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     log = open(data.parent / f"serve-{port}.log", "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -228,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--catch-up-timeout", type=float, default=1800.0,
                         help="longest wait for the relay's followers to index the preloaded records")
     parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
+    parser.add_argument("--store", default="", metavar="URL",
+                        help="serve with this redis:// log (durable Redis: AOF, appendfsync always) instead of SQLite")
     args = parser.parse_args(argv)
+    global STORE
+    STORE = args.store
     scales = [int(s) for s in args.scales.split(",") if s]
     tmp = tempfile.TemporaryDirectory(prefix="akrelay-bench-ingest-") if args.data is None else None
     data = Path(args.data or tmp.name) / "data"  # type: ignore[union-attr]

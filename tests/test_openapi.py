@@ -53,6 +53,8 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "knowqlModels": ("GET", "/models", {}, 200),
         "knowqlContexts": ("GET", "/contexts", {}, 200),
         "metrics": ("GET", "/metrics", {}, 200),
+        "healthz": ("GET", "/healthz", {}, 200),
+        "readyz": ("GET", "/readyz", {}, 200),
         "openapi": ("GET", "/openapi.json", {}, 200),
         "docs": ("GET", "/docs", {}, 200),
         # refusals are declared too: one per shared error shape

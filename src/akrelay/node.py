@@ -27,7 +27,7 @@ from akrelay.http.search import SearchComponent
 from akrelay.web import WebComponent
 from akrelay.protocol.options import ValidationOptions
 from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay, open_relay
+from akrelay.service.relay import Relay, open_relay, open_shared_relay
 from akrelay.settings import Settings, defaults, licence_allow_list
 
 log = logging.getLogger("akrelay.node")
@@ -80,9 +80,16 @@ def service_config(settings: Settings) -> ServiceConfig:
 
 
 def open_relay_for(settings: Settings) -> Relay:
-    """Open the relay on ``settings.data`` (created if needed)."""
+    """Open the relay: the log in ``settings.store`` (Redis) or in ``settings.data`` (SQLite).
+
+    With a Redis store the data directory (created if needed) holds only this
+    node's derived state: search index, KIP nexus, TLS files.
+    """
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
+    if settings.store:
+        return open_shared_relay(settings.store, service_config(settings), namespace=settings.store_namespace,
+                                 accept_weak_durability=settings.accept_weak_durability, data_dir=data)
     return open_relay(data, service_config(settings))
 
 
@@ -218,6 +225,11 @@ class RelayNode:
         return doc
 
     # -- lifecycle --------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Between a completed :meth:`start` and :meth:`stop` (``/readyz``)."""
+        return self._state == "started"
+
     def start(self) -> None:
         """Start every component in order; if one fails, stop those already started and re-raise."""
         with self._lock:
@@ -225,6 +237,7 @@ class RelayNode:
                 return
             started: list[Component] = []
             try:
+                self.relay.start()  # hear commits of the other nodes (a shared store), before the followers start
                 for component in self.components:
                     component.start()
                     started.append(component)

@@ -50,8 +50,14 @@ RATE_LIMITED = {"description": "Too many requests from this client; Retry-After 
                 "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                 "content": {"application/json": {"schema": ref("ErrorBody")}}}
 
+UNAVAILABLE = {"description": "The shared store (Redis) is unreachable now; Retry-After says when to retry "
+                              "(resubmitting an envelope is safe: idempotent)",
+               "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+               "content": {"application/json": {"schema": ref("ErrorBody")}}}
+
 #: Schemas of akrelay's own members (the protocol's are taken from its JSON Schema).
 OWN_SCHEMAS: dict[str, Any] = {
+    "Health": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}},
     "ErrorBody": {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message"],
         "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
@@ -112,20 +118,27 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("signedEnvelope")}}},
             "responses": {"200": _json(ref("acceptanceRecord"), "Accepted, or an exact resubmission's record"),
                           "400": ERROR, "403": ERROR, "408": ERROR, "409": ERROR, "413": ERROR, "422": ERROR,
-                          "429": RATE_LIMITED}}},
+                          "429": RATE_LIMITED, "503": UNAVAILABLE}}},
         "/v1/knowledge/events/{event_id}": {"get": {
             "summary": "One visible acceptance record", "operationId": "getEvent",
             "parameters": [_id_param("event_id")],
             "responses": {"200": _json(ref("acceptanceRecord"), "The acceptance record"), "400": ERROR, "404": ERROR,
-                          "429": RATE_LIMITED}}},
+                          "429": RATE_LIMITED, "503": UNAVAILABLE}}},
         "/v1/knowledge/query": {"get": {
             "summary": "Filtered enumeration by seq (§9.3)", "operationId": "query", "parameters": _query_params(),
-            "responses": {"200": _json(ref("queryResponse"), "One page"), "400": ERROR, "429": RATE_LIMITED}}},
+            "responses": {"200": _json(ref("queryResponse"), "One page"), "400": ERROR, "429": RATE_LIMITED,
+                          "503": UNAVAILABLE}}},
         "/v1/knowledge/batch": {"post": {
             "summary": "Fetch up to 100 events by ID (§9.4)", "operationId": "batch",
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref("batchRequest")}}},
             "responses": {"200": _json(ref("batchResponse"), "Found and missing, in request order"), "400": ERROR,
-                          "429": RATE_LIMITED}}},
+                          "429": RATE_LIMITED, "503": UNAVAILABLE}}},
+        "/healthz": {"get": {
+            "summary": "Liveness: the process answers (never touches the store)", "operationId": "healthz",
+            "responses": {"200": _json(ref("Health"), "Alive")}}},
+        "/readyz": {"get": {
+            "summary": "Readiness: the node is started and its store answers", "operationId": "readyz",
+            "responses": {"200": _json(ref("Health"), "Ready"), "503": UNAVAILABLE}}},
     }
     present = present if present is not None else {"search": True, "kip": True, "knowql": True}
     paths.update({  # served by the node's web component, with this document

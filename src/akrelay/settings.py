@@ -61,6 +61,22 @@ def _store_url(text: Any) -> str:
 option("store", _store_url, "",
        "the acceptance log: empty for the embedded SQLite file in --data, or redis://HOST:PORT/DB for a log "
        "shared by several relay nodes (docs/operations.md, Scaling out)", metavar="URL")
+
+
+def _namespace(text: Any) -> str:
+    value = _str(text).strip()
+    if not value or any(c.isspace() for c in value):
+        raise ValueError("must be a non-empty word without spaces")
+    return value
+
+
+option("store_namespace", _namespace, "akrelay",
+       "with a redis:// --store: the prefix of every key of this deployment, so several deployments can share "
+       "one Redis database", metavar="NAME")
+option("accept_weak_durability", _bool, False,
+       "with a redis:// --store: start even when Redis's live settings are not appendonly=yes and "
+       "appendfsync=always (or CONFIG is disabled), accepting that a crash may lose acknowledged acceptances",
+       kind="flag")
 option("host", _str, "127.0.0.1", "address to listen on", serve_only=True)
 option("port", _port, 8443, "TCP port to listen on", serve_only=True)
 option("origin", _str, None,

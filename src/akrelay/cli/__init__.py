@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 
 from akrelay import __version__
+from akrelay.store.base import StoreRefused, StoreUnavailable
 from akrelay.store.schema import SchemaVersionError
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +32,9 @@ def command_modules() -> tuple[ModuleType, ...]:
 
     ``kip`` comes after ``search``: it adds ``--kip`` to search's ``reindex``.
     """
-    from akrelay.cli import admin, ask, client, identity, kip, knowledge, kql, peers, search, serve
+    from akrelay.cli import admin, ask, client, identity, kip, knowledge, kql, peers, search, serve, store
 
-    return (serve, client, admin, search, peers, kip, kql, knowledge, identity, ask)
+    return (serve, client, admin, store, search, peers, kip, kql, knowledge, identity, ask)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except SchemaVersionError as exc:  # a data file from a newer akrelay: say which, not a traceback
+    except (SchemaVersionError, StoreRefused, StoreUnavailable) as exc:
+        # a data file from a newer akrelay, a Redis too weak or unreachable: say which, not a traceback
         print(f"akrelay: {exc}", file=sys.stderr)
         return 2
     return int(result or 0)

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from akrelay.cli.store import add_store_arguments, store_values
 from akrelay.protocol.errors import ProtocolError
 
 
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("event_id", metavar="EVENT_ID", help="the event ID (envelope hash; after `--` if it starts with '-')")
         parser.add_argument("--data", default=None, metavar="DIR",
                             help="data directory of the relay [env AKRELAY_DATA; default ./akrelay-data]")
+        add_store_arguments(parser)
         parser.set_defaults(handler=_run, withheld=hidden)
 
     parser = subparsers.add_parser(
@@ -55,11 +57,11 @@ def _run(args: argparse.Namespace) -> int:
     from akrelay.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings({"data": args.data})
+        settings = load_settings({"data": args.data, **store_values(args)})
     except SettingsError as exc:
         print(f"akrelay {args.command}: {exc}", file=sys.stderr)
         return 2
-    if not (settings.data_dir / "relay.sqlite3").exists() and not any(settings.data_dir.glob("*.sqlite3")):
+    if not settings.store and not any(settings.data_dir.glob("*.sqlite3")):
         print(f"akrelay {args.command}: no relay data in {settings.data_dir}", file=sys.stderr)
         return 2
     node = RelayNode.open(settings, components=())

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from akrelay.cli.store import add_store_arguments, missing_log, store_values
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 
 DEFAULT_DATA = "./akrelay-data"
@@ -40,6 +41,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                    help=f"the relay's data directory (default {DEFAULT_DATA})")
     r.add_argument("--origin", help="the relay origin the Space id is derived from (default: from settings)")
+    add_store_arguments(r)
     r.set_defaults(handler=run_reindex)
 
     # `akrelay reindex --kip`: plain `reindex` (the Tantivy index) belongs to the search
@@ -66,6 +68,7 @@ def register(subparsers: Any) -> None:
         rr.add_argument("--kip", action="store_true", required=True, help="rebuild the KIP nexus")
         rr.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
         rr.add_argument("--origin", help="the relay origin (default: from settings)")
+        add_store_arguments(rr)
         rr.set_defaults(handler=run_reindex)
 
 
@@ -82,17 +85,16 @@ def origin_of(args: argparse.Namespace) -> str:
 
 def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> Any:
     """The data directory's relay with only its KIP component, or a clear exit if there is no store."""
-    from pathlib import Path
 
     from akrelay.node import RelayNode
     from akrelay.settings import load_settings
 
-    path = Path(data) / "relay.sqlite3"
-    if not path.is_file():
-        raise SystemExit(f"{command}: no relay store in {data!r} (expected {path})")
     budget = getattr(args, "budget_ms", None)
     settings = load_settings({"data": data, "origin": origin_of(args),
-                              "kip_budget_ms": budget if budget is not None else None})
+                              "kip_budget_ms": budget if budget is not None else None, **store_values(args)})
+    missing = missing_log(settings)
+    if missing is not None:
+        raise SystemExit(f"{command}: {missing}")
     return RelayNode.open(settings, components=("kip",))
 
 
@@ -146,6 +148,7 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-ms", type=_budget_ms, default=DEFAULT_BUDGET_MS, metavar="MS",
                    help=f"with --data: thread CPU milliseconds the command may use before it fails ExecutionTimeout "
                         f"(default {DEFAULT_BUDGET_MS}; 0: no budget). A relay applies its own --kip-budget-ms")
+    add_store_arguments(p)
 
 
 def _budget_ms(text: str) -> int:

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from akrelay.cli.client import relay_args
+from akrelay.cli.store import add_store_arguments, missing_log, store_values
 from akrelay.protocol.errors import ProtocolError
 
 # Exit codes, as for the other client commands: 1 refused, 2 usage/local error, 3 bad response.
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "or corrupt index by itself at start.")
     p.add_argument("--data", default=os.environ.get("AKRELAY_DATA", "./akrelay-data"), metavar="DIR",
                    help="data directory [env AKRELAY_DATA; default ./akrelay-data]")
+    add_store_arguments(p)
     p.set_defaults(handler=cmd_reindex)
 
 
@@ -150,10 +152,12 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from akrelay.settings import load_settings
 
     data = Path(args.data)
-    if not (data / "relay.sqlite3").is_file():
-        print(f"error: {data} holds no relay store (relay.sqlite3)", file=sys.stderr)
+    settings = load_settings({"data": str(data), **store_values(args)})
+    missing = missing_log(settings)
+    if missing is not None:
+        print(f"error: {missing}", file=sys.stderr)
         return EXIT_USAGE
-    node = RelayNode.open(load_settings({"data": str(data)}), components=("search",))
+    node = RelayNode.open(settings, components=("search",))
     try:
         count = node.search.reindex()
     except RuntimeError as exc:

@@ -19,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import parse_qsl
 
+import anyio
 import msgspec
 from litestar import Litestar, Request, asgi, get, post
 from litestar.response.base import ASGIResponse
@@ -26,6 +27,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON
+from akrelay.http.health import Readiness, health_routes
 from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, check_content_type, client_ip,
                                  refuse_rate_limited)
 from akrelay.http.ratelimit import RateLimits, TokenBucket, open_rate_limits, retry_after_seconds
@@ -80,6 +82,9 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
     relay = node.relay
     discovery_body = msgspec.json.encode(node.discovery())
+    # A store on the network (Redis) waits for replies: read there off the event loop, so that an
+    # outage or a slow reply never stalls other requests. An embedded store answers faster than a thread hop.
+    offload = bool(getattr(relay.store, "blocking_io", False))
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -89,18 +94,21 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
     async def submit(scope: Scope, receive: Receive, send: Send) -> None:
         await submitter(scope, receive, send)
 
-    @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=False)
+    @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=offload)
     def lookup(request: Request) -> ASGIResponse:
         return _json(relay.get(request.path_params["event_id"].lstrip("/")).to_json())
 
-    @get("/v1/knowledge/query", sync_to_thread=False)
+    @get("/v1/knowledge/query", sync_to_thread=offload)
     def query(request: Request) -> ASGIResponse:
         return _json(relay.query(query_pairs(request.scope["query_string"])).to_json())
 
     @post("/v1/knowledge/batch", status_code=200)
     async def batch(request: Request) -> ASGIResponse:
         _require_json(request)
-        return _json(relay.batch(await request.body()).to_json())
+        body = await request.body()
+        if offload:
+            return _json((await anyio.to_thread.run_sync(relay.batch, body)).to_json())
+        return _json(relay.batch(body).to_json())
 
     return [discovery, submit, lookup, query, batch]
 
@@ -194,7 +202,8 @@ def build_app(node: Node) -> "RelayApp":
     relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
-    handlers = core_routes(node, submitter) + node.routes()
+    readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)))
+    handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
     buckets = rate_buckets(settings)
     app = RelayApp(
         route_handlers=handlers,
@@ -206,7 +215,7 @@ def build_app(node: Node) -> "RelayApp":
         logging_config=None,
         debug=False,
         on_startup=[node.start],
-        on_shutdown=[submitter.close, node.stop, buckets.close],
+        on_shutdown=[submitter.close, node.stop, readiness.close, buckets.close],
     )
     app.state.node = node
     app.state.relay = relay

@@ -16,10 +16,11 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 
 from akrelay.http.body import BodyReader
-from akrelay.http.errors import JSON, error_body, internal_error_body, send_json
+from akrelay.http.errors import JSON, error_body, internal_error_body, send_json, unavailable_body
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
+from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.service.relay import Relay
@@ -36,6 +37,8 @@ EVENTS_PATH = "/v1/knowledge/events"
 
 #: Event-loop passes a commit group waits for before it is written (see ``SubmitEndpoint._drain``).
 GATHER_PASSES = 3
+#: Commit groups one worker may have in flight at once on a network store (each waits for a reply).
+MAX_INFLIGHT = 4
 
 
 def check_content_type(content_type: str | None) -> None:
@@ -85,6 +88,10 @@ class SubmitEndpoint:
         self.read_body = read_body
         self._queue: list[tuple[Any, int, asyncio.Future]] = []
         self._draining = False
+        #: a store on the network (Redis) commits on threads always, several groups at once (:meth:`_dispatch`):
+        #: the loop keeps verifying meanwhile
+        self._offload = bool(getattr(relay.store, "blocking_io", False))
+        self._inflight = 0
         #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
         self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")
 
@@ -118,10 +125,16 @@ class SubmitEndpoint:
             return
         created = False
         try:
-            existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
+            if self._offload:  # step 5 asks the store: off the loop, so that an unreachable Redis stalls no one else
+                existing, envelope, accepted_at = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._check_new, raw)
+            else:
+                existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
             if existing is None:
                 try:
                     existing, created = await self._commit(envelope, accepted_at)
+                except StoreUnavailable:
+                    raise
                 except Exception:
                     # Step 2 was deferred to the commit: if the envelope is already
                     # retained, a failed write must not turn its resubmission into a 500.
@@ -134,11 +147,20 @@ class SubmitEndpoint:
             metrics().refuse(exc.code)
             await send_json(send, exc.http_status, msgspec.json.encode(exc.to_wire()))
             return
+        except StoreUnavailable as exc:
+            # outside Litestar's exception handlers: the same 503 as handle_store_unavailable, one line in the log
+            log.warning("store unavailable on POST %s: %s", EVENTS_PATH, exc)
+            body, headers = unavailable_body(exc)
+            await send_json(send, 503, body, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
+            return
         if created:
             metrics().accept(envelope.event["type"])
         else:
             metrics().duplicates.inc()
         await send_json(send, 200, existing.to_json())
+
+    def _check_new(self, raw: bytes) -> tuple[Any, Any, int]:
+        return self.relay.check(raw, expect_new=True)
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -157,12 +179,18 @@ class SubmitEndpoint:
             for _ in range(GATHER_PASSES):
                 await asyncio.sleep(0)
             while self._queue:
+                if self._offload:
+                    if self._inflight >= MAX_INFLIGHT:
+                        return  # the group keeps growing; a finishing commit drains it
+                    group, self._queue = self._queue, []
+                    self._dispatch(loop, group)
+                    continue
                 group, self._queue = self._queue, []
                 items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
                 try:
                     # On the loop thread when no one else is writing (no thread hop);
                     # in a worker thread when the commit point is busy.
-                    results = self.relay.try_commit_admitted(items)
+                    results = None if self._offload else self.relay.try_commit_admitted(items)
                     if results is None:
                         results = await loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
                 except BaseException as exc:  # every waiter learns of the failure
@@ -177,6 +205,33 @@ class SubmitEndpoint:
                         future.set_result(result)
         finally:
             self._draining = False
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop, group: list[tuple[Any, int, asyncio.Future]]) -> None:
+        """Commit ``group`` on a thread without waiting for it (a network store: several groups in flight).
+
+        A store on the network spends a commit waiting for the reply (and its fsync);
+        with one group in flight per worker that wait, not the CPU, would bound ingest.
+        The store orders concurrent groups at its own commit point (one script each).
+        """
+        self._inflight += 1
+        items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
+        done = loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
+
+        def finished(future: asyncio.Future) -> None:
+            self._inflight -= 1
+            error = future.exception() if not future.cancelled() else asyncio.CancelledError()
+            for index, (_, _, waiter) in enumerate(group):
+                if waiter.done():
+                    continue
+                if error is not None:
+                    waiter.set_exception(error)
+                else:
+                    waiter.set_result(future.result()[index])
+            if self._queue and not self._draining:
+                self._draining = True
+                loop.create_task(self._drain(loop))
+
+        done.add_done_callback(finished)
 
 
 class IngestFastPath:

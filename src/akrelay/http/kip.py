@@ -14,7 +14,6 @@ grammars, schema packages) is loaded when the route is created.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -64,8 +63,7 @@ class Gateway:
         self._lock = threading.Lock()
         self._opener: threading.Thread | None = None
         self._unlisten: Any = None
-        store_path = getattr(relay.store, "path", None)
-        self.data_dir = Path(store_path).parent if store_path is not None else None
+        self.data_dir = relay.data_dir
         preload()
         self.config = KipConfig.load(self.data_dir, origin=relay.config.origin)
         self.environment = load_environment(self.config)

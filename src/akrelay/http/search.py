@@ -25,9 +25,8 @@ if TYPE_CHECKING:  # annotations only
 
 
 def data_dir_of(relay: Relay) -> Path | None:
-    """The data directory of a relay on an on-disk store; ``None`` keeps the index in memory."""
-    path = getattr(relay.store, "path", None)
-    return Path(path).parent if path is not None else None
+    """The relay's data directory (derived state); ``None`` keeps the index in memory."""
+    return relay.data_dir
 
 
 def _options(settings: Settings) -> dict[str, Any]:

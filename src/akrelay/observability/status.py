@@ -44,6 +44,10 @@ class RelayStatus:
 
 
 def _data_dir(relay: Any) -> Path | None:
+    """The node's data directory (also with a Redis store, where it holds only derived state)."""
+    data_dir = getattr(relay, "data_dir", None)
+    if data_dir is not None:
+        return Path(data_dir)
     path = getattr(relay.store, "path", None)
     return Path(path).parent if path is not None else None
 

@@ -110,14 +110,20 @@ class Relay:
         *,
         clock: Callable[[], int] = ms_clock,
         cursor_secret: bytes,
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = store
+        if data_dir is None and getattr(store, "path", None) is not None:
+            data_dir = Path(store.path).parent  # type: ignore[attr-defined]  # an embedded store's directory
+        #: where this node keeps derived state (search index, KIP nexus); ``None``: in memory
+        self.data_dir = Path(data_dir) if data_dir is not None else None
         self.config = config or ServiceConfig()
         self.clock = clock
         self._cursors = CursorCodec(cursor_secret)
         self._limits = dataclasses.replace(self.config.limits, max_envelope_bytes=self.config.max_envelope_bytes)
         #: Called after a commit in this process that accepted something (see :meth:`on_commit`).
         self._commit_listeners: list[Callable[[], None]] = []
+        self._unwatch: Callable[[], None] | None = None
 
     # -- commit notification --------------------------------------------------
     def on_commit(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -140,12 +146,26 @@ class Relay:
 
     def _committed(self, results: list[tuple[Record, bool]]) -> list[tuple[Record, bool]]:
         if self._commit_listeners and any(created for _, created in results):
-            for listener in tuple(self._commit_listeners):
-                try:
-                    listener()
-                except Exception:  # noqa: BLE001 - a wake-up must not fail a commit that is already durable
-                    log.warning("commit listener %r failed", listener, exc_info=True)
+            self._wake_listeners()
         return results
+
+    def _wake_listeners(self) -> None:
+        for listener in tuple(self._commit_listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a wake-up must not fail a commit that is already durable
+                log.warning("commit listener %r failed", listener, exc_info=True)
+
+    def start(self) -> None:
+        """Hear commits of other processes and nodes too, where the store can tell (Redis pub/sub).
+
+        The commit listeners are then also called when any node of the deployment
+        commits, so followers on this node catch up at once; polling stays their
+        fallback. Idempotent; :meth:`close` stops it. Nothing starts before this.
+        """
+        watch = getattr(self.store, "watch", None)
+        if watch is not None and self._unwatch is None:
+            self._unwatch = watch(self._wake_listeners)
 
     # -- acceptance (§8.1) ---------------------------------------------------
     def submit(self, raw: bytes, *, source: str = "http") -> tuple[Record, bool]:
@@ -352,6 +372,9 @@ class Relay:
         return self.store.checkpoint()
 
     def close(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self.store.close()
 
 
@@ -381,5 +404,38 @@ def open_relay(
         text_indexer=text_indexer,
         background_checkpoint=text_indexer,
     )
+    return _relay_over(store, config, clock, None)
+
+
+def open_shared_relay(
+    url: str,
+    config: ServiceConfig | None = None,
+    *,
+    namespace: str = "akrelay",
+    accept_weak_durability: bool = False,
+    clock: Callable[[], int] = ms_clock,
+    data_dir: str | os.PathLike[str] | None = None,
+) -> Relay:
+    """Open the relay over the acceptance log shared in Redis at ``url`` (several nodes, one log).
+
+    Refuses a Redis whose live persistence settings could lose an acknowledged
+    acceptance (:func:`akrelay.store.redis.check_durability`) unless
+    ``accept_weak_durability``. The cursor secret lives in the shared log's
+    metadata, so a cursor issued by one node is accepted by every node.
+    ``data_dir`` holds this node's derived state only (search index, KIP nexus).
+    """
+    from akrelay.store.redis import RedisStore, check_durability
+
+    store = RedisStore(url, namespace=namespace)
+    try:
+        check_durability(store, accept_weak=accept_weak_durability)
+        return _relay_over(store, config, clock, data_dir)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _relay_over(store: Store, config: ServiceConfig | None, clock: Callable[[], int],
+                data_dir: str | os.PathLike[str] | None) -> Relay:
     secret = store.meta_setdefault(CURSOR_SECRET_KEY, os.urandom(32))
-    return Relay(store, config, clock=clock, cursor_secret=secret)
+    return Relay(store, config, clock=clock, cursor_secret=secret, data_dir=data_dir)

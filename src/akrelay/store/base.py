@@ -125,6 +125,10 @@ class StoreUnavailable(Exception):
         self.retry_after = max(1, int(retry_after))
 
 
+class StoreRefused(RuntimeError):
+    """The store answers but must not be used as configured (e.g. Redis persistence too weak); say why and stop."""
+
+
 class Store(Protocol):
     """Durable acceptance log with exact filtered enumeration."""
 

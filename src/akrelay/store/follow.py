@@ -19,6 +19,8 @@ import logging
 import threading
 import time
 
+from akrelay.store.base import StoreUnavailable
+
 log = logging.getLogger("akrelay.follow")
 
 
@@ -120,7 +122,10 @@ class LogFollower:
                     self.error = None
             except Exception as exc:  # noqa: BLE001 - keep following (the log is re-read); report once per outage
                 if self.error is None:
-                    log.exception("%s: step failed; retrying", self.thread_name)
+                    if isinstance(exc, StoreUnavailable):  # an outage, not a bug: one line, no traceback
+                        log.warning("%s: %s; retrying", self.thread_name, exc)
+                    else:
+                        log.exception("%s: step failed; retrying", self.thread_name)
                 self.error = exc
                 taken = 0
                 self._halt.wait(delay)

@@ -1,0 +1,106 @@
+"""``GET /healthz`` and ``GET /readyz`` for load balancers and orchestrators.
+
+``/healthz`` says the process answers (no store access: a Redis outage must not
+get healthy nodes restarted). ``/readyz`` says this node can serve now: it is
+started and its store answers :meth:`~akrelay.store.base.Store.ping`. The probe
+runs on a thread of its own, at most once per :data:`PROBE_INTERVAL`, and a
+request waits for a fresh one at most :data:`PROBE_WAIT` seconds, so a flood of
+readiness checks costs one ping per second and never blocks the event loop; an
+outage shows within about two seconds, a recovery at the next probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable
+
+from litestar import get
+from litestar.response.base import ASGIResponse
+
+from akrelay.http.errors import JSON, error_body
+from akrelay.store.base import StoreUnavailable
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.store.base import Store
+
+log = logging.getLogger("akrelay.http")
+
+#: A cached probe result is reused for this many seconds.
+PROBE_INTERVAL = 1.0
+#: A request waits this long for a fresh probe; a store slower than that is not ready.
+PROBE_WAIT = 1.5
+
+_OK = b'{"status":"ok"}'
+
+
+class Readiness:
+    """The cached answer of ``/readyz``: is the node started, and did the store answer lately?"""
+
+    def __init__(self, store: Store, started: Callable[[], bool]) -> None:
+        self.store = store
+        self.started = started
+        self._checked = float("-inf")
+        self._problem: str | None = None
+        self._probe: asyncio.Future[Any] | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="akrelay-readyz")
+
+    def _ping(self) -> str | None:
+        try:
+            self.store.ping()
+        except StoreUnavailable as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer means "not ready", reported in the body
+            return f"the store failed to answer: {exc}"
+        return None
+
+    async def check(self) -> str | None:
+        """``None`` when ready, else why not (probing when the cached answer is stale)."""
+        if not self.started():
+            return "the relay node is starting or stopping"
+        if time.monotonic() - self._checked < PROBE_INTERVAL:
+            return self._problem
+        loop = asyncio.get_running_loop()
+        if self._probe is None:
+            self._probe = asyncio.ensure_future(self._refresh(loop))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._probe), PROBE_WAIT)
+        except asyncio.TimeoutError:
+            return f"the store did not answer within {PROBE_WAIT} s"
+        return self._problem
+
+    async def _refresh(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            problem = await loop.run_in_executor(self._pool, self._ping)
+            if problem != self._problem:
+                if problem is None:
+                    log.info("ready: the store answers again")
+                else:
+                    log.warning("not ready: %s", problem)
+            self._problem = problem
+            self._checked = time.monotonic()
+        finally:
+            self._probe = None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def health_routes(readiness: Readiness) -> list[Any]:
+    """``/healthz`` (the process answers) and ``/readyz`` (started, and the store answers); HEAD too."""
+
+    @get("/healthz", sync_to_thread=False, opt={"rate": "none"})
+    def healthz() -> ASGIResponse:
+        return ASGIResponse(body=_OK, status_code=200, media_type=JSON)
+
+    @get("/readyz", opt={"rate": "none"})
+    async def readyz() -> ASGIResponse:
+        problem = await readiness.check()
+        if problem is None:
+            return ASGIResponse(body=_OK, status_code=200, media_type=JSON)
+        return ASGIResponse(body=error_body("service_unavailable", f"Not ready: {problem}."), status_code=503,
+                            media_type=JSON, headers={"Retry-After": "1"})
+
+    return [healthz, readyz]

@@ -1,0 +1,727 @@
+"""The shared acceptance log on Redis: several relay nodes, one ``seq`` space.
+
+Why it is shaped this way (docs/architecture.md, "The Redis store", has the key layout):
+
+* **One Lua script per commit group.** The idempotency check (``ids`` hash), the
+  ``seq`` allocation (the ``hwm`` counter), the record and every index entry are
+  written by one script, which Redis runs atomically: a ``seq`` is handed out
+  exactly once per deployment, together with its record, so a failed write leaves
+  no gap and a resubmission to any node finds the original record (same ``seq``,
+  ``accepted_at`` and canonical bytes). A whole group of envelopes is one script
+  call: one round trip and one AOF write (one fsync under ``appendfsync always``)
+  for the group.
+* **Exact filtering on the server.** Each index term (``protocol.query.index_terms``)
+  is a sorted set of ``seq`` values scored by ``seq``. A query starts from the
+  smallest set in the ``(after_seq, upto_seq]`` window (``ZCOUNT`` is a log-time
+  count), checks the other terms by ``ZSCORE``, the ``created_at`` bounds and the
+  folded search text (plain ``string.find``) of each candidate, and returns the
+  matches in ascending ``seq``: complete, never ranked. One script call scans at
+  most :attr:`RedisStore.scan_budget` candidates and says where it stopped; the
+  client loops, so no single call holds Redis for long. Blocks of 1024 ``seq``
+  values keep their ``created_at`` range, so a time bound skips whole blocks.
+* **Checked before any write.** The write scripts carry a ``#!lua`` header (Redis 7),
+  so Redis refuses one whole when it is out of memory or cannot persist, instead of
+  failing at its first write; the read scripts are declared ``no-writes``.
+* **A namespace.** Every key starts with ``<namespace>:``, so several deployments
+  can share a database; a format-version key is checked on open, and a log written
+  by a newer akrelay is refused (as :mod:`akrelay.store.schema` does for SQLite).
+* **Outages are 503s.** Every call goes through
+  :func:`akrelay.store.redis_client.unavailable`: a Redis that is down, loading its
+  AOF, out of memory or unable to persist raises :class:`StoreUnavailable`, never a
+  redis-py exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+import redis
+import redis.exceptions
+
+from akrelay.protocol.envelope import Envelope
+from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
+from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
+from akrelay.store.schema import SchemaVersionError
+
+log = logging.getLogger("akrelay.store.redis")
+
+T = TypeVar("T")
+
+#: The layout version this akrelay writes and reads (the ``<ns>:format`` key).
+FORMAT_VERSION = 1
+#: ``seq`` values per ``created_at`` summary block (see the module docstring).
+BLOCK = 1024
+#: Envelopes per commit script call, records per read call: bound how long one call holds Redis.
+COMMIT_CHUNK = 256
+ITER_CHUNK = 1000
+#: Seconds every call fails at once after an outage was seen (a ``ping`` probes through it).
+OUTAGE_HOLD = 1.0
+
+#: Server-side replies that mean "Redis cannot take this now" rather than a bug of ours:
+#: out of memory, persistence failing, still loading the AOF, not enough replicas.
+_OPERATIONAL_REPLIES = ("OOM", "MISCONF", "LOADING", "NOREPLICAS", "READONLY", "MASTERDOWN", "BUSY ")
+
+
+class RedisFormatError(SchemaVersionError):
+    """The namespace holds a log in a layout this akrelay does not read."""
+
+
+class WeakDurability(StoreRefused):
+    """Redis's live persistence settings do not make every acknowledged acceptance survive a crash."""
+
+
+#: Lua shared by the scripts that write records (spliced after their ``#!lua`` line).
+_PUT = """
+-- store one record (seq as a number) and its index entries; widen its block's created_at range in ``blocks``
+local function put(p, blocks, id, seq, acc, created, body, text, first_term, nt)
+  local s = string.format('%d', seq)
+  redis.call('HSET', p..'ids', id, s)
+  redis.call('HSET', p..'rec', s, acc .. ':' .. body)
+  redis.call('HSET', p..'flt', s, created .. ' ' .. text)
+  redis.call('ZADD', p..'all', seq, s)
+  for t = first_term, first_term + nt - 1 do
+    redis.call('ZADD', p .. 't:' .. ARGV[t], seq, s)
+  end
+  local c = tonumber(created)
+  local b = math.floor(seq / BLOCK)
+  local r = blocks[b]
+  if r == nil then
+    local stored = redis.call('HGET', p..'cblk', b)
+    if stored then
+      local sp = string.find(stored, ' ', 1, true)
+      r = {tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))}
+    else
+      r = {c, c}
+    end
+    blocks[b] = r
+  end
+  if c < r[1] then r[1] = c end
+  if c > r[2] then r[2] = c end
+  return s
+end
+
+local function save_blocks(p, blocks)
+  for b, r in pairs(blocks) do
+    redis.call('HSET', p..'cblk', b, string.format('%d %d', r[1], r[2]))
+  end
+end
+""".replace("BLOCK", str(BLOCK))
+
+_COMMIT = "#!lua\n" + _PUT + """local p = ARGV[1]
+local n = tonumber(ARGV[2])
+local ids, rec, wh = p..'ids', p..'rec', p..'wh'
+local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
+local first = hwm
+local blocks = {}
+local out = {}
+local i = 3
+for _ = 1, n do
+  local id, acc, created, body, text = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local nt = tonumber(ARGV[i + 5])
+  local seen = redis.call('HGET', ids, id)
+  if seen then
+    out[#out + 1] = 0
+    out[#out + 1] = tonumber(seen)
+    out[#out + 1] = redis.call('HGET', rec, seen)
+    out[#out + 1] = redis.call('SISMEMBER', wh, seen)
+  else
+    hwm = hwm + 1
+    put(p, blocks, id, hwm, acc, created, body, text, i + 6, nt)
+    out[#out + 1] = 1
+    out[#out + 1] = hwm
+    out[#out + 1] = false
+    out[#out + 1] = 0
+  end
+  i = i + 6 + nt
+end
+if hwm > first then
+  save_blocks(p, blocks)
+  redis.call('SET', p..'hwm', hwm)
+  redis.call('PUBLISH', p..'commits', hwm)
+end
+return out
+"""
+
+_QUERY = """#!lua flags=no-writes
+local p = ARGV[1]
+local after = tonumber(ARGV[2])
+local upto = tonumber(ARGV[3])
+if ARGV[3] == '' then upto = tonumber(redis.call('GET', p..'hwm') or '0') end
+local budget = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local incw = ARGV[6] == '1'
+local cfrom, cbefore = nil, nil
+if ARGV[7] ~= '' then cfrom = tonumber(ARGV[7]) end
+if ARGV[8] ~= '' then cbefore = tonumber(ARGV[8]) end
+local nt = tonumber(ARGV[9])
+local terms = {}
+for k = 1, nt do terms[k] = p .. 't:' .. ARGV[9 + k] end
+local nq = tonumber(ARGV[10 + nt])
+local texts = {}
+for k = 1, nq do texts[k] = ARGV[10 + nt + k] end
+local wh, flt, rec = p..'wh', p..'flt', p..'rec'
+if after >= upto then return {after, 1, upto} end
+-- with nothing withheld (the usual case) no candidate needs the check
+if not incw and redis.call('SCARD', wh) == 0 then incw = true end
+-- the smallest term set in the window drives the scan; an empty one ends it at once
+local driver = p..'all'
+local others = {}
+if nt > 0 then
+  local best, bestn = 0, nil
+  for k = 1, nt do
+    local c = redis.call('ZCOUNT', terms[k], '(' .. after, upto)
+    if c == 0 then return {upto, 1, upto} end
+    if bestn == nil or c < bestn then best, bestn = k, c end
+  end
+  driver = terms[best]
+  for k = 1, nt do if k ~= best then others[#others + 1] = terms[k] end end
+end
+local timed = cfrom ~= nil or cbefore ~= nil
+local filtered = timed or nq > 0
+local blockok = {}
+-- can block ``b`` hold a record inside the created_at bounds? (its summary is a superset of what it holds)
+local function block_ok(b)
+  local bo = blockok[b]
+  if bo == nil then
+    bo = true
+    local stored = redis.call('HGET', p..'cblk', b)
+    if stored then
+      local sp = string.find(stored, ' ', 1, true)
+      local lo, hi = tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))
+      if (cfrom ~= nil and hi < cfrom) or (cbefore ~= nil and lo >= cbefore) then bo = false end
+    end
+    blockok[b] = bo
+  end
+  return bo
+end
+local found = {}
+local pos = after
+local scanned = 0
+local exhausted = 0
+while #found < limit do
+  if scanned >= budget then break end
+  -- skip blocks that cannot match before reading any of their candidates
+  while timed and scanned < budget and pos < upto and not block_ok(math.floor((pos + 1) / BLOCK)) do
+    pos = (math.floor((pos + 1) / BLOCK) + 1) * BLOCK - 1
+    scanned = scanned + 1
+  end
+  if pos >= upto then exhausted = 1; pos = upto; break end
+  if scanned >= budget then break end
+  local chunk = redis.call('ZRANGEBYSCORE', driver, '(' .. pos, upto, 'LIMIT', 0, math.min(256, budget - scanned))
+  if #chunk == 0 then exhausted = 1; break end
+  for _, m in ipairs(chunk) do
+    local seq = tonumber(m)
+    scanned = scanned + 1
+    local ok = true
+    if timed then
+      local b = math.floor(seq / BLOCK)
+      if not block_ok(b) then
+        -- nothing in this block can match: continue after it
+        pos = (b + 1) * BLOCK - 1
+        if pos < seq then pos = seq end
+        break
+      end
+    end
+    pos = seq
+    for k = 1, #others do
+      if ok and not redis.call('ZSCORE', others[k], m) then ok = false end
+    end
+    if ok and not incw and redis.call('SISMEMBER', wh, m) == 1 then ok = false end
+    if ok and filtered then
+      local v = redis.call('HGET', flt, m)
+      local sp = string.find(v, ' ', 1, true)
+      if timed then
+        local c = tonumber(string.sub(v, 1, sp - 1))
+        if (cfrom ~= nil and c < cfrom) or (cbefore ~= nil and c >= cbefore) then ok = false end
+      end
+      if ok then
+        for k = 1, nq do
+          if not string.find(v, texts[k], sp + 1, true) then ok = false; break end
+        end
+      end
+    end
+    if ok then
+      found[#found + 1] = m
+      if #found >= limit then break end
+    end
+  end
+  if pos >= upto then exhausted = 1; break end
+end
+local out = {pos, exhausted, upto}
+for _, m in ipairs(found) do
+  out[#out + 1] = tonumber(m)
+  out[#out + 1] = redis.call('HGET', rec, m)
+  out[#out + 1] = redis.call('SISMEMBER', wh, m)
+end
+return out
+""".replace("BLOCK", str(BLOCK))
+
+_GET = """#!lua flags=no-writes
+local p = ARGV[1]
+local ids, rec, wh = p..'ids', p..'rec', p..'wh'
+local out = {}
+for k = 2, #ARGV do
+  local s = redis.call('HGET', ids, ARGV[k])
+  if s then
+    out[#out + 1] = tonumber(s)
+    out[#out + 1] = redis.call('HGET', rec, s)
+    out[#out + 1] = redis.call('SISMEMBER', wh, s)
+  else
+    out[#out + 1] = 0
+    out[#out + 1] = false
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+_ITER = """#!lua flags=no-writes
+local p = ARGV[1]
+local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, s in ipairs(seqs) do
+  out[#out + 1] = tonumber(s)
+  out[#out + 1] = redis.call('HGET', p..'rec', s)
+  out[#out + 1] = redis.call('SISMEMBER', p..'wh', s)
+end
+return out
+"""
+
+_WITHHOLD = """#!lua
+local p = ARGV[1]
+local s = redis.call('HGET', p..'ids', ARGV[2])
+if not s then return 0 end
+if ARGV[3] == '1' then redis.call('SADD', p..'wh', s) else redis.call('SREM', p..'wh', s) end
+return 1
+"""
+
+#: ARGV: prefix, id, seq the caller read, then the record's index terms (computed from its envelope).
+_REMOVE = """#!lua
+local p = ARGV[1]
+local s = redis.call('HGET', p..'ids', ARGV[2])
+if not s then return 0 end
+if s ~= ARGV[3] then return -1 end
+for k = 4, #ARGV do redis.call('ZREM', p .. 't:' .. ARGV[k], s) end
+redis.call('ZREM', p..'all', s)
+redis.call('HDEL', p..'rec', s)
+redis.call('HDEL', p..'flt', s)
+redis.call('SREM', p..'wh', s)
+redis.call('HDEL', p..'ids', ARGV[2])
+return 1
+"""
+
+#: Append records with their own seq (migration). ARGV: prefix, n, then per record:
+#: id, seq, accepted_at, withheld, created_at, body, text, nterms, terms...
+#: Refuses (changing nothing) when an ID or a seq is already there or a seq is not above the mark.
+_APPEND = "#!lua\n" + _PUT + """local p = ARGV[1]
+local n = tonumber(ARGV[2])
+local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
+local i = 3
+for _ = 1, n do
+  local nt = tonumber(ARGV[i + 7])
+  if redis.call('HEXISTS', p..'ids', ARGV[i]) == 1 then return redis.error_reply('AKRELAY duplicate id ' .. ARGV[i]) end
+  if tonumber(ARGV[i + 1]) <= hwm then return redis.error_reply('AKRELAY seq ' .. ARGV[i + 1] .. ' is not above ' .. hwm) end
+  hwm = tonumber(ARGV[i + 1])
+  i = i + 8 + nt
+end
+i = 3
+local blocks = {}
+for _ = 1, n do
+  local id, s, acc, w, created, body, text = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local nt = tonumber(ARGV[i + 7])
+  put(p, blocks, id, tonumber(s), acc, created, body, text, i + 8, nt)
+  if w == '1' then redis.call('SADD', p..'wh', s) end
+  i = i + 8 + nt
+end
+save_blocks(p, blocks)
+if n > 0 then redis.call('SET', p..'hwm', hwm) end
+return hwm
+"""
+
+#: Raise the high-water mark to at least ARGV[2]; return the mark.
+_RAISE = """#!lua
+local p = ARGV[1]
+local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
+local want = tonumber(ARGV[2])
+if want > hwm then redis.call('SET', p..'hwm', string.format('%d', want)); hwm = want end
+return hwm
+"""
+
+
+def _record(seq: int, value: bytes, withheld: int) -> Record:
+    """A record from the stored ``b"<accepted_at>:<canonical body>"``."""
+    colon = value.index(b":")
+    return Record(seq, int(value[:colon]), None, bool(withheld), body=value[colon + 1:])
+
+
+def _triples(reply: list[Any], start: int = 0) -> Iterator[tuple[int, Any, int]]:
+    for k in range(start, len(reply), 3):
+        yield int(reply[k]), reply[k + 1], int(reply[k + 2])
+
+
+class RedisStore:
+    """The shared acceptance log (``redis://``); see the module docstring for the design."""
+
+    #: Candidates one query script call may examine before handing back to the client.
+    scan_budget = 2000
+    #: Redis reads from the network: the HTTP layer runs its calls off the event loop.
+    blocking_io = True
+
+    def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None) -> None:
+        if not namespace or any(c in namespace for c in " \n\r\t"):
+            raise ValueError(f"invalid Redis key namespace {namespace!r}")
+        self.url = url
+        self.namespace = namespace
+        self.prefix = f"{namespace}:"
+        self.channel = f"{self.prefix}commits"
+        self._client = client if client is not None else connect(url)
+        self._closed = False
+        #: until when calls fail at once after an outage (see :meth:`_call`), and why
+        self._down_until = 0.0
+        self._down_reason = ""
+        self._watchers: list[_Watcher] = []
+        self._scripts = {
+            name: self._client.register_script(source)
+            for name, source in (("commit", _COMMIT), ("query", _QUERY), ("get", _GET), ("iter", _ITER),
+                                 ("withhold", _WITHHOLD), ("remove", _REMOVE), ("append", _APPEND),
+                                 ("raise", _RAISE))
+        }
+        try:
+            self._check_format()
+        except BaseException:
+            self._client.close()
+            raise
+
+    # -- plumbing ------------------------------------------------------------------
+    def _call(self, fn: Callable[[], T], *, probe: bool = False) -> T:
+        """Run one Redis exchange; an outage (or a server that cannot take writes now) is :class:`StoreUnavailable`.
+
+        After an outage every call fails at once for :data:`OUTAGE_HOLD` seconds instead of
+        waiting for its own connect or reply timeout: with Redis unreachable (a host down,
+        a stalled server) requests would otherwise queue behind each other's timeouts far
+        past the few seconds a 503 may take. ``probe`` calls (``ping``, for ``/readyz``) go
+        through anyway, and a success ends the hold.
+        """
+        if self._closed:
+            raise RuntimeError("store is closed")
+        if not probe and self._down_until and time.monotonic() < self._down_until:
+            raise StoreUnavailable(self._down_reason, RETRY_AFTER)
+        try:
+            with unavailable(f"the Redis store at {describe(self.url)}"):
+                value = fn()
+        except StoreUnavailable as exc:
+            self._down_reason, self._down_until = str(exc), time.monotonic() + OUTAGE_HOLD
+            raise
+        except redis.exceptions.ResponseError as exc:
+            if isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith(_OPERATIONAL_REPLIES):
+                raise StoreUnavailable(f"the Redis store at {describe(self.url)} refused: {exc}", RETRY_AFTER) from exc
+            raise
+        self._down_until = 0.0
+        return value
+
+    def _script(self, name: str, args: Sequence[Any]) -> Any:
+        script = self._scripts[name]
+        return self._call(lambda: script(keys=[], args=[self.prefix, *args]))
+
+    def _check_format(self) -> None:
+        key = self.prefix + "format"
+        found = self._call(lambda: self._client.get(key))
+        if found is None:
+            self._call(lambda: self._client.set(key, str(FORMAT_VERSION), nx=True))
+            found = self._call(lambda: self._client.get(key))
+        try:
+            version = int(found)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            version = -1
+        if version != FORMAT_VERSION:
+            shown = found.decode("utf-8", "replace") if isinstance(found, bytes) else repr(found)
+            raise RedisFormatError(
+                f"{describe(self.url)} namespace {self.namespace!r}: the acceptance log there has format version "
+                f"{shown}, and this akrelay reads version {FORMAT_VERSION}; run the akrelay that wrote it "
+                "(or a newer one), or use another --store database or namespace"
+            )
+
+    # -- reads ---------------------------------------------------------------------
+    def get(self, event_id: str) -> Record | None:
+        return self.get_many([event_id]).get(event_id)
+
+    def get_many(self, event_ids: Sequence[str]) -> dict[str, Record]:
+        ids = list(dict.fromkeys(event_ids))
+        out: dict[str, Record] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            reply = self._script("get", chunk)
+            for event_id, (seq, value, withheld) in zip(chunk, _triples(reply)):
+                if seq:
+                    out[event_id] = _record(seq, value, withheld)
+        return out
+
+    def checkpoint(self) -> int:
+        value = self._call(lambda: self._client.get(self.prefix + "hwm"))
+        return int(value) if value is not None else 0
+
+    def iter_records(self, after_seq: int, limit: int) -> list[Record]:
+        """In calls of at most :data:`ITER_CHUNK` records, so a large ``limit`` never holds Redis long."""
+        out: list[Record] = []
+        after = int(after_seq)
+        while len(out) < limit:
+            want = min(ITER_CHUNK, limit - len(out))
+            reply = self._script("iter", [after, want])
+            out += [_record(seq, value, withheld) for seq, value, withheld in _triples(reply)]
+            if len(reply) < 3 * want:
+                break
+            after = out[-1].seq
+        return out
+
+    def query(
+        self,
+        request_terms: Iterable[str | tuple[str, str]] = (),
+        created_from: int | None = None,
+        created_before: int | None = None,
+        text_terms: Iterable[str] = (),
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int = 100,
+        include_withheld: bool = False,
+    ) -> list[Record]:
+        """Exact, complete enumeration: server-side scans of bounded size, resumed until ``limit`` or the end."""
+        terms = sorted({term_key(t) for t in request_terms})
+        texts = list(dict.fromkeys(text_terms))
+        out: list[Record] = []
+        if limit <= 0:
+            return out
+        after = int(after_seq)
+        upto: int | str = "" if upto_seq is None else int(upto_seq)
+        tail = [len(terms), *terms, len(texts), *texts]
+        for _ in range(1_000_000):  # bounded: every call advances ``after`` or ends
+            reply = self._script("query", [
+                after, upto, self.scan_budget, limit - len(out), "1" if include_withheld else "0",
+                "" if created_from is None else int(created_from),
+                "" if created_before is None else int(created_before), *tail,
+            ])
+            position, exhausted, upto = int(reply[0]), int(reply[1]), int(reply[2])
+            out.extend(_record(seq, value, withheld) for seq, value, withheld in _triples(reply, 3))
+            if exhausted or len(out) >= limit or position <= after:
+                break
+            after = position
+        return out
+
+    # -- writes --------------------------------------------------------------------
+    def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
+        return self.commit_many([(envelope, accepted_at)])[0]
+
+    def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        """Commit in order, :data:`COMMIT_CHUNK` envelopes per atomic script call."""
+        items = list(items)
+        out: list[tuple[Record, bool]] = []
+        for start in range(0, len(items), COMMIT_CHUNK):
+            out += self._commit_chunk(items[start:start + COMMIT_CHUNK])
+        return out
+
+    def try_commit_many(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
+        """Redis serializes writers itself: a commit never waits for another writer here, so always commits."""
+        return self.commit_many(items)
+
+    def _commit_chunk(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
+        args: list[Any] = [len(items)]
+        bodies: list[bytes] = []
+        for envelope, accepted_at in items:
+            terms, text = indexed_facts(envelope)
+            body = envelope.canonical_bytes()
+            bodies.append(body)
+            args += [envelope.id, int(accepted_at), envelope.created_at, body, text, len(terms), *terms]
+        reply = self._script("commit", args)
+        out: list[tuple[Record, bool]] = []
+        for k, (created, seq, value, withheld) in enumerate(zip(reply[0::4], reply[1::4], reply[2::4], reply[3::4])):
+            if created:
+                envelope, accepted_at = items[k]
+                out.append((Record(int(seq), int(accepted_at), envelope, False, body=bodies[k]), True))
+            else:
+                out.append((_record(int(seq), value, withheld), False))
+        return out
+
+    def append_records(self, records: Sequence[Record]) -> int:
+        """Append ``records`` with their own ``seq``, ``accepted_at`` and withheld state (migration).
+
+        In one atomic call: refused with :class:`ValueError`, changing nothing, when an
+        ID is already here or a ``seq`` is not above the high-water mark (records must
+        come in ascending ``seq``). Returns the new high-water mark.
+        """
+        args: list[Any] = [len(records)]
+        for record in records:
+            terms, text = indexed_facts(record.envelope)
+            args += [record.id, record.seq, record.accepted_at, "1" if record.withheld else "0",
+                     record.envelope.created_at, record.canonical_bytes(), text, len(terms), *terms]
+        try:
+            return int(self._script("append", args))
+        except redis.exceptions.ResponseError as exc:
+            if "AKRELAY" in str(exc):
+                raise ValueError(str(exc).split("AKRELAY ", 1)[-1]) from None
+            raise
+
+    def raise_high_water_mark(self, seq: int) -> int:
+        """Never hand out ``seq`` or below again (migration, restore); return the new mark."""
+        return int(self._script("raise", [int(seq)]))
+
+    def set_withheld(self, event_id: str, withheld: bool) -> bool:
+        return bool(self._script("withhold", [event_id, "1" if withheld else "0"]))
+
+    def remove(self, event_id: str) -> bool:
+        """Drop the record and its index entries (terms recomputed from its envelope); the mark stays."""
+        for _ in range(10):
+            record = self.get(event_id)
+            if record is None:
+                return False
+            terms, _ = indexed_facts(record.envelope)
+            done = int(self._script("remove", [event_id, str(record.seq), *terms]))
+            if done >= 0:
+                return done == 1
+        raise RuntimeError(f"remove({event_id}): the record kept changing under us")  # pragma: no cover
+
+    # -- metadata ------------------------------------------------------------------
+    def meta_get(self, key: str) -> bytes | None:
+        value: Any = self._call(lambda: self._client.hget(self.prefix + "meta", key))
+        return bytes(value) if value is not None else None
+
+    def meta_set(self, key: str, value: bytes) -> None:
+        self._call(lambda: self._client.hset(self.prefix + "meta", key, bytes(value)))
+
+    def meta_setdefault(self, key: str, value: bytes) -> bytes:
+        name = self.prefix + "meta"
+
+        def run() -> Any:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hsetnx(name, key, bytes(value))
+            pipe.hget(name, key)
+            return pipe.execute()[1]
+
+        return bytes(self._call(run))
+
+    # -- operations ----------------------------------------------------------------
+    def ping(self) -> None:
+        self._call(self._client.ping, probe=True)
+
+    def durability(self) -> dict[str, str]:
+        """Redis's live ``appendonly`` and ``appendfsync`` (``CONFIG GET``); raises if CONFIG is refused."""
+        def run() -> dict[str, str]:
+            found = self._client.config_get("append*")
+            return {str(k): str(v) for k, v in found.items()}
+
+        return self._call(run)
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` (on a subscriber thread) whenever any node commits new records; returns ``stop``.
+
+        One thread per call keeps a pub/sub connection to the commit channel and
+        reconnects after an outage; followers keep polling as the fallback.
+        """
+        watcher = _Watcher(self.url, self.channel, callback)
+        self._watchers.append(watcher)
+        watcher.start()
+
+        def stop() -> None:
+            watcher.stop()
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+        return stop
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in list(self._watchers):
+            watcher.stop()
+        self._watchers.clear()
+        self._client.close()
+
+
+class _Watcher:
+    """The pub/sub subscriber behind :meth:`RedisStore.watch` (one daemon thread)."""
+
+    def __init__(self, url: str, channel: str, callback: Callable[[], None]) -> None:
+        self.url = url
+        self.channel = channel
+        self.callback = callback
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="akrelay-redis-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        delay = 0.2
+        while not self._halt.is_set():
+            client = connect(self.url)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(self.channel)
+                delay = 0.2
+                # a wake-up after (re)subscribing: commits made while we were away are found by the followers
+                self._fire()
+                while not self._halt.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is not None:
+                        self._fire()
+            except (redis.exceptions.RedisError, OSError) as exc:
+                log.debug("commit channel %s: %s; resubscribing", self.channel, exc)
+                self._halt.wait(delay)
+                delay = min(delay * 2, 5.0)
+            finally:
+                try:
+                    pubsub.close()
+                    client.close()
+                except (redis.exceptions.RedisError, OSError):  # pragma: no cover
+                    pass
+
+    def _fire(self) -> None:
+        try:
+            self.callback()
+        except Exception:  # noqa: BLE001 - a wake-up must not end the subscriber
+            log.warning("commit watcher callback failed", exc_info=True)
+
+
+def check_durability(store: RedisStore, *, accept_weak: bool = False) -> None:
+    """Refuse a Redis whose *live* settings could lose an acknowledged acceptance.
+
+    Needs ``appendonly yes`` and ``appendfsync always`` (read with ``CONFIG GET``:
+    they can be changed at runtime, so the config file proves nothing). With
+    ``accept_weak`` the operator has chosen less; a warning is logged instead.
+    """
+    where = describe(store.url)
+    try:
+        live = store.durability()
+    except redis.exceptions.ResponseError as exc:
+        if accept_weak:
+            log.warning("cannot read the persistence settings of %s (%s); accepted by --accept-weak-durability", where, exc)
+            return
+        raise WeakDurability(
+            f"cannot read the persistence settings of the Redis at {where}: CONFIG GET was refused ({exc}); "
+            "a managed Redis often disables or renames CONFIG. Make sure it runs with the AOF on and "
+            "appendfsync always, then start with --accept-weak-durability (AKRELAY_ACCEPT_WEAK_DURABILITY=1) "
+            "to vouch for it"
+        ) from None
+    problems = []
+    if live.get("appendonly") != "yes":
+        problems.append(f"appendonly is {live.get('appendonly')!r} (the AOF is off): run CONFIG SET appendonly yes "
+                        "and set it in redis.conf")
+    if live.get("appendfsync") != "always":
+        problems.append(f"appendfsync is {live.get('appendfsync')!r}: run CONFIG SET appendfsync always "
+                        "and set it in redis.conf")
+    if not problems:
+        return
+    message = (f"the Redis at {where} could lose acknowledged acceptances on a crash: " + "; ".join(problems))
+    if accept_weak:
+        log.warning("%s (accepted by --accept-weak-durability)", message)
+        return
+    raise WeakDurability(message + "; or start with --accept-weak-durability to accept weaker durability")
+
