@@ -293,9 +293,49 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
                 named = sorted([*named, by_key], key=lambda c: (c.created_seq, _id_order(c.id)))
             yield from named
             return
-        yield from _of(ctx.nexus.concepts_of_type(local, ctx.seq), Concept)
+    tags = (*required_tags(pattern, ctx), *ctx.hints.get(var, ()))
+    if tags:  # the tag index; match_element still checks the type and everything else
+        yield from ctx.nexus.concepts_tagged(tags, ctx.seq)
+        return
+    if isinstance(type_pv, (Param, Literal)):
+        yield from _of(ctx.nexus.concepts_of_type(ctx.resolve_symbol(ctx.value(type_pv), "ConceptType"), ctx.seq),
+                       Concept)
         return
     yield from _of(ctx.nexus.of_kind("concept", ctx.seq), Concept)
+
+
+def required_tags(pattern: A.ObjectPattern, ctx: Context) -> list[str]:
+    """The tags an object pattern requires of a Concept: the constant string items of
+    ``{attributes: {tags: [...]}}`` (each must be some stored item, §43.1)."""
+    out: list[str] = []
+    for name, pv in pattern.members:
+        if name != "attributes" or not isinstance(pv, A.ObjectPattern):
+            continue
+        for inner, items in pv.members:
+            if inner == "tags" and isinstance(items, A.ArrayPattern):
+                out.extend(v for v in (ctx.value(i) for i in items.items if isinstance(i, (Param, Literal)))
+                           if isinstance(v, str))
+    return out
+
+
+def _later_tags(clauses: tuple[Any, ...], start: int, ctx: Context) -> dict[str, tuple[str, ...]]:
+    """Tags the Concept patterns right after clause ``start`` require of their variables.
+
+    Planning without reordering: a clause that enumerates candidates for ``?c`` may skip
+    those a later ``?c {attributes: {tags: [...]}}`` would drop anyway. Only across a run
+    of Concept and Structural patterns, which raise nothing for a solution and only extend
+    or drop it, so the solutions, their order and the errors stay the same; only the
+    work (and an intermediate ``max_solutions`` count) shrinks.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for clause in clauses[start + 1:]:
+        if not isinstance(clause, (A.ConceptPattern, A.StructuralPattern)):
+            break
+        if isinstance(clause, A.ConceptPattern):
+            tags = required_tags(clause.pattern, ctx)
+            if tags:
+                out[clause.var] = (*out.get(clause.var, ()), *tags)
+    return out
 
 
 def _id_order(eid: str) -> int:
@@ -464,8 +504,12 @@ def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: C
     ref = ctx.exact_ref(local, "StructuralField")
     s_ok, subject = _grounded_id(clause.subject, sol, ctx)
     o_ok, obj = _grounded_id(clause.object, sol, ctx)
+    tags = ctx.hints.get(clause.subject.name, ()) if isinstance(clause.subject, A.Var) else ()
     if s_ok:
         sources: Any = [ctx.get(subject)]
+    elif tags:  # the edge and the tags a later pattern requires, in one index intersection
+        sources = ctx.nexus.concepts_tagged(tags, ctx.seq, structural=(local, obj) if o_ok and isinstance(obj, str)
+                                            else None)
     elif o_ok and isinstance(obj, str):
         sources = ctx.nexus.structural_sources(local, obj, ctx.seq)
     else:
@@ -643,7 +687,7 @@ def _cap(solutions: list[dict[str, Any]]) -> None:
 def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
     """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5)."""
     current = incoming
-    for clause in clauses:
+    for position, clause in enumerate(clauses):
         if isinstance(clause, A.Filter):
             current = [s for s in current if truth(eval_expr(clause.expr, s, ctx)) is True]
         elif isinstance(clause, A.Not):
@@ -658,9 +702,13 @@ def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Co
             current = current + eval_block(clause.clauses, [{}], ctx)
         else:
             out = []
-            for s in current:
-                out.extend(_pattern(clause, s, ctx))
-                _cap(out)
+            ctx.hints = _later_tags(clauses, position, ctx)
+            try:
+                for s in current:
+                    out.extend(_pattern(clause, s, ctx))
+                    _cap(out)
+            finally:
+                ctx.hints = {}
             current = out
         _cap(current)
     return current
