@@ -540,3 +540,22 @@ def test_a_file_of_an_older_format_version_is_rebuilt_from_the_log(tmp_path: Pat
     assert reader.head == len(world.records) and list(reader.concepts_tagged(["red"]))
     nexus.close()
     reader.close()
+
+
+def test_assertions_by_author_in_id_order_walk_an_index_without_sorting(tmp_path: Path, sqlite_only: None) -> None:
+    world = random_world(43, events=40)
+    nexus = open_writer(tmp_path / NEXUS_FILE, SPACE)
+    follow(store_of(world), nexus)
+    reference = _memory_reference(world)
+    statements: list[str] = []
+    nexus._conn.set_trace_callback(statements.append)
+    for agent in list(reference.concepts_of_type("Agent")):
+        for seq in (10, nexus.head):
+            got = _ids(nexus.assertions_by(agent.id, seq, by_id=True))
+            assert got == sorted(_ids(reference.assertions_by(agent.id, seq))) == _ids(
+                reference.assertions_by(agent.id, seq, by_id=True))
+    nexus._conn.set_trace_callback(None)
+    for sql in {s for s in statements if "ORDER BY id" in s}:
+        plan = " | ".join(row[3] for row in nexus._conn.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "USING INDEX a_author_id (b=? AND id>?)" in plan and "TEMP B-TREE" not in plan, plan
+    nexus.close()

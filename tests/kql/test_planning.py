@@ -16,7 +16,7 @@ import pytest
 
 from akrelay.kip.elements import Concept
 
-from .fixtures import Log, rows
+from .fixtures import Log, kql, rows
 
 ACTORS = ["ann", "ben", "cat"]
 TAGS = ["red", "green", "blue", "cache", "x.y-z"]
@@ -104,3 +104,62 @@ def test_a_non_string_tag_value_matches_nothing_and_uses_no_index() -> None:
     assert rows(rt, TAG_ONLY.format(as_of=""), tag=None) == []
     every = [e for e in rt.nexus.all_elements() if isinstance(e, Concept) and e.attributes.get("tags")]
     assert every  # the log has tagged capsules, so the empty answers above are answers
+
+
+BY_AUTHOR = ('FIND(?x.stance, ?x.id) WHERE {{ ?g {{type: "Agent", key: :actor}} '
+             '?x ASSERTION {{asserted_by: ?g{more}}} {barrier}}}{as_of} LIMIT {limit}{cursor}')
+
+
+def _pages(rt: Any, actor: str, limit: int, **fmt: str) -> list[list[list[Any]]]:
+    """Every page of ``BY_AUTHOR``, following ``next_cursor`` to the end."""
+    pages, cursor = [], None
+    for _ in range(100):
+        command = BY_AUTHOR.format(limit=limit, cursor=" CURSOR :c" if cursor else "", **fmt)
+        result = kql(rt, command, actor=actor, **({"c": cursor} if cursor else {}))["result"]
+        pages.append(result["rows"])
+        cursor = result.get("next_cursor")
+        if cursor is None:
+            return pages
+    raise AssertionError("pages never ended")
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 50])
+def test_a_limit_without_order_by_gives_the_pages_of_the_whole_evaluation(limit: int) -> None:
+    """Assertions by author, enumerated by id and stopped after the page: the same pages,
+    cursors and ends as evaluating every solution (a trailing FILTER(true) stops the pushdown)."""
+    log, published = _log(5)
+    for n, (_, cid, _) in enumerate(published[:12]):
+        log.assess("ann", cid, "supports" if n % 3 else "challenges")
+    rt = log.runtime()
+    head = len(log.records)
+    for actor in ACTORS:
+        for seq in (head // 3, head):
+            as_of = f" AS OF SEQ {seq}" if seq != head else ""
+            for more in ("", ', stance: "supports"'):
+                planned = _pages(rt, log.did(actor), limit, more=more, barrier="", as_of=as_of)
+                whole = _pages(rt, log.did(actor), limit, more=more, barrier="FILTER(true) ", as_of=as_of)
+                assert planned == whole, (actor, seq, more)
+                assert sum(len(p) for p in planned) == len({r[1] for p in planned for r in p})
+
+
+def test_a_page_without_order_by_stops_reading_after_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, published = _log(6)
+    for _, cid, _ in published[:20]:
+        log.assess("ann", cid, "supports")
+    rt = log.runtime()
+    ann = log.did("ann")
+    pulled: list[str] = []
+    real = rt.nexus.assertions_by
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        for assertion in real(*args, **kwargs):
+            pulled.append(assertion.id)
+            yield assertion
+
+    monkeypatch.setattr(rt.nexus, "assertions_by", counting)
+    everything = kql(rt, BY_AUTHOR.format(limit=50, cursor="", more="", barrier="", as_of=""), actor=ann)
+    assert len(everything["result"]["rows"]) > 20 and len(pulled) > 20
+    pulled.clear()
+    first = kql(rt, BY_AUTHOR.format(limit=3, cursor="", more="", barrier="", as_of=""), actor=ann)
+    assert len(first["result"]["rows"]) == 3 and "next_cursor" in first["result"]
+    assert len(pulled) == 4  # the page and one more, to know that more follow

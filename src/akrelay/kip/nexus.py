@@ -151,8 +151,9 @@ class NexusBase:
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         raise NotImplementedError
 
-    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
-        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``."""
+    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
+        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``; with ``by_id``
+        in ascending id order (KQL's row order without ORDER BY, so a page can stop early)."""
         raise NotImplementedError
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
@@ -497,8 +498,9 @@ class Nexus(NexusBase):
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         return list(self._visible(self._assertions_by_prop.get(proposition_id, ()), seq))
 
-    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
-        return self._visible(self._assertions_by_author.get(agent_id, ()), seq)
+    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
+        ids = self._assertions_by_author.get(agent_id, ())
+        return self._visible(sorted(ids) if by_id else ids, seq)
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
         return list(self._visible(self._assertions_by_event.get(event_id, ()), None))

@@ -11,7 +11,8 @@ lookup the evaluator needs is a B-tree index; keyword postings live in FTS5
 Layout: one ``elements`` row per element (``ord`` = creation ordinal, ``id``,
 ``kind``, ``seq``, three lookup columns whose meaning depends on the kind, and
 the element as JSON), partial indexes per kind, ``structural`` edges, Concept
-``tags`` (``attributes.tags``, version 2), one ``tx``
+``tags`` (``attributes.tags``) and Assertions by author in id order (both since
+version 2), one ``tx``
 row per import transaction, ``counts`` per kind and Concept type at the head,
 and ``meta`` (Space id, head). The importer commits each batch of records in one
 SQLite transaction together with the head it reached, so the file always holds
@@ -75,6 +76,7 @@ CREATE INDEX p_predicate ON elements(b) WHERE kind = 1;
 CREATE INDEX p_object ON elements(c) WHERE kind = 1;
 CREATE INDEX a_proposition ON elements(a) WHERE kind = 2;
 CREATE INDEX a_author ON elements(b) WHERE kind = 2;
+CREATE INDEX a_author_id ON elements(b, id) WHERE kind = 2;
 CREATE INDEX a_event ON elements(c) WHERE kind = 2;
 CREATE UNIQUE INDEX e_key ON elements(a) WHERE kind = 3;
 CREATE TABLE structural(field TEXT NOT NULL, target TEXT NOT NULL, source INTEGER NOT NULL,
@@ -462,6 +464,22 @@ class SqliteNexus(NexusBase):
                 return
             after = rows[-1][0]
 
+    def _paged_by_id(self, where: str, params: tuple[Any, ...], seq: int | None, index: str) -> Iterator[Any]:
+        """A lookup in ascending id order, in pages that grow from 16 rows (a consumer that
+        needs one page of results usually stops in the first)."""
+        limit = self._seq(seq)
+        after, size = "", 16
+        while True:
+            with self._lock:
+                rows = self._reader().execute(
+                    f"SELECT id, kind, body FROM elements {index} WHERE {where} AND id > ? AND seq <= ? "
+                    f"ORDER BY id LIMIT {size}", (*params, after, limit)).fetchall()
+                page = [self._decode(r[0], r[1], r[2]) for r in rows]
+            yield from page
+            if len(rows) < size:
+                return
+            after, size = rows[-1][0], min(PAGE, size * 4)
+
     # ---- reads --------------------------------------------------------------------------
 
     @property
@@ -505,7 +523,9 @@ class SqliteNexus(NexusBase):
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         return self._all("kind = 2 AND a = ?", (proposition_id,), seq, "INDEXED BY a_proposition")
 
-    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
+    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
+        if by_id:
+            return self._paged_by_id("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author_id")
         return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author")
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
@@ -532,7 +552,8 @@ class SqliteNexus(NexusBase):
         """One statement over the index tables only: the smallest posting (counted up to
         ``PROBE``) drives, every other constraint is a primary-key probe per candidate, and only
         the intersection's rows are read and decoded."""
-        postings = [("tags", "ord", "tag = ?", (t,)) for t in dict.fromkeys(nfc(t) for t in tags)]
+        postings: list[tuple[str, str, str, tuple[str, ...]]] = [
+            ("tags", "ord", "tag = ?", (t,)) for t in dict.fromkeys(nfc(t) for t in tags)]
         if structural is not None:
             postings.append(("structural", "source", "field = ? AND target = ?", tuple(structural)))
         if not postings:

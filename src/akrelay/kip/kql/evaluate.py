@@ -655,8 +655,78 @@ _KIND_OF_PATTERN = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePatt
 def _kind_pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     cls, kind = _KIND_OF_PATTERN[type(clause)]
     for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
-        for s in match_element(element, clause.pattern, sol, ctx):
-            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+        yield from _bind_element(clause, element, sol, ctx)
+
+
+def _bind_element(clause: Any, element: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    """The solutions of one candidate element of an element pattern clause."""
+    for s in match_element(element, clause.pattern, sol, ctx):
+        yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+# ------------------------------------------------------------------ LIMIT pushdown
+
+
+def _pattern_vars(value: Any) -> Iterator[str] | None:
+    """The variables a pattern value names, or ``None`` for a value this check does not walk."""
+    if isinstance(value, A.Var):
+        return iter((value.name,))
+    if isinstance(value, (Param, Literal)):
+        return iter(())
+    children = ([v for _, v in value.members] if isinstance(value, A.ObjectPattern)
+                else list(value.items) if isinstance(value, A.ArrayPattern) else None)
+    if children is None:
+        return None
+    names: list[str] = []
+    for child in children:
+        found = _pattern_vars(child)
+        if found is None:
+            return None
+        names.extend(found)
+    return iter(names)
+
+
+def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any] | None:
+    """The candidates of ``clause`` in the order its solutions sort, or ``None``.
+
+    Without ORDER BY, rows are ordered by the complete solution (§42.5 tie-break). When a
+    clause binds exactly one new variable, its solutions from one incoming solution sort by
+    that element's id, so candidates enumerated by id can stop after the page (see
+    :func:`eval_block`). Supported: Assertions by author, the lookup that returns hundreds
+    of elements per Agent (issue 13); any other clause is enumerated as usual.
+    """
+    if type(clause) is not A.AssertionPattern or clause.var in sol:
+        return None
+    members = dict(clause.pattern.members)
+    if "id" in members or "proposition" in members or "asserted_by" not in members:
+        return None  # a fixed element, or the (short) per-Proposition lookup _kind_candidates prefers
+    names = _pattern_vars(clause.pattern)
+    if names is None or any(n not in sol for n in names):
+        return None  # binds another variable: its values would lead the sort
+    ok, author = _grounded_id(members["asserted_by"], sol, ctx)
+    if not ok or not isinstance(author, str):
+        return None
+    return _of(ctx.nexus.assertions_by(author, ctx.seq, by_id=True), Assertion)
+
+
+def _first_solutions(clause: Any, sol: dict[str, Any], ctx: Context, top: int) -> list[dict[str, Any]] | None:
+    """The solutions of the first ``top`` matching candidates in solution order, or ``None``
+    when ``clause`` cannot enumerate in that order. Each candidate is one distinct solution
+    (only the clause's own variable is new), so they include the first ``top`` distinct
+    solutions extending ``sol``."""
+    candidates = _ordered_candidates(clause, sol, ctx)
+    if candidates is None:
+        return None
+    out: list[dict[str, Any]] = []
+    matched = 0
+    for element in candidates:
+        found = list(_bind_element(clause, element, sol, ctx))
+        if found:
+            out.extend(found)
+            matched += 1
+            if matched >= top:
+                break
+    return out
 
 
 #: How each kind of pattern clause extends one solution: the one dispatch of clauses, by node type.
@@ -684,8 +754,14 @@ def _cap(solutions: list[dict[str, Any]]) -> None:
                        hint="constrain the first patterns more tightly")
 
 
-def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
-    """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5)."""
+def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context,
+               top: int | None = None) -> list[dict[str, Any]]:
+    """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5).
+
+    ``top``: only the first ``top`` distinct solutions in solution-key order are needed
+    (a query page without ORDER BY or aggregates); the last clause may then stop early.
+    The result is a superset of those, never a different set.
+    """
     current = incoming
     for position, clause in enumerate(clauses):
         if isinstance(clause, A.Filter):
@@ -703,9 +779,11 @@ def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Co
         else:
             out = []
             ctx.hints = _later_tags(clauses, position, ctx)
+            last = top is not None and position == len(clauses) - 1
             try:
                 for s in current:
-                    out.extend(_pattern(clause, s, ctx))
+                    first = _first_solutions(clause, s, ctx, top) if last and top is not None else None
+                    out.extend(_pattern(clause, s, ctx) if first is None else first)
                     _cap(out)
             finally:
                 ctx.hints = {}
@@ -841,7 +919,11 @@ def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int
     prevalidate(query.where, ctx)
     for item in list(query.find) + [o.expr for o in query.order_by]:
         prevalidate((A.Filter(item.arg if isinstance(item, A.Aggregate) else item),), ctx)
-    solutions = eval_block(query.where, [{}], ctx)
+    # without ORDER BY or aggregates rows follow the solution key: the page needs only its
+    # first offset + size (+1, to know whether more follow) solutions
+    top = (None if query.order_by or query.has_aggregates
+           else offset + (limit if limit is not None else LIMITS["result_cap"]) + 1)
+    solutions = eval_block(query.where, [{}], ctx, top)
     unique: dict[Any, dict[str, Any]] = {}
     for s in solutions:
         ctx.tick()
