@@ -449,32 +449,20 @@ class SqliteNexus(NexusBase):
                 (*params, self._seq(seq))).fetchall()
             return [self._decode(r[0], r[1], r[2]) for r in rows]
 
-    def _paged(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "") -> Iterator[Any]:
-        """A long lookup, one bounded page (one complete statement) at a time."""
+    def _paged(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "", *,
+               order: str = "ord") -> Iterator[Any]:
+        """A long lookup in ``order`` (``ord``: creation order; ``id``: element id), one bounded
+        page (one complete statement) at a time. Pages by id start at 16 rows and grow: their
+        consumer (a KQL page, see ``kql.evaluate``) usually stops in the first."""
         limit = self._seq(seq)
-        after = -1
+        after: Any = -1 if order == "ord" else ""
+        size = PAGE if order == "ord" else 16
         while True:
             with self._lock:
                 rows = self._reader().execute(
-                    f"SELECT ord, id, kind, body FROM elements {index} WHERE {where} AND seq <= ? AND ord > ? "
-                    f"ORDER BY ord LIMIT {PAGE}", (*params, limit, after)).fetchall()
+                    f"SELECT {order}, id, kind, body FROM elements {index} WHERE {where} AND seq <= ? "
+                    f"AND {order} > ? ORDER BY {order} LIMIT {size}", (*params, limit, after)).fetchall()
                 page = [self._decode(r[1], r[2], r[3]) for r in rows]
-            yield from page
-            if len(rows) < PAGE:
-                return
-            after = rows[-1][0]
-
-    def _paged_by_id(self, where: str, params: tuple[Any, ...], seq: int | None, index: str) -> Iterator[Any]:
-        """A lookup in ascending id order, in pages that grow from 16 rows (a consumer that
-        needs one page of results usually stops in the first)."""
-        limit = self._seq(seq)
-        after, size = "", 16
-        while True:
-            with self._lock:
-                rows = self._reader().execute(
-                    f"SELECT id, kind, body FROM elements {index} WHERE {where} AND id > ? AND seq <= ? "
-                    f"ORDER BY id LIMIT {size}", (*params, after, limit)).fetchall()
-                page = [self._decode(r[0], r[1], r[2]) for r in rows]
             yield from page
             if len(rows) < size:
                 return
@@ -525,7 +513,7 @@ class SqliteNexus(NexusBase):
 
     def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
         if by_id:
-            return self._paged_by_id("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author_id")
+            return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author_id", order="id")
         return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author")
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
