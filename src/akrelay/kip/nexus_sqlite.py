@@ -254,6 +254,9 @@ class SqliteNexus(NexusBase):
         self._w_head = 0
         self._next_ord = 0
         self._pending_terms: dict[str, list[tuple[int, str]]] = {}
+        #: index rows of the batch, inserted by one executemany each at its end (import rate)
+        self._pending_edges: list[tuple[str, str, int]] = []
+        self._pending_tags: list[tuple[str, int]] = []
         self._count_delta: Counter[str] = Counter()
         if writer:
             self._open_writer()
@@ -309,6 +312,7 @@ class SqliteNexus(NexusBase):
         self._w_head = int(conn.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()[0])
         self._next_ord = int(conn.execute("SELECT coalesce(max(ord) + 1, 0) FROM elements").fetchone()[0])
         self._pending_terms = {}
+        self._pending_edges, self._pending_tags = [], []
         self._count_delta = Counter()
 
     def _stat(self) -> tuple[int, int] | None:
@@ -410,6 +414,9 @@ class SqliteNexus(NexusBase):
     def _flush(self) -> None:
         conn = self._conn
         assert conn is not None
+        conn.executemany("INSERT INTO structural VALUES (?, ?, ?)", self._pending_edges)
+        conn.executemany("INSERT INTO tags VALUES (?, ?)", self._pending_tags)
+        self._pending_edges, self._pending_tags = [], []
         for kind, rows in self._pending_terms.items():
             conn.executemany(f"INSERT INTO fts_{kind}(rowid, t) VALUES (?, ?)", rows)
         self._pending_terms = {}
@@ -699,12 +706,8 @@ class SqliteNexus(NexusBase):
         self._count_delta["kind:" + kind] += 1
         if isinstance(element, Concept):
             self._count_delta["type:" + element.type] += 1
-            if element.structural:
-                conn.executemany("INSERT INTO structural VALUES (?, ?, ?)",
-                                 [(f, t, ordinal) for f, t in element.structural.items()])
-            tags = concept_tags(element)
-            if tags:
-                conn.executemany("INSERT INTO tags VALUES (?, ?)", [(t, ordinal) for t in tags])
+            self._pending_edges.extend((f, t, ordinal) for f, t in element.structural.items())
+            self._pending_tags.extend((t, ordinal) for t in concept_tags(element))
         if text and kind in SEARCH_KINDS:
             terms = tokens(text)
             if terms:
