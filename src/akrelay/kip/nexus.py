@@ -97,7 +97,7 @@ class NexusBase:
     """The nexus storage interface: snapshot reads by ``seq``, appends by the mapping.
 
     Reads take ``seq`` (``None``: the head) and see only what existed then. Lookups
-    return elements in creation order. A backend implements the abstract methods;
+    return elements in creation order (``assertions_by``: id order). A backend implements the abstract methods;
     the derived lookups, ``check_seq`` and the wire ``view`` live here once.
     """
 
@@ -151,9 +151,10 @@ class NexusBase:
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         raise NotImplementedError
 
-    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
-        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``; with ``by_id``
-        in ascending id order (KQL's row order without ORDER BY, so a page can stop early)."""
+    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
+        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``, in ascending id
+        order, not creation order: KQL's row order without ORDER BY, so a page of an Agent's
+        (possibly thousands of) Assertions can stop early; one index serves every use."""
         raise NotImplementedError
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
@@ -498,9 +499,8 @@ class Nexus(NexusBase):
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         return list(self._visible(self._assertions_by_prop.get(proposition_id, ()), seq))
 
-    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
-        ids = self._assertions_by_author.get(agent_id, ())
-        return self._visible(sorted(ids) if by_id else ids, seq)
+    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
+        return self._visible(sorted(self._assertions_by_author.get(agent_id, ())), seq)
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
         return list(self._visible(self._assertions_by_event.get(event_id, ()), None))

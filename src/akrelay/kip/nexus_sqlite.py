@@ -11,8 +11,8 @@ lookup the evaluator needs is a B-tree index; keyword postings live in FTS5
 Layout: one ``elements`` row per element (``ord`` = creation ordinal, ``id``,
 ``kind``, ``seq``, three lookup columns whose meaning depends on the kind, and
 the element as JSON), partial indexes per kind, ``structural`` edges, Concept
-``tags`` (``attributes.tags``) and Assertions by author in id order (both since
-version 2), one ``tx``
+``tags`` (``attributes.tags``; Assertions by author are indexed in id order, both
+since version 2), one ``tx``
 row per import transaction, ``counts`` per kind and Concept type at the head,
 and ``meta`` (Space id, head). The importer commits each batch of records in one
 SQLite transaction together with the head it reached, so the file always holds
@@ -75,8 +75,7 @@ CREATE INDEX p_subject ON elements(a) WHERE kind = 1;
 CREATE INDEX p_predicate ON elements(b) WHERE kind = 1;
 CREATE INDEX p_object ON elements(c) WHERE kind = 1;
 CREATE INDEX a_proposition ON elements(a) WHERE kind = 2;
-CREATE INDEX a_author ON elements(b) WHERE kind = 2;
-CREATE INDEX a_author_id ON elements(b, id) WHERE kind = 2;
+CREATE INDEX a_author ON elements(b, id) WHERE kind = 2;
 CREATE INDEX a_event ON elements(c) WHERE kind = 2;
 CREATE UNIQUE INDEX e_key ON elements(a) WHERE kind = 3;
 CREATE TABLE structural(field TEXT NOT NULL, target TEXT NOT NULL, source INTEGER NOT NULL,
@@ -518,10 +517,8 @@ class SqliteNexus(NexusBase):
     def assertions_on(self, proposition_id: str, seq: int | None = None) -> list[Assertion]:
         return self._all("kind = 2 AND a = ?", (proposition_id,), seq, "INDEXED BY a_proposition")
 
-    def assertions_by(self, agent_id: str, seq: int | None = None, *, by_id: bool = False) -> Iterator[Assertion]:
-        if by_id:
-            return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author_id", order="id")
-        return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author")
+    def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
+        return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author", order="id")
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
         return self._all("kind = 2 AND c = ?", (event_id,), None, "INDEXED BY a_event")

@@ -706,7 +706,7 @@ def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> It
     ok, author = _grounded_id(members["asserted_by"], sol, ctx)
     if not ok or not isinstance(author, str):
         return None
-    return _of(ctx.nexus.assertions_by(author, ctx.seq, by_id=True), Assertion)
+    return _of(ctx.nexus.assertions_by(author, ctx.seq), Assertion)
 
 
 def _first_solutions(clause: Any, sol: dict[str, Any], ctx: Context, top: int) -> list[dict[str, Any]] | None:
