@@ -691,7 +691,8 @@ def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> It
 
     Without ORDER BY, rows are ordered by the complete solution (§42.5 tie-break). When a
     clause binds exactly one new variable, its solutions from one incoming solution sort by
-    that element's id, so candidates enumerated by id can stop after the page (see
+    that element's id (ids are ``<letter><seq>.<n>``: no character that ``repr`` escapes or
+    that sorts before its closing quote), so candidates enumerated by id can stop after the page (see
     :func:`eval_block`). Supported: Assertions by author, the lookup that returns hundreds
     of elements per Agent (issue 13); any other clause is enumerated as usual.
     """
