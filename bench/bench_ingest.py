@@ -14,8 +14,15 @@ connection per client, one request in flight each, on uvloop when it is
 installed): on a 2-core machine it shares the CPU with both relay workers, so
 the figure is conservative.
 
+With ``--compare``, each scale runs both configurations on the same data directory,
+core endpoints only and every installed extension, alternating (core, extensions,
+extensions, core, ... over ``--rounds``), and reports the ratio of their mean rates: the
+issue 13 goal is extensions >= 90 % of core-only in the same run.
+
 Usage: python bench/bench_ingest.py [--scales 10000,100000] [--events 20000] [--clients 32]
-Last line: ``ingest_rate: <n> events/s`` (the lowest rate over the scales run).
+       [--core-only | --compare [--rounds 2]]
+Last line: ``ingest_rate: <n> events/s`` (the lowest rate over the scales run), or with
+``--compare`` ``ingest_extensions_ratio: <r> %`` (the lowest over the scales).
 """
 
 from __future__ import annotations
@@ -248,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--core-only", action="store_true",
                         help="serve without the search/KIP/federation extensions (isolates the core ingest path)")
+    parser.add_argument("--compare", action="store_true",
+                        help="run core-only and all extensions alternately on the same data; report the ratio")
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each configuration")
     parser.add_argument("--catch-up-timeout", type=float, default=1800.0,
                         help="longest wait for the relay's followers to index the preloaded records")
     parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
@@ -260,40 +270,32 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="akrelay-bench-ingest-") if args.data is None else None
     data = Path(args.data or tmp.name) / "data"  # type: ignore[union-attr]
     data.mkdir(parents=True, exist_ok=True)
-    print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, "
-          f"{'core endpoints only' if args.core_only else 'all installed extensions (search, KIP, ...)'}, "
-          f"{args.events} timed events per scale", flush=True)
-    rates = []
+    mode = ("core-only and all extensions, alternating" if args.compare else
+            "core endpoints only" if args.core_only else "all installed extensions (search, KIP, ...)")
+    print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, {mode}, "
+          f"{args.events} timed events per run", flush=True)
+    rates, ratios = [], []
     existing = records_in(data)
-    for n, scale in enumerate(scales):
+    runs, base = 0, int(time.time()) % 100  # a distinct signer seed (< 256) per run: no envelope repeats
+    for scale in scales:
         if scale > existing:
             preload(data, scale, existing)
             existing = scale
-        items = presign(args.events + 500, seed=int(time.time()) % 200 + n)
-        before = records_in(data)
-        proc, port = start(data, args.workers, args.core_only)
-        try:
-            waited = wait_idle(proc.pid, args.catch_up_timeout)
-            print(f"  relay followers idle after {waited:.0f} s with {records_in(data):,} records", flush=True)
-            run(ingest(port, data / "tls-cert.pem", items[:500], args.clients))  # warm-up
-            server_cpu0, client_cpu0 = group_cpu_seconds(proc.pid), time.process_time()
-            elapsed, counts = run(ingest(port, data / "tls-cert.pem", items[500:], args.clients))
-            server_cpu = group_cpu_seconds(proc.pid) - server_cpu0
-            client_cpu = time.process_time() - client_cpu0
-        finally:
-            stop(proc)
-        if counts["failed"]:
-            raise SystemExit(f"{counts['failed']} submissions failed")
-        rate = counts["ok"] / elapsed
-        rates.append(rate)
-        existing = records_in(data)
-        per_server = server_cpu / counts["ok"] * 1e3
-        per_client = client_cpu / counts["ok"] * 1e3
-        load = os.getloadavg()[0]
-        print(f"  at {before:>9,} existing records: {counts['ok']} accepted in {elapsed:.2f} s = {rate:,.0f} accepted/s "
-              f"(relay CPU {per_server:.3f} ms/event, load generator {per_client:.3f} ms/event, "
-              f"CPU-bound capacity of {os.cpu_count()} idle cores ~ {os.cpu_count() / (per_server + per_client) * 1e3:,.0f}/s; "
-              f"load average {load:.1f})", flush=True)
+        if not args.compare:
+            rates.append(measure(data, args, args.core_only, seed=base + runs))
+            runs += 1
+            continue
+        by_mode: dict[bool, list[float]] = {True: [], False: []}
+        for r in range(args.rounds):
+            for core_only in ((True, False) if r % 2 == 0 else (False, True)):
+                by_mode[core_only].append(measure(data, args, core_only, seed=base + runs))
+                runs += 1
+        core, ext = (sum(by_mode[m]) / len(by_mode[m]) for m in (True, False))
+        rates.append(min(core, ext))
+        ratios.append(ext / core)
+        print(f"  scale {scale:,}: core-only {', '.join(f'{x:,.0f}' for x in by_mode[True])} accepted/s "
+              f"(mean {core:,.0f}); all extensions {', '.join(f'{x:,.0f}' for x in by_mode[False])} "
+              f"(mean {ext:,.0f}): extensions / core-only = {ext / core:.0%}", flush=True)
     if tmp is not None:
         tmp.cleanup()
     ceiling = sdk_ceiling(presign(300, seed=199), os.cpu_count() or 1)
@@ -303,7 +305,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sdk_validation_ceiling: {ceiling:,.0f} envelopes/s on {os.cpu_count()} cores (the SDK's validator alone)")
         print(f"sdk_ratio: {min(rates) / ceiling:.2f} x (our whole durable HTTPS ingest / the SDK's validation alone)")
     print(f"ingest_rate: {min(rates):.0f} events/s")
+    if ratios:
+        print(f"ingest_extensions_ratio: {min(ratios) * 100:.0f} %")
     return 0
+
+
+def measure(data: Path, args: argparse.Namespace, core_only: bool, seed: int) -> float:
+    """One ``akrelay serve`` run on ``data``: followers idle, warm-up, then the timed submissions."""
+    items = presign(args.events + 500, seed=seed)
+    before = records_in(data)
+    proc, port = start(data, args.workers, core_only)
+    try:
+        waited = wait_idle(proc.pid, args.catch_up_timeout)
+        print(f"  {'core-only' if core_only else 'all extensions'}: relay followers idle after {waited:.0f} s "
+              f"with {records_in(data):,} records", flush=True)
+        run(ingest(port, data / "tls-cert.pem", items[:500], args.clients))  # warm-up
+        server_cpu0, client_cpu0 = group_cpu_seconds(proc.pid), time.process_time()
+        elapsed, counts = run(ingest(port, data / "tls-cert.pem", items[500:], args.clients))
+        server_cpu = group_cpu_seconds(proc.pid) - server_cpu0
+        client_cpu = time.process_time() - client_cpu0
+    finally:
+        stop(proc)
+    if counts["failed"]:
+        raise SystemExit(f"{counts['failed']} submissions failed")
+    rate = counts["ok"] / elapsed
+    per_server = server_cpu / counts["ok"] * 1e3
+    per_client = client_cpu / counts["ok"] * 1e3
+    load = os.getloadavg()[0]
+    print(f"  at {before:>9,} existing records: {counts['ok']} accepted in {elapsed:.2f} s = {rate:,.0f} accepted/s "
+          f"(relay CPU {per_server:.3f} ms/event, load generator {per_client:.3f} ms/event, "
+          f"CPU-bound capacity of {os.cpu_count()} idle cores ~ {os.cpu_count() / (per_server + per_client) * 1e3:,.0f}/s; "
+          f"load average {load:.1f})", flush=True)
+    return rate
 
 
 if __name__ == "__main__":

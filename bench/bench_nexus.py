@@ -21,9 +21,10 @@ One run:
    from spawn to a ``POST /v1/kip`` answer naming the last capsule, ``RssAnon`` of each
    worker after a few queries, and the time a SIGTERM takes to stop it all.
 
-Last line: ``nexus_reader_rss_anon: <value> MB`` (the on-disk reader).
+Last line: ``nexus_reader_rss_anon: <value> MB`` (the on-disk reader), or with ``--serve``
+``nexus_serve_worker_rss_anon: <value> MB`` (the larger of the two ``serve`` workers).
 
-    python3 bench/bench_nexus.py [--records N] [--samples N] [--data DIR] [--serve]
+    python3 bench/bench_nexus.py [--records N] [--samples N] [--data DIR] [--serve] [--build-only]
 """
 
 from __future__ import annotations
@@ -154,34 +155,45 @@ def run_child(backend: str, data: Path, samples: int) -> dict:
 # ------------------------------------------------------------------------ serve
 
 
-def serve_figures(data: Path, backend: str) -> dict:
-    """First start (every follower catches up, then idle), graceful stop, and the measured restart."""
+def serve_figures(data: Path, backend: str, samples: int, timeout: float) -> dict:
+    """First start (every follower catches up, then idle), graceful stop, and the measured restart:
+    time to a KIP answer naming the last capsule, every bench_kql query and lookup over HTTPS
+    (``samples`` each, spread over both workers), then each worker's ``RssAnon`` and the stop."""
     from bench_ingest import wait_idle
+    from bench_kql import QUERIES
 
     from akrelay.store.sqlite import SqliteStore
 
     store = SqliteStore(data / "relay.sqlite3")
     last = last_publish(store)
-    params = sample_params(store, random.Random(9), 20)
+    params = sample_params(store, random.Random(9), 50)
     store.close()
-    proc, port, _ = _serve(data, backend, last.envelope.id)
-    wait_idle(proc.pid, 900)
+    proc, port, _ = _serve(data, backend, last.envelope.id, timeout)
+    waited = wait_idle(proc.pid, timeout)
     first_stop = _stop(proc)
     STARTUP.clear()
-    proc, port, answer_s = _serve(data, backend, last.envelope.id)
+    proc, port, answer_s = _serve(data, backend, last.envelope.id, timeout)
     first_http = STARTUP.get("first_http", float("nan"))
+    latency: dict[str, tuple[float, float]] = {}
     try:
         client = _client(data)
-        for p in params * 3:  # every worker answers some queries before memory is read
-            client.post(f"https://localhost:{port}/v1/kip", json={"kip": "2.0", "operations": [
-                {"command": LOOKUPS["by_name"], "parameters": {"name": p["name"]}}]})
+        for name, command in {**QUERIES, **LOOKUPS}.items():
+            wall: list[float] = []
+            for i in range(samples):
+                t = time.perf_counter()
+                answer = client.post(f"https://localhost:{port}/v1/kip", json={"kip": "2.0", "operations": [
+                    {"command": command, "parameters": params[i % len(params)]}]}).json()
+                wall.append((time.perf_counter() - t) * 1000)
+                if answer["results"][0].get("status") != "succeeded":
+                    raise SystemExit(f"{name} failed over HTTPS: {answer}")
+            latency[name] = (statistics.median(wall), percentile(wall, 0.99))
         client.close()
         workers = [pid for pid in _group(proc.pid) if pid != proc.pid]
         rss = sorted(rss_anon_kb(pid) / 1024 for pid in workers)
     finally:
         stop_s = _stop(proc)
     return {"backend": backend, "answer_s": answer_s, "worker_rss_anon_mb": rss, "stop_s": stop_s,
-            "first_stop_s": first_stop, "first_http_s": first_http}
+            "first_stop_s": first_stop, "first_http_s": first_http, "catch_up_s": waited, "http_ms": latency}
 
 
 def _client(data: Path):
@@ -193,7 +205,7 @@ def _client(data: Path):
 STARTUP: dict[str, float] = {}
 
 
-def _serve(data: Path, backend: str, capsule: str) -> tuple[subprocess.Popen, int, float]:
+def _serve(data: Path, backend: str, capsule: str, timeout: float) -> tuple[subprocess.Popen, int, float]:
     """``akrelay serve --workers 2``, and the seconds from spawn to a KIP answer naming ``capsule``."""
     import httpx
     from bench_ingest import free_port
@@ -209,7 +221,7 @@ def _serve(data: Path, backend: str, capsule: str) -> tuple[subprocess.Popen, in
                             start_new_session=True)
     body = {"kip": "2.0", "operations": [{"command": LOOKUPS["by_key"], "parameters": {"capsule": capsule}}]}
     client = None
-    while time.monotonic() < spawned + 900 and proc.poll() is None:
+    while time.monotonic() < spawned + timeout and proc.poll() is None:
         try:
             if client is None and (data / "tls-cert.pem").exists():
                 client = _client(data)
@@ -234,6 +246,8 @@ def _stop(proc: subprocess.Popen) -> float:
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
+        alive = [pid for pid in _group(proc.pid) if pid != proc.pid]
+        print(f"  akrelay serve did not exit within 60 s of SIGTERM (still running: {alive}); SIGKILL", flush=True)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return time.monotonic() - t
@@ -262,9 +276,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--data", type=Path, help="a data directory to (re)use")
     parser.add_argument("--serve", action="store_true", help="also measure akrelay serve --workers 2")
+    parser.add_argument("--serve-timeout", type=float, default=2400,
+                        help="longest wait for serve's first start to catch up (search indexes every record)")
+    parser.add_argument("--serve-samples", type=int, default=40, help="HTTPS samples per query on the restarted serve")
     parser.add_argument("--serve-memory", action="store_true", help="with --serve: the in-memory design too")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the in-memory reader (at 1M it needs ~13 GB and minutes of import)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="only build the relay log in --data (the slow part at 1M), then stop")
     parser.add_argument("--child", choices=("memory", "sqlite"), help=argparse.SUPPRESS)
     parser.add_argument("--spawned", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -295,6 +314,8 @@ def main() -> None:
         for _ in range(have):
             corpus.rng.random()
         build(store_path, args.records, corpus, have).close()
+    if args.build_only:
+        return
     store = SqliteStore(store_path)
     events = store.checkpoint()
     space = KipConfig.load(data, origin=ORIGIN).space_id
@@ -329,17 +350,24 @@ def main() -> None:
           f"memory per event: in memory {memory['rss_anon_mb'] * 1024 / events:.1f} KB, on disk "
           f"{disk['rss_anon_mb'] * 1024 / events:.2f} KB (private), {size / events / 1024:.1f} KB file")
 
+    served: list[dict] = []
     if args.serve:
         for backend in ("sqlite", "memory") if args.serve_memory else ("sqlite",):
-            s = serve_figures(data, backend)
-            print(f"akrelay serve --workers 2 ({backend} nexus): KIP answer with the last capsule "
-                  f"{s['answer_s']:.1f} s after spawn (first HTTP answer of any kind: {s['first_http_s']:.1f} s); "
-                  f"worker RssAnon "
-                  f"{', '.join(f'{x:.0f}' for x in s['worker_rss_anon_mb'])} MB; SIGTERM to exit {s['stop_s']:.1f} s "
-                  f"(after the first start's catch-up: {s['first_stop_s']:.1f} s)",
+            s = serve_figures(data, backend, args.serve_samples, args.serve_timeout)
+            served.append(s)
+            print(f"akrelay serve --workers 2 ({backend} nexus, {events:,} records): first start caught up in "
+                  f"{s['catch_up_s']:.0f} s, stopped in {s['first_stop_s']:.1f} s; restart: KIP answer with the "
+                  f"last capsule {s['answer_s']:.1f} s after spawn (first HTTP answer of any kind: "
+                  f"{s['first_http_s']:.1f} s); worker RssAnon "
+                  f"{', '.join(f'{x:.0f}' for x in s['worker_rss_anon_mb'])} MB after "
+                  f"{args.serve_samples * len(s['http_ms'])} KIP requests; SIGTERM to exit {s['stop_s']:.1f} s",
                   flush=True)
+            for name, (p50, p99) in s["http_ms"].items():
+                print(f"  over HTTPS ({backend}): {name:<22} wall p50 {p50:7.2f} ms, p99 {p99:7.2f} ms", flush=True)
     print(f"kip_import_disk: {events / cpu:.0f} events/s")
     print(f"nexus_reader_rss_anon: {disk['rss_anon_mb']:.0f} MB")
+    if served:
+        print(f"nexus_serve_worker_rss_anon: {max(served[0]['worker_rss_anon_mb']):.0f} MB")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,24 @@ class Transaction:
     status: str                # "committed" | "no_effect"
 
 
+def concept_tags(element: Concept) -> list[str]:
+    """The tag-index entries of a Concept: its ``attributes.tags`` items, NFC, each once.
+
+    A string item is entered as itself; a reference item (``{"id": ...}``) by its id, which
+    is what a string compares equal to in a KQL pattern (§9.6). Other items no string equals.
+    """
+    items = element.attributes.get("tags") if isinstance(element.attributes, dict) else None
+    if not isinstance(items, list):
+        return []
+    out: dict[str, None] = {}
+    for item in items:
+        if isinstance(item, str):
+            out[nfc(item)] = None
+        elif isinstance(item, dict) and len(item) == 1 and isinstance(item.get("id"), str):
+            out[nfc(item["id"])] = None
+    return list(out)
+
+
 def object_key(obj: Any) -> str:
     """The lookup key of a Proposition object: a reference by id, a literal by type and value."""
     if isinstance(obj, dict):
@@ -79,7 +97,7 @@ class NexusBase:
     """The nexus storage interface: snapshot reads by ``seq``, appends by the mapping.
 
     Reads take ``seq`` (``None``: the head) and see only what existed then. Lookups
-    return elements in creation order. A backend implements the abstract methods;
+    return elements in creation order (``assertions_by``: id order). A backend implements the abstract methods;
     the derived lookups, ``check_seq`` and the wire ``view`` live here once.
     """
 
@@ -134,7 +152,9 @@ class NexusBase:
         raise NotImplementedError
 
     def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
-        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``."""
+        """Assertions whose ``asserted_by`` is the Agent Concept ``agent_id``, in ascending id
+        order, not creation order: KQL's row order without ORDER BY, so a page of an Agent's
+        (possibly thousands of) Assertions can stop early; one index serves every use."""
         raise NotImplementedError
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
@@ -152,6 +172,16 @@ class NexusBase:
 
     def structural_sources(self, field: str, target: str | None, seq: int | None = None) -> Iterator[Concept]:
         """Concepts with structural ``field`` (pointing at ``target`` when given)."""
+        raise NotImplementedError
+
+    def concepts_tagged(self, tags: Iterable[str], seq: int | None = None, *,
+                        structural: tuple[str, str] | None = None) -> Iterator[Concept]:
+        """Concepts whose ``attributes.tags`` hold every one of ``tags`` (compared after NFC
+        normalisation) and, with ``structural=(field, target)``, that edge too; creation order.
+
+        An index intersection driven by the smallest of the postings, so a query planner can
+        hand every indexed constraint it knows to one call (see ``kql.evaluate``).
+        """
         raise NotImplementedError
 
     def transaction_at(self, seq: int) -> Transaction | None:
@@ -335,6 +365,7 @@ class Nexus(NexusBase):
         self._by_kind: dict[str, list[str]] = {k: [] for k in ELEMENT_KINDS}
         self._struct_sources: dict[tuple[str, str], list[str]] = {}
         self._struct_by_field: dict[str, list[str]] = {}
+        self._by_tag: dict[str, list[str]] = {}
         self._transactions: list[Transaction] = []
         self._tx_seqs: list[int] = []
         #: keyword index: kind -> term -> ordinals (positions in ``order``), ascending.
@@ -366,6 +397,8 @@ class Nexus(NexusBase):
             for field, target in element.structural.items():
                 self._struct_sources.setdefault((field, target), []).append(eid)
                 self._struct_by_field.setdefault(field, []).append(eid)
+            for tag in concept_tags(element):
+                self._by_tag.setdefault(tag, []).append(eid)
         elif isinstance(element, Proposition):
             self._prop_by_tuple[(element.subject, element.predicate, object_key(element.object))] = eid
             self._props_by_subject.setdefault(element.subject, []).append(eid)
@@ -467,7 +500,7 @@ class Nexus(NexusBase):
         return list(self._visible(self._assertions_by_prop.get(proposition_id, ()), seq))
 
     def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
-        return self._visible(self._assertions_by_author.get(agent_id, ()), seq)
+        return self._visible(sorted(self._assertions_by_author.get(agent_id, ())), seq)
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
         return list(self._visible(self._assertions_by_event.get(event_id, ()), None))
@@ -486,6 +519,27 @@ class Nexus(NexusBase):
     def structural_sources(self, field: str, target: str | None, seq: int | None = None) -> Iterator[Concept]:
         ids = self._struct_by_field.get(field, ()) if target is None else self._struct_sources.get((field, target), ())
         return self._visible(ids, seq)
+
+    def concepts_tagged(self, tags: Iterable[str], seq: int | None = None, *,
+                        structural: tuple[str, str] | None = None) -> Iterator[Concept]:
+        wanted = list(dict.fromkeys(nfc(t) for t in tags))
+        postings = [self._by_tag.get(t, []) for t in wanted]
+        if structural is not None:
+            postings.append(self._struct_sources.get(structural, []))
+        if not postings:
+            raise ValueError("concepts_tagged needs a tag or an edge")
+        driver = min(postings, key=len)  # the others are checked on the element itself
+        field, target = structural if structural is not None else (None, None)
+        elements = self.elements
+
+        def matches(eid: str) -> bool:
+            element = elements[eid]
+            if field is not None and element.structural.get(field) != target:  # type: ignore[union-attr]
+                return False
+            have = concept_tags(element)  # type: ignore[arg-type]
+            return all(t in have for t in wanted)
+
+        return self._visible((eid for eid in driver if matches(eid)), seq)
 
     def counts(self, seq: int | None = None) -> dict[str, int]:
         """Element counts per kind (head: O(1); historical: a scan)."""

@@ -10,7 +10,9 @@ lookup the evaluator needs is a B-tree index; keyword postings live in FTS5
 
 Layout: one ``elements`` row per element (``ord`` = creation ordinal, ``id``,
 ``kind``, ``seq``, three lookup columns whose meaning depends on the kind, and
-the element as JSON), partial indexes per kind, ``structural`` edges, one ``tx``
+the element as JSON), partial indexes per kind, ``structural`` edges, Concept
+``tags`` (``attributes.tags``; Assertions by author are indexed in id order, both
+since version 2), one ``tx``
 row per import transaction, ``counts`` per kind and Concept type at the head,
 and ``meta`` (Space id, head). The importer commits each batch of records in one
 SQLite transaction together with the head it reached, so the file always holds
@@ -37,7 +39,9 @@ import msgspec
 from akrelay.kip import budget
 from akrelay.kip.elements import KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.errors import KipError
-from akrelay.kip.nexus import ELEMENT_KINDS, SEARCH_KINDS, NexusBase, Transaction, nfc, object_key, tokens
+from akrelay.kip.nexus import (
+    ELEMENT_KINDS, SEARCH_KINDS, NexusBase, Transaction, concept_tags, nfc, object_key, tokens,
+)
 
 log = logging.getLogger("akrelay.kip")
 
@@ -45,8 +49,10 @@ NEXUS_FILE = "kip-nexus.sqlite3"
 #: ``PRAGMA application_id``: "AKNX".
 APPLICATION_ID = 0x414B4E58
 #: ``PRAGMA user_version`` of the layout below; bump it with any change to the layout or encoding.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PAGE = 512
+#: a posting is counted up to this many entries to choose the one that drives an intersection
+PROBE = 4096
 #: SQLite page cache per connection (private memory); readers lean on the OS page cache via mmap
 READER_CACHE_MB, WRITER_CACHE_MB = 16, 96
 
@@ -69,12 +75,13 @@ CREATE INDEX p_subject ON elements(a) WHERE kind = 1;
 CREATE INDEX p_predicate ON elements(b) WHERE kind = 1;
 CREATE INDEX p_object ON elements(c) WHERE kind = 1;
 CREATE INDEX a_proposition ON elements(a) WHERE kind = 2;
-CREATE INDEX a_author ON elements(b) WHERE kind = 2;
+CREATE INDEX a_author ON elements(b, id) WHERE kind = 2;
 CREATE INDEX a_event ON elements(c) WHERE kind = 2;
 CREATE UNIQUE INDEX e_key ON elements(a) WHERE kind = 3;
 CREATE TABLE structural(field TEXT NOT NULL, target TEXT NOT NULL, source INTEGER NOT NULL,
                         PRIMARY KEY(field, target, source)) WITHOUT ROWID;
 CREATE INDEX structural_field ON structural(field, source);
+CREATE TABLE tags(tag TEXT NOT NULL, ord INTEGER NOT NULL, PRIMARY KEY(tag, ord)) WITHOUT ROWID;
 CREATE TABLE tx(seq INTEGER PRIMARY KEY, tx_id TEXT NOT NULL, committed_at TEXT NOT NULL, event_id TEXT NOT NULL,
                 event_type TEXT NOT NULL, status TEXT NOT NULL, ord_limit INTEGER NOT NULL);
 CREATE TABLE counts(name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
@@ -146,6 +153,11 @@ def _inspect(conn: sqlite3.Connection, path: Path, space_id: str | None) -> bool
     if app != APPLICATION_ID:
         raise NexusFileError(f"{path} is not an akrelay KIP nexus (application_id {app:#x}); move it away or run "
                              "`akrelay reindex --kip`", rebuildable=False)
+    if 1 <= version < FORMAT_VERSION:
+        # ours, of an older layout (version 2 added the tag index): derived data, so the importer
+        # moves it aside and rebuilds it from the log rather than read it with this layout
+        raise NexusFileError(f"the KIP nexus {path} has the older format version {version} (this akrelay reads "
+                             f"{FORMAT_VERSION}); it is rebuilt from the log", rebuildable=True)
     if version != FORMAT_VERSION:
         raise NexusFileError(f"the KIP nexus {path} has format version {version}, and this akrelay reads version "
                              f"{FORMAT_VERSION} only; run `akrelay reindex --kip` to rebuild it from the log",
@@ -241,6 +253,9 @@ class SqliteNexus(NexusBase):
         self._w_head = 0
         self._next_ord = 0
         self._pending_terms: dict[str, list[tuple[int, str]]] = {}
+        #: index rows of the batch, inserted by one executemany each at its end (import rate)
+        self._pending_edges: list[tuple[str, str, int]] = []
+        self._pending_tags: list[tuple[str, int]] = []
         self._count_delta: Counter[str] = Counter()
         if writer:
             self._open_writer()
@@ -279,7 +294,7 @@ class SqliteNexus(NexusBase):
         assert conn is not None and not self._batch_depth
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for table in ("elements", "structural", "tx", "counts"):
+            for table in ("elements", "structural", "tags", "tx", "counts"):
                 conn.execute(f"DELETE FROM {table}")
             for kind in SEARCH_KINDS:
                 conn.execute(f"INSERT INTO fts_{kind}(fts_{kind}) VALUES ('delete-all')")
@@ -296,6 +311,7 @@ class SqliteNexus(NexusBase):
         self._w_head = int(conn.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()[0])
         self._next_ord = int(conn.execute("SELECT coalesce(max(ord) + 1, 0) FROM elements").fetchone()[0])
         self._pending_terms = {}
+        self._pending_edges, self._pending_tags = [], []
         self._count_delta = Counter()
 
     def _stat(self) -> tuple[int, int] | None:
@@ -397,6 +413,9 @@ class SqliteNexus(NexusBase):
     def _flush(self) -> None:
         conn = self._conn
         assert conn is not None
+        conn.executemany("INSERT INTO structural VALUES (?, ?, ?)", self._pending_edges)
+        conn.executemany("INSERT INTO tags VALUES (?, ?)", self._pending_tags)
+        self._pending_edges, self._pending_tags = [], []
         for kind, rows in self._pending_terms.items():
             conn.executemany(f"INSERT INTO fts_{kind}(rowid, t) VALUES (?, ?)", rows)
         self._pending_terms = {}
@@ -436,20 +455,24 @@ class SqliteNexus(NexusBase):
                 (*params, self._seq(seq))).fetchall()
             return [self._decode(r[0], r[1], r[2]) for r in rows]
 
-    def _paged(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "") -> Iterator[Any]:
-        """A long lookup, one bounded page (one complete statement) at a time."""
+    def _paged(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "", *,
+               order: str = "ord") -> Iterator[Any]:
+        """A long lookup in ``order`` (``ord``: creation order; ``id``: element id), one bounded
+        page (one complete statement) at a time. Pages by id start at 16 rows and grow: their
+        consumer (a KQL page, see ``kql.evaluate``) usually stops in the first."""
         limit = self._seq(seq)
-        after = -1
+        after: Any = -1 if order == "ord" else ""
+        size = PAGE if order == "ord" else 16
         while True:
             with self._lock:
                 rows = self._reader().execute(
-                    f"SELECT ord, id, kind, body FROM elements {index} WHERE {where} AND seq <= ? AND ord > ? "
-                    f"ORDER BY ord LIMIT {PAGE}", (*params, limit, after)).fetchall()
+                    f"SELECT {order}, id, kind, body FROM elements {index} WHERE {where} AND seq <= ? "
+                    f"AND {order} > ? ORDER BY {order} LIMIT {size}", (*params, limit, after)).fetchall()
                 page = [self._decode(r[1], r[2], r[3]) for r in rows]
             yield from page
-            if len(rows) < PAGE:
+            if len(rows) < size:
                 return
-            after = rows[-1][0]
+            after, size = rows[-1][0], min(PAGE, size * 4)
 
     # ---- reads --------------------------------------------------------------------------
 
@@ -495,7 +518,7 @@ class SqliteNexus(NexusBase):
         return self._all("kind = 2 AND a = ?", (proposition_id,), seq, "INDEXED BY a_proposition")
 
     def assertions_by(self, agent_id: str, seq: int | None = None) -> Iterator[Assertion]:
-        return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author")
+        return self._paged("kind = 2 AND b = ?", (agent_id,), seq, "INDEXED BY a_author", order="id")
 
     def assertions_from_event(self, event_id: str) -> list[Assertion]:
         return self._all("kind = 2 AND c = ?", (event_id,), None, "INDEXED BY a_event")
@@ -515,6 +538,30 @@ class SqliteNexus(NexusBase):
             return self._paged("ord IN (SELECT source FROM structural WHERE field = ?)", (field,), seq)
         return iter(self._all("ord IN (SELECT source FROM structural WHERE field = ? AND target = ?)",
                               (field, target), seq))
+
+    def concepts_tagged(self, tags: Iterable[str], seq: int | None = None, *,
+                        structural: tuple[str, str] | None = None) -> Iterator[Concept]:
+        """One statement over the index tables only: the smallest posting (counted up to
+        ``PROBE``) drives, every other constraint is a primary-key probe per candidate, and only
+        the intersection's rows are read and decoded."""
+        postings: list[tuple[str, str, str, tuple[str, ...]]] = [
+            ("tags", "ord", "tag = ?", (t,)) for t in dict.fromkeys(nfc(t) for t in tags)]
+        if structural is not None:
+            postings.append(("structural", "source", "field = ? AND target = ?", tuple(structural)))
+        if not postings:
+            raise ValueError("concepts_tagged needs a tag or an edge")
+        with self._lock:
+            conn = self._reader()
+            sizes = [conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {PROBE})",
+                                  params).fetchone()[0] for table, _, where, params in postings]
+        if min(sizes) == 0:
+            return iter(())
+        driver, *others = (postings[i] for i in sorted(range(len(postings)), key=sizes.__getitem__))
+        table, column, where, params = driver
+        probes = "".join(f" AND EXISTS (SELECT 1 FROM {t} WHERE {w} AND {c} = d.{column})" for t, c, w, _ in others)
+        # NOT INDEXED: rows are fetched by rowid from the intersection, never by walking el_kind
+        return self._paged(f"ord IN (SELECT d.{column} FROM {table} d WHERE {where}{probes})",
+                           (*params, *(p for *_, ps in others for p in ps)), seq, "NOT INDEXED")
 
     def _tx(self, row: Any) -> Transaction | None:
         return Transaction(*row) if row is not None else None
@@ -656,9 +703,8 @@ class SqliteNexus(NexusBase):
         self._count_delta["kind:" + kind] += 1
         if isinstance(element, Concept):
             self._count_delta["type:" + element.type] += 1
-            if element.structural:
-                conn.executemany("INSERT INTO structural VALUES (?, ?, ?)",
-                                 [(f, t, ordinal) for f, t in element.structural.items()])
+            self._pending_edges.extend((f, t, ordinal) for f, t in element.structural.items())
+            self._pending_tags.extend((t, ordinal) for t in concept_tags(element))
         if text and kind in SEARCH_KINDS:
             terms = tokens(text)
             if terms:

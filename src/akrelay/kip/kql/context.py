@@ -99,6 +99,9 @@ class Context:
     views: dict[str, Any] = field(default_factory=dict)
     used_search: bool = False
     used_projection: bool = False
+    #: Tags later patterns of the block require of a variable the running clause binds
+    #: (``evaluate._later_tags``): its candidates may come from the tag index.
+    hints: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: The request's CPU budget (``akrelay.kip.budget``), ticked by every candidate
     #: read, unification step, expression node, path visit and sort comparison.
     tick: Any = field(default_factory=lambda: _budget.current().tick)

@@ -293,9 +293,49 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
                 named = sorted([*named, by_key], key=lambda c: (c.created_seq, _id_order(c.id)))
             yield from named
             return
-        yield from _of(ctx.nexus.concepts_of_type(local, ctx.seq), Concept)
+    tags = (*required_tags(pattern, ctx), *ctx.hints.get(var, ()))
+    if tags:  # the tag index; match_element still checks the type and everything else
+        yield from ctx.nexus.concepts_tagged(tags, ctx.seq)
+        return
+    if isinstance(type_pv, (Param, Literal)):
+        yield from _of(ctx.nexus.concepts_of_type(ctx.resolve_symbol(ctx.value(type_pv), "ConceptType"), ctx.seq),
+                       Concept)
         return
     yield from _of(ctx.nexus.of_kind("concept", ctx.seq), Concept)
+
+
+def required_tags(pattern: A.ObjectPattern, ctx: Context) -> list[str]:
+    """The tags an object pattern requires of a Concept: the constant string items of
+    ``{attributes: {tags: [...]}}`` (each must be some stored item, §43.1)."""
+    out: list[str] = []
+    for name, pv in pattern.members:
+        if name != "attributes" or not isinstance(pv, A.ObjectPattern):
+            continue
+        for inner, items in pv.members:
+            if inner == "tags" and isinstance(items, A.ArrayPattern):
+                out.extend(v for v in (ctx.value(i) for i in items.items if isinstance(i, (Param, Literal)))
+                           if isinstance(v, str))
+    return out
+
+
+def _later_tags(clauses: tuple[Any, ...], start: int, ctx: Context) -> dict[str, tuple[str, ...]]:
+    """Tags the Concept patterns right after clause ``start`` require of their variables.
+
+    Planning without reordering: a clause that enumerates candidates for ``?c`` may skip
+    those a later ``?c {attributes: {tags: [...]}}`` would drop anyway. Only across a run
+    of Concept and Structural patterns, which raise nothing for a solution and only extend
+    or drop it, so the solutions, their order and the errors stay the same; only the
+    work (and an intermediate ``max_solutions`` count) shrinks.
+    """
+    out: dict[str, tuple[str, ...]] = {}
+    for clause in clauses[start + 1:]:
+        if not isinstance(clause, (A.ConceptPattern, A.StructuralPattern)):
+            break
+        if isinstance(clause, A.ConceptPattern):
+            tags = required_tags(clause.pattern, ctx)
+            if tags:
+                out[clause.var] = (*out.get(clause.var, ()), *tags)
+    return out
 
 
 def _id_order(eid: str) -> int:
@@ -464,8 +504,12 @@ def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: C
     ref = ctx.exact_ref(local, "StructuralField")
     s_ok, subject = _grounded_id(clause.subject, sol, ctx)
     o_ok, obj = _grounded_id(clause.object, sol, ctx)
+    tags = ctx.hints.get(clause.subject.name, ()) if isinstance(clause.subject, A.Var) else ()
     if s_ok:
         sources: Any = [ctx.get(subject)]
+    elif tags:  # the edge and the tags a later pattern requires, in one index intersection
+        sources = ctx.nexus.concepts_tagged(tags, ctx.seq, structural=(local, obj) if o_ok and isinstance(obj, str)
+                                            else None)
     elif o_ok and isinstance(obj, str):
         sources = ctx.nexus.structural_sources(local, obj, ctx.seq)
     else:
@@ -611,8 +655,79 @@ _KIND_OF_PATTERN = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePatt
 def _kind_pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     cls, kind = _KIND_OF_PATTERN[type(clause)]
     for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
-        for s in match_element(element, clause.pattern, sol, ctx):
-            yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+        yield from _bind_element(clause, element, sol, ctx)
+
+
+def _bind_element(clause: Any, element: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+    """The solutions of one candidate element of an element pattern clause."""
+    for s in match_element(element, clause.pattern, sol, ctx):
+        yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
+
+
+# ------------------------------------------------------------------ LIMIT pushdown
+
+
+def _pattern_vars(value: Any) -> Iterator[str] | None:
+    """The variables a pattern value names, or ``None`` for a value this check does not walk."""
+    if isinstance(value, A.Var):
+        return iter((value.name,))
+    if isinstance(value, (Param, Literal)):
+        return iter(())
+    children = ([v for _, v in value.members] if isinstance(value, A.ObjectPattern)
+                else list(value.items) if isinstance(value, A.ArrayPattern) else None)
+    if children is None:
+        return None
+    names: list[str] = []
+    for child in children:
+        found = _pattern_vars(child)
+        if found is None:
+            return None
+        names.extend(found)
+    return iter(names)
+
+
+def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any] | None:
+    """The candidates of ``clause`` in the order its solutions sort, or ``None``.
+
+    Without ORDER BY, rows are ordered by the complete solution (§42.5 tie-break). When a
+    clause binds exactly one new variable, its solutions from one incoming solution sort by
+    that element's id (ids are ``<letter><seq>.<n>``: no character that ``repr`` escapes or
+    that sorts before its closing quote), so candidates enumerated by id can stop after the page (see
+    :func:`eval_block`). Supported: Assertions by author, the lookup that returns hundreds
+    of elements per Agent (issue 13); any other clause is enumerated as usual.
+    """
+    if type(clause) is not A.AssertionPattern or clause.var in sol:
+        return None
+    members = dict(clause.pattern.members)
+    if "id" in members or "proposition" in members or "asserted_by" not in members:
+        return None  # a fixed element, or the (short) per-Proposition lookup _kind_candidates prefers
+    names = _pattern_vars(clause.pattern)
+    if names is None or any(n not in sol for n in names):
+        return None  # binds another variable: its values would lead the sort
+    ok, author = _grounded_id(members["asserted_by"], sol, ctx)
+    if not ok or not isinstance(author, str):
+        return None
+    return _of(ctx.nexus.assertions_by(author, ctx.seq), Assertion)
+
+
+def _first_solutions(clause: Any, sol: dict[str, Any], ctx: Context, top: int) -> list[dict[str, Any]] | None:
+    """The solutions of the first ``top`` matching candidates in solution order, or ``None``
+    when ``clause`` cannot enumerate in that order. Each candidate is one distinct solution
+    (only the clause's own variable is new), so they include the first ``top`` distinct
+    solutions extending ``sol``."""
+    candidates = _ordered_candidates(clause, sol, ctx)
+    if candidates is None:
+        return None
+    out: list[dict[str, Any]] = []
+    matched = 0
+    for element in candidates:
+        found = list(_bind_element(clause, element, sol, ctx))
+        if found:
+            out.extend(found)
+            matched += 1
+            if matched >= top:
+                break
+    return out
 
 
 #: How each kind of pattern clause extends one solution: the one dispatch of clauses, by node type.
@@ -640,10 +755,16 @@ def _cap(solutions: list[dict[str, Any]]) -> None:
                        hint="constrain the first patterns more tightly")
 
 
-def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context) -> list[dict[str, Any]]:
-    """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5)."""
+def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context,
+               top: int | None = None) -> list[dict[str, Any]]:
+    """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5).
+
+    ``top``: only the first ``top`` distinct solutions in solution-key order are needed
+    (a query page without ORDER BY or aggregates); the last clause may then stop early.
+    The result is a superset of those, never a different set.
+    """
     current = incoming
-    for clause in clauses:
+    for position, clause in enumerate(clauses):
         if isinstance(clause, A.Filter):
             current = [s for s in current if truth(eval_expr(clause.expr, s, ctx)) is True]
         elif isinstance(clause, A.Not):
@@ -658,9 +779,15 @@ def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Co
             current = current + eval_block(clause.clauses, [{}], ctx)
         else:
             out = []
-            for s in current:
-                out.extend(_pattern(clause, s, ctx))
-                _cap(out)
+            ctx.hints = _later_tags(clauses, position, ctx)
+            last = top is not None and position == len(clauses) - 1
+            try:
+                for s in current:
+                    first = _first_solutions(clause, s, ctx, top) if last and top is not None else None
+                    out.extend(_pattern(clause, s, ctx) if first is None else first)
+                    _cap(out)
+            finally:
+                ctx.hints = {}
             current = out
         _cap(current)
     return current
@@ -793,7 +920,11 @@ def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int
     prevalidate(query.where, ctx)
     for item in list(query.find) + [o.expr for o in query.order_by]:
         prevalidate((A.Filter(item.arg if isinstance(item, A.Aggregate) else item),), ctx)
-    solutions = eval_block(query.where, [{}], ctx)
+    # without ORDER BY or aggregates rows follow the solution key: the page needs only its
+    # first offset + size (+1, to know whether more follow) solutions
+    top = (None if query.order_by or query.has_aggregates
+           else offset + (limit if limit is not None else LIMITS["result_cap"]) + 1)
+    solutions = eval_block(query.where, [{}], ctx, top)
     unique: dict[Any, dict[str, Any]] = {}
     for s in solutions:
         ctx.tick()
