@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sqlite3
 import statistics
 import threading
 import time
@@ -38,8 +39,10 @@ from redis_server import RedisServer
 pytestmark = pytest.mark.slow
 
 HEADERS = {"content-type": "application/json"}
-#: rate limits off (writers hammer the nodes from one address); one JSON access-log line per request
-NODE_FLAGS = ["--write-rate", "0", "--read-rate", "0", "--log-json"]
+#: the deployment-wide rate limits on (their buckets live in Redis too), high enough that the writers, all on
+#: one address, are never refused; one JSON access-log line per request
+NODE_FLAGS = ["--write-rate", "100000", "--write-burst", "100000", "--read-rate", "100000", "--read-burst", "100000",
+              "--log-json"]
 #: the issue's bound for any answer while Redis is down
 ANSWER_WITHIN = 10.0
 #: how long the Redis fault test keeps redis-server down (seconds)
@@ -227,10 +230,9 @@ def check_the_log(cluster: Cluster, ledger: Ledger) -> list[dict]:
         assert records_a == records_b, "the nodes enumerate different sets"
         seqs = [r["seq"] for r in records_a]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "seq values repeat or go backwards"
-        assert seqs[-1] <= checkpoint_a
-        gaps = checkpoint_a - len(seqs)
-        print(f"checkpoint {checkpoint_a}: {len(seqs)} records, {len(ledger.acked)} acknowledged, {gaps} seq gaps")
-        assert gaps <= max(3, checkpoint_a // 100 * 3), f"{gaps} seq values of {checkpoint_a} were never used"
+        print(f"checkpoint {checkpoint_a}: {len(seqs)} records, {len(ledger.acked)} acknowledged")
+        # the seq is allocated in the same Redis script as the record: a crash leaves no gap
+        assert seqs == list(range(1, checkpoint_a + 1)), f"{checkpoint_a - len(seqs)} seq values were never used"
         by_id = {r["envelope"]["hash"]: r for r in records_a}
         for event_id, body in ledger.acked.items():
             assert by_id.get(event_id) == json.loads(body), f"acknowledged {event_id} lost or changed"
@@ -271,6 +273,21 @@ def kip(http: httpx.Client, command: str, **params) -> dict:
 def kip_finds(http: httpx.Client, title: str) -> bool:
     rows = kip(http, 'FIND(?c.name) WHERE { ?c {type: "KnowledgeCapsule", name: :title} }', title=title)["rows"]
     return rows == [[title]]
+
+
+def nexus_head(data: Path) -> int:
+    """The KIP nexus head in a node's data directory, read from its file (no request opens or feeds it)."""
+    path = data / "kip-nexus.sqlite3"
+    if not path.exists():
+        return 0
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()
+    except sqlite3.OperationalError:  # being created
+        return 0
+    finally:
+        connection.close()
+    return int(row[0]) if row else 0
 
 
 def followers_reach(http: httpx.Client, checkpoint: int) -> bool:
@@ -357,10 +374,13 @@ def test_kill_9_of_a_node_mid_ingest_then_it_restarts_and_catches_up(cluster: Cl
     records = check_the_log(cluster, ledger)
     checkpoint = records[-1]["seq"]
     with cluster.http(0) as restarted, cluster.http(1) as survivor:
-        # the restarted node's search index and KIP nexus catch up by themselves
-        took = wait_for(lambda: followers_reach(restarted, checkpoint) and followers_reach(survivor, checkpoint),
-                        30, "the followers reaching the checkpoint", step=0.2)
-        print(f"node restarted; followers at the checkpoint {checkpoint} {took:.2f} s later")
+        # the restarted node's search index and KIP nexus catch up by themselves: read from the nexus file
+        # and the search answer's index position, neither of which makes the node import anything
+        took = wait_for(lambda: nexus_head(cluster.nodes[0].data) >= checkpoint
+                        and search(restarted, "statement")["index_seq"] >= checkpoint, 30,
+                        "the restarted node's followers reaching the checkpoint", step=0.2)
+        print(f"node restarted; its followers at the checkpoint {checkpoint} {took:.2f} s after the writers ended")
+        assert followers_reach(restarted, checkpoint) and followers_reach(survivor, checkpoint)
     check_logs_clean(cluster)
 
 
@@ -386,6 +406,8 @@ def test_kill_9_of_redis_mid_ingest_then_a_restart_from_its_aof(cluster: Cluster
                                              headers=HEADERS),
             "kip": lambda http: http.post("/v1/kip", content=json.dumps(
                 {"kip": "2.0", "operations": [{"command": "DESCRIBE SPACE"}]}), headers=HEADERS),
+            "knowql": lambda http: http.post("/query", content=json.dumps(
+                {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}), headers=HEADERS),
             "readyz": lambda http: http.get("/readyz"),
         }
         for name, call in calls.items():
@@ -398,6 +420,11 @@ def test_kill_9_of_redis_mid_ingest_then_a_restart_from_its_aof(cluster: Cluster
                 assert int(response.headers["retry-after"]) >= 1 and response.json()["error"]["code"] == "service_unavailable"
         for http in (a, b):
             assert http.get("/healthz").status_code == 200
+            assert http.get("/.well-known/agent-knowledge").status_code == 200  # needs no store
+            for path in ("/metrics", "/explorer/"):  # may show less, but never fail
+                started = time.monotonic()
+                status = http.get(path).status_code
+                assert status in (200, 503) and time.monotonic() - started < ANSWER_WITHIN, (path, status)
         # an outage of some seconds: long enough for every retry loop to have backed off
         time.sleep(max(0.0, OUTAGE - (time.monotonic() - killed)))
         cluster.redis.start()  # replays the append-only file
@@ -411,7 +438,7 @@ def test_kill_9_of_redis_mid_ingest_then_a_restart_from_its_aof(cluster: Cluster
         ledger.ack(accepted.content)
         took = wait_for(lambda: search(b, "wombatafter")["result"], 10.0, "search on node 1 after the outage")
         print(f"after the outage: searchable on the other node in {took:.2f} s")
-        assert took <= 2.0, f"searchable on the other node {took:.2f} s after Redis returned"
+        assert took <= 3.0, f"searchable on the other node {took:.2f} s after Redis returned"
         at_restart = ledger.progress()
         wait_for(lambda: ledger.progress() >= at_restart + 50, 60, "acceptances after Redis returned")
         for thread in writers:
