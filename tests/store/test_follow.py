@@ -240,3 +240,14 @@ def test_a_wake_up_during_an_outage_retries_at_once(monkeypatch) -> None:
     finally:
         follower.stop()
     assert follower.error is None
+
+
+def test_an_outage_still_backs_off() -> None:
+    """Retrying every second at most is no busy loop: the tries double their spacing up to that second."""
+    follower = Outage(failures=10_000, interval=0.01)
+    follower.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        follower.stop()
+    assert 3 <= len(follower.steps) <= 12, f"{len(follower.steps)} tries in 1 s"

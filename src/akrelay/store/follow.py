@@ -13,8 +13,8 @@ fallback (one ``checkpoint()`` read: cheap, and bounded lag without any
 cross-process signalling channel to keep alive).
 
 Failing steps back off exponentially (up to 30 s), except while the store is
-unavailable (:class:`StoreUnavailable`): then the follower tries again at least
-every second and at once when woken, so it resumes as soon as the store returns.
+unavailable (:class:`StoreUnavailable`): then the back-off stops at one second and
+a wake-up ends it, so the follower resumes as soon as the store returns.
 """
 
 from __future__ import annotations
@@ -139,9 +139,9 @@ class LogFollower:
                     # down fails at once) and at once when woken, since a commit or a renewed commit channel
                     # means the store answers again. A long back-off would leave the derived state stale
                     # for up to its length after the store returned.
-                    delay = min(delay, OUTAGE_RETRY)
-                    self._wake.wait(delay)
+                    self._wake.wait(min(delay, OUTAGE_RETRY))
                     self._wake.clear()
+                    delay = min(delay * 2, OUTAGE_RETRY)
                     continue
                 self._halt.wait(delay)
                 delay = min(delay * 2, 30.0)
