@@ -57,6 +57,8 @@ class Cluster:
     tmp: Path
     redis: RedisServer
     nodes: list[Served] = field(default_factory=list)
+    #: set at teardown: the writers of a test that failed stop too
+    halt: threading.Event = field(default_factory=threading.Event)
 
     def start_node(self, index: int, port: int | None = None) -> Served:
         served = start_relay(self.tmp / f"node{index}", workers=2, port=port,
@@ -82,6 +84,7 @@ class Cluster:
         return "".join(path.read_text(errors="replace") for path in sorted(self.tmp.glob("node*-serve-*.log")))
 
     def stop(self) -> None:
+        self.halt.set()
         for node in self.nodes:
             node.stop()
         self.redis.kill()
@@ -128,8 +131,7 @@ class Ledger:
         return len(self.acked)
 
 
-def write(cluster: Cluster, index: int, items: list[bytes], ledger: Ledger, stop: threading.Event,
-          allowed: frozenset[int]) -> None:
+def write(cluster: Cluster, index: int, items: list[bytes], ledger: Ledger, allowed: frozenset[int]) -> None:
     """Submit ``items`` to node ``index`` like a client that retries; every 4th acknowledged one again to the other node.
 
     A refused connection (the node was killed) or an answer in ``allowed`` (503 while Redis is down)
@@ -140,7 +142,7 @@ def write(cluster: Cluster, index: int, items: list[bytes], ledger: Ledger, stop
     deadline = time.monotonic() + 150
     for number, raw in enumerate(items):
         response = None
-        while response is None and not stop.is_set() and time.monotonic() < deadline:
+        while response is None and not cluster.halt.is_set() and time.monotonic() < deadline:
             started = time.monotonic()
             try:
                 with cluster.http(index) as http:  # a fresh connection: the node may have been restarted
@@ -175,14 +177,14 @@ def write(cluster: Cluster, index: int, items: list[bytes], ledger: Ledger, stop
                 ledger.unexpected.append(f"resubmission to node {other}: {again.status_code} {again.text[:300]}")
 
 
-def start_writers(cluster: Cluster, ledger: Ledger, stop: threading.Event, *, per_node: int, threads: int,
+def start_writers(cluster: Cluster, ledger: Ledger, *, per_node: int, threads: int,
                   seed: int, allowed: frozenset[int] = frozenset()) -> list[threading.Thread]:
     """``threads`` writers per node, each with its own distinct signed capsules."""
     started = []
     for index in (0, 1):
         items = envelopes(per_node, seed + index)
         for t in range(threads):
-            thread = threading.Thread(target=write, args=(cluster, index, items[t::threads], ledger, stop, allowed),
+            thread = threading.Thread(target=write, args=(cluster, index, items[t::threads], ledger, allowed),
                                       name=f"writer-{index}-{t}", daemon=True)
             thread.start()
             started.append(thread)
@@ -300,8 +302,8 @@ def followers_reach(http: httpx.Client, checkpoint: int) -> bool:
 
 
 def test_two_nodes_with_two_workers_serve_one_log(cluster: Cluster) -> None:
-    ledger, stop = Ledger(), threading.Event()
-    writers = start_writers(cluster, ledger, stop, per_node=240, threads=3, seed=60)
+    ledger = Ledger()
+    writers = start_writers(cluster, ledger, per_node=240, threads=3, seed=60)
     with cluster.http(0) as a, cluster.http(1) as b:
         # read-your-writes across nodes, while the writers run: an assessment sent to one node right
         # after its target was accepted on the other is accepted, never missing_dependency
@@ -358,8 +360,8 @@ def test_two_nodes_with_two_workers_serve_one_log(cluster: Cluster) -> None:
 
 
 def test_kill_9_of_a_node_mid_ingest_then_it_restarts_and_catches_up(cluster: Cluster) -> None:
-    ledger, stop = Ledger(), threading.Event()
-    writers = start_writers(cluster, ledger, stop, per_node=400, threads=3, seed=70)
+    ledger = Ledger()
+    writers = start_writers(cluster, ledger, per_node=400, threads=3, seed=70)
     wait_for(lambda: ledger.progress() >= 150, 60, "150 acceptances before the kill")
     cluster.kill_node(0)
     at_kill = ledger.progress()
@@ -385,8 +387,8 @@ def test_kill_9_of_a_node_mid_ingest_then_it_restarts_and_catches_up(cluster: Cl
 
 
 def test_kill_9_of_redis_mid_ingest_then_a_restart_from_its_aof(cluster: Cluster) -> None:
-    ledger, stop = Ledger(), threading.Event()
-    writers = start_writers(cluster, ledger, stop, per_node=400, threads=3, seed=80,
+    ledger = Ledger()
+    writers = start_writers(cluster, ledger, per_node=400, threads=3, seed=80,
                             allowed=frozenset({503}))
     wait_for(lambda: ledger.progress() >= 150, 60, "150 acceptances before the kill")
     cluster.redis.kill()
