@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
+from akrelay.store.base import StoreUnavailable
+from akrelay.store import follow
 from akrelay.store.follow import LogFollower
 from akrelay.store.memory import MemoryStore
 
@@ -183,3 +186,68 @@ def test_a_failing_commit_listener_neither_fails_the_commit_nor_skips_the_others
     assert created and record.seq == 1
     assert woken == ["second"]
     assert any("commit listener" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+class Outage(LogFollower):
+    """The store is unavailable for the first ``failures`` steps; records when each step ran."""
+
+    thread_name = "akrelay-test-outage-follower"
+
+    def __init__(self, failures: int, *, interval: float) -> None:
+        super().__init__(interval=interval)
+        self.failures = failures
+        self.steps: list[float] = []
+        self.stepped = threading.Event()
+
+    def position(self) -> int:
+        return 0
+
+    def step(self) -> int:
+        self.steps.append(time.monotonic())
+        self.stepped.set()
+        if len(self.steps) <= self.failures:
+            raise StoreUnavailable("the store does not answer")
+        return 0
+
+
+def test_a_store_outage_is_retried_every_second_not_after_a_long_back_off(monkeypatch) -> None:
+    """After an outage of any length the follower resumes within ``OUTAGE_RETRY`` (1 s) of the store's return:
+    the back-off for other failures (up to 30 s, doubling from the poll interval) does not apply."""
+    monkeypatch.setattr(follow, "OUTAGE_RETRY", 0.05, raising=False)  # the bound, shortened for the test
+    follower = Outage(failures=4, interval=60.0)  # a doubling back-off would wait 60 s after the first failure
+    follower.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(follower.steps) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        follower.stop()
+    assert len(follower.steps) >= 5, f"{len(follower.steps)} tries in 10 s"
+    assert follower.error is None
+
+
+def test_a_wake_up_during_an_outage_retries_at_once(monkeypatch) -> None:
+    """A commit (or the commit channel renewed after the outage) means the store answers again."""
+    monkeypatch.setattr(follow, "OUTAGE_RETRY", 30.0, raising=False)  # only the wake-up can end the wait within the test
+    follower = Outage(failures=1, interval=60.0)
+    follower.start()
+    try:
+        assert follower.stepped.wait(5)
+        follower.stepped.clear()
+        time.sleep(0.05)  # in its wait after the failure
+        follower.notify()
+        assert follower.stepped.wait(0.8), "the wake-up did not end the wait"
+    finally:
+        follower.stop()
+    assert follower.error is None
+
+
+def test_an_outage_still_backs_off() -> None:
+    """Retrying every second at most is no busy loop: the tries double their spacing up to that second."""
+    follower = Outage(failures=10_000, interval=0.01)
+    follower.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        follower.stop()
+    assert 3 <= len(follower.steps) <= 12, f"{len(follower.steps)} tries in 1 s"

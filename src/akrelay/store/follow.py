@@ -11,6 +11,10 @@ follower reacts at once. Commits made by another worker process are not
 signalled; the follower polls the store every ``interval`` seconds as the
 fallback (one ``checkpoint()`` read: cheap, and bounded lag without any
 cross-process signalling channel to keep alive).
+
+Failing steps back off exponentially (up to 30 s), except while the store is
+unavailable (:class:`StoreUnavailable`): then the back-off stops at one second and
+a wake-up ends it, so the follower resumes as soon as the store returns.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import time
 from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.follow")
+#: longest wait between two tries while the store is unavailable (seconds)
+OUTAGE_RETRY = 1.0
 
 
 class LogFollower:
@@ -128,6 +134,15 @@ class LogFollower:
                         log.exception("%s: step failed; retrying", self.thread_name)
                 self.error = exc
                 taken = 0
+                if isinstance(exc, StoreUnavailable):
+                    # An outage ends by itself: retry at least every OUTAGE_RETRY s (a try while the store is
+                    # down fails at once) and at once when woken, since a commit or a renewed commit channel
+                    # means the store answers again. A long back-off would leave the derived state stale
+                    # for up to its length after the store returned.
+                    self._wake.wait(min(delay, OUTAGE_RETRY))
+                    self._wake.clear()
+                    delay = min(delay * 2, OUTAGE_RETRY)
+                    continue
                 self._halt.wait(delay)
                 delay = min(delay * 2, 30.0)
             if not taken:
