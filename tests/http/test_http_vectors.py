@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from akrelay.store.memory import MemoryStore
 from relay_harness import FIXTURES, ORIGIN, VECTORS, error_of, fixture_dict, hash_of, relay_app
 
 from akrelay.client import RelayClient, ResponseError
@@ -24,6 +25,17 @@ NAMES = {f["envelope"]["hash"]: name for name, f in FIXTURES.items()}
 
 def ids(name_list: list[str]) -> list[str]:
     return [hash_of(n) for n in name_list]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def vector_store(request: pytest.FixtureRequest):
+    """Stores the service vectors run over through HTTP: in memory, and a real Redis log (issue 15: same semantics)."""
+    if request.param == "memory":
+        return MemoryStore
+    from akrelay.store.redis import RedisStore
+
+    url = request.getfixturevalue("redis_url")
+    return lambda: RedisStore(url)
 
 
 def client_over(h, mutate=None) -> RelayClient:
@@ -44,8 +56,8 @@ def client_over(h, mutate=None) -> RelayClient:
 
 
 @pytest.mark.parametrize("case", VECTORS["acceptance_cases"], ids=lambda c: c["name"])
-def test_acceptance_case_over_http(case) -> None:
-    with relay_app() as h:
+def test_acceptance_case_over_http(case, vector_store) -> None:
+    with relay_app(store=vector_store()) as h:
         originals: dict[str, Any] = {}
         for step in case["steps"]:
             if "withhold" in step:
@@ -81,8 +93,8 @@ def _service_steps(case) -> bool:
 
 
 @pytest.mark.parametrize("case", [c for c in VECTORS["pagination_cases"] if _service_steps(c)], ids=lambda c: c["name"])
-def test_pagination_case_over_http(case) -> None:
-    with relay_app() as h:
+def test_pagination_case_over_http(case, vector_store) -> None:
+    with relay_app(store=vector_store()) as h:
         for name in case["accepted"]:
             assert h.submit_fixture(name).status_code == 200, name
         for name in case.get("hidden") or []:
@@ -140,8 +152,8 @@ def test_pagination_response_defects_are_caught_by_the_client(case) -> None:
 
 
 @pytest.mark.parametrize("case", VECTORS["batch_cases"], ids=lambda c: c["name"])
-def test_batch_case_over_http(case) -> None:
-    with relay_app() as h:
+def test_batch_case_over_http(case, vector_store) -> None:
+    with relay_app(store=vector_store()) as h:
         for name in case["accepted"]:
             assert h.submit_fixture(name).status_code == 200
         for name in case.get("hidden") or []:

@@ -1,4 +1,4 @@
-"""Relays over each backend, with a clock the tests move by hand."""
+"""Relays over each backend (memory, SQLite, a real Redis), with a clock the tests move by hand."""
 
 from __future__ import annotations
 
@@ -14,12 +14,17 @@ from akrelay.store.sqlite import SqliteStore
 from service.support import SECRET, SERVICE, Clock
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
-    """A factory of fresh stores of one backend."""
+    """A factory of fresh stores of one backend (Redis: a fresh namespace of a real server's flushed DB)."""
     counter = iter(range(10**6))
     if request.param == "memory":
         return MemoryStore
+    if request.param == "redis":
+        from akrelay.store.redis import RedisStore
+
+        url = request.getfixturevalue("redis_url")
+        return lambda: RedisStore(url, namespace=f"relay-{next(counter)}")
     return lambda: SqliteStore(tmp_path / f"relay-{next(counter)}.sqlite3")
 
 

@@ -1,7 +1,7 @@
 """The agent-knowledge vector groups that need a service, run through ``Relay``.
 
 Each test is named after its vector group and parametrized by the case name;
-every case runs on the memory and the SQLite backend.
+every case runs on the memory, the SQLite and the Redis backend.
 """
 
 from __future__ import annotations
