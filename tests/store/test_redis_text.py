@@ -338,3 +338,71 @@ def test_serve_over_redis_uses_the_text_index(redis_url, tmp_path):
         assert relay.store.text_index.path == tmp_path / TEXT_INDEX_FILE  # type: ignore[attr-defined]
     finally:
         relay.close()
+
+
+def _index_forever(url: str, path: str) -> None:  # pragma: no cover - runs in a child process, killed
+    store = RedisStore(url, text_index=path, text_indexer=False)
+    while True:
+        store.index_text(7)
+
+
+def test_an_indexer_killed_mid_index_resumes_consistently(redis_url, tmp_path, corpus_3k):
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    path = tmp_path / TEXT_INDEX_FILE
+    envs = corpus_3k[:1500]
+    store = RedisStore(redis_url, text_index=path, text_indexer=False)
+    memory = MemoryStore()
+    try:
+        store.commit_many([(e, 1) for e in envs])
+        memory.commit_many([(e, 1) for e in envs])
+        child = multiprocessing.get_context("spawn").Process(target=_index_forever, args=(redis_url, str(path)))
+        child.start()
+        deadline = time.monotonic() + 60
+        while store.text_index_lag() > 600 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        lag = store.text_index_lag()
+        assert 0 < lag < 1500  # killed part way
+        for term in ("redis", "日本語", "tail-x", "ok"):  # half indexed, half scanned: still exact
+            assert [r.seq for r in store.query(text_terms=[term], limit=10_000)] == [
+                r.seq for r in memory.query(text_terms=[term], limit=10_000)]
+        _catch_up(store)  # the dead writer's lock is gone; this process resumes from the position
+        assert store.text_index_lag() == 0
+        conn = sqlite3.connect(path)  # every record once: nothing of the killed transaction, nothing twice
+        assert conn.execute("SELECT count(*), count(DISTINCT id) FROM grams_docsize").fetchone() == (1500, 1500)
+        conn.close()
+        for term in ("redis", "日本語", "tail-x", "ok", "α-β"):
+            assert [r.seq for r in store.query(text_terms=[term], limit=10_000)] == [
+                r.seq for r in memory.query(text_terms=[term], limit=10_000)]
+    finally:
+        store.close()
+
+
+def test_a_redis_outage_is_store_unavailable_on_the_index_path(tmp_path, corpus_3k):
+    from akrelay.store.base import StoreUnavailable
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        store = RedisStore(server.url, text_index=tmp_path / TEXT_INDEX_FILE, text_indexer=False)
+        try:
+            store.commit_many([(e, 1) for e in corpus_3k[:100]])
+            _catch_up(store)
+            assert store.query(text_terms=["redis"])
+            server.kill()
+            for call in (lambda: store.query(text_terms=["redis"]), lambda: store.query(["tag=t1"], text_terms=["redis"]),
+                         lambda: store.index_text(10), store.text_index_lag):
+                with pytest.raises(StoreUnavailable):
+                    call()
+            server.start()
+            store.ping()
+            assert store.query(text_terms=["redis"])
+        finally:
+            store.close()
+    finally:
+        server.kill()

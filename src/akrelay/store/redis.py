@@ -48,6 +48,7 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
 from akrelay.store.redis_text import TextIndex, TextIndexer, fts_query, indexable
+from akrelay.store.sqlite_planner import COUNT_CAP
 from akrelay.store.schema import SchemaVersionError
 
 log = logging.getLogger("akrelay.store.redis")
@@ -474,8 +475,9 @@ class RedisStore:
 
     #: Candidates per verify call on the text-index path.
     verify_chunk = 1000
-    #: Postings counted (at most) when weighing a request term against the text index's candidates.
-    count_cap = 20000
+    #: Text-index candidates counted (at most) against the sparsest request term's postings: when both
+    #: pass it, the index drives (its candidates hold the ``q`` trigrams, so far more of them match).
+    count_cap = COUNT_CAP
 
     def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None,
                  text_index: str | os.PathLike[str] | None = None, text_indexer: bool = True) -> None:
@@ -643,7 +645,7 @@ class RedisStore:
                 try:
                     if f.terms:
                         smallest = min(self._term_counts(f.terms, after, indexed))
-                        if smallest <= snap.count(match, after, indexed, min(smallest, self.count_cap)):
+                        if smallest < self.count_cap and smallest <= snap.count(match, after, indexed, smallest):
                             return None
                     for chunk in _at_least_one(snap.chunks(match, after, indexed, self.verify_chunk)):
                         reply = self._script("verify", [snap.last_seq, snap.last_digest, limit - len(out),
