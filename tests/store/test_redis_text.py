@@ -298,6 +298,28 @@ def test_a_bad_index_is_rebuilt_with_a_warning(redis_url, tmp_path, corpus_3k, c
         store.close()
 
 
+def test_a_file_deleted_under_a_running_node_is_recreated(redis_url, tmp_path, corpus_3k, caplog):
+    path = tmp_path / TEXT_INDEX_FILE
+    store = _store(redis_url, path)
+    memory = MemoryStore()
+    try:
+        store.commit_many([(e, 1) for e in corpus_3k[:300]])
+        memory.commit_many([(e, 1) for e in corpus_3k[:300]])
+        _catch_up(store)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        assert store.text_index_lag() == 300  # no file: nothing indexed, queries scan
+        assert [r.seq for r in store.query(text_terms=["cache"], limit=10_000)] == [
+            r.seq for r in memory.query(text_terms=["cache"], limit=10_000)]
+        caplog.set_level(logging.WARNING, logger="akrelay.store.redis_text")
+        _catch_up(store)
+        assert path.exists() and store.text_index_lag() == 0 and "deleted or replaced" in caplog.text
+        assert [r.seq for r in store.query(text_terms=["cache"], limit=10_000)] == [
+            r.seq for r in memory.query(text_terms=["cache"], limit=10_000)]
+    finally:
+        store.close()
+
+
 def test_one_writer_per_data_directory(redis_url, tmp_path, corpus_3k):
     path = tmp_path / TEXT_INDEX_FILE
     a, b = _store(redis_url, path), _store(redis_url, path)

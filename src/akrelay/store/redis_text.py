@@ -109,6 +109,7 @@ class TextIndex:
         self.log_id = log_id
         self.leader = LeaderLock(self.path.with_name(self.path.name + ".lock"))
         self._writer: sqlite3.Connection | None = None
+        self._writer_inode = -1
         #: one writing thread at a time in this process (the leader lock is per process)
         self.write_lock = threading.Lock()
         self._local = threading.local()
@@ -203,9 +204,16 @@ class TextIndex:
 
     # -- writing (the leader of the data directory) ----------------------------------------
     def writer(self) -> sqlite3.Connection:
-        """The writer connection, on a checked file of this format and log (rebuilt otherwise)."""
+        """The writer connection, on a checked file of this format and log (rebuilt otherwise).
+
+        A file deleted (or replaced) under an open writer is noticed here and recreated.
+        """
         if self._writer is not None:
-            return self._writer
+            signature = self._signature()
+            if signature is not None and signature[0] == self._writer_inode:
+                return self._writer
+            log.warning("text index %s was deleted or replaced; rebuilding it from the log", self.path)
+            self.discard_writer()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = self._open_checked()
@@ -213,7 +221,7 @@ class TextIndex:
             log.warning("text index %s is unreadable (%s); deleting it and rebuilding from the log", self.path, exc)
             self._delete_files()
             conn = self._open_checked()
-        self._writer = conn
+        self._writer, self._writer_inode = conn, os.stat(self.path).st_ino
         return conn
 
     def _open_checked(self) -> sqlite3.Connection:
