@@ -153,23 +153,32 @@ end
 return out
 """
 
+#: Lua shared by the query scripts: the filters a query asks for (``_Filters.head`` builds them).
+_FILTERS = """
+-- ARGV from i: include withheld, created_from, created_before, nt, terms..., nq, texts...
+-- returns them (terms as keys) and the index of the first argument after them
+local function filters(p, i)
+  local cfrom, cbefore = nil, nil
+  if ARGV[i + 1] ~= '' then cfrom = tonumber(ARGV[i + 1]) end
+  if ARGV[i + 2] ~= '' then cbefore = tonumber(ARGV[i + 2]) end
+  local nt = tonumber(ARGV[i + 3])
+  local terms, texts = {}, {}
+  for k = 1, nt do terms[k] = p .. 't:' .. ARGV[i + 3 + k] end
+  local nq = tonumber(ARGV[i + 4 + nt])
+  for k = 1, nq do texts[k] = ARGV[i + 4 + nt + k] end
+  return ARGV[i] == '1', cfrom, cbefore, terms, texts, i + 5 + nt + nq
+end
+"""
+
 _QUERY = """#!lua flags=no-writes
-local p = ARGV[1]
+""" + _FILTERS + """local p = ARGV[1]
 local after = tonumber(ARGV[2])
 local upto = tonumber(ARGV[3])
 if ARGV[3] == '' then upto = tonumber(redis.call('GET', p..'hwm') or '0') end
 local budget = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
-local incw = ARGV[6] == '1'
-local cfrom, cbefore = nil, nil
-if ARGV[7] ~= '' then cfrom = tonumber(ARGV[7]) end
-if ARGV[8] ~= '' then cbefore = tonumber(ARGV[8]) end
-local nt = tonumber(ARGV[9])
-local terms = {}
-for k = 1, nt do terms[k] = p .. 't:' .. ARGV[9 + k] end
-local nq = tonumber(ARGV[10 + nt])
-local texts = {}
-for k = 1, nq do texts[k] = ARGV[10 + nt + k] end
+local incw, cfrom, cbefore, terms, texts = filters(p, 6)
+local nt, nq = #terms, #texts
 local wh, flt, rec = p..'wh', p..'flt', p..'rec'
 if after >= upto then return {after, 1, upto} end
 -- with nothing withheld (the usual case) no candidate needs the check
@@ -273,7 +282,7 @@ return out
 #: text is always the log's own. Replies 0 (nothing else) when the log no longer holds the record the index
 #: took last (restored from an older backup): the index is then not used. Else 1, then the matches.
 _VERIFY = """#!lua flags=no-writes
-local p = ARGV[1]
+""" + _FILTERS + """local p = ARGV[1]
 local wh, flt, rec = p..'wh', p..'flt', p..'rec'
 local last = tonumber(ARGV[2])
 if last > tonumber(redis.call('GET', p..'hwm') or '0') then return {0} end
@@ -282,20 +291,12 @@ if last > 0 then
   if v and redis.sha1hex(v) ~= ARGV[3] then return {0} end
 end
 local limit = tonumber(ARGV[4])
-local incw = ARGV[5] == '1'
-local cfrom, cbefore = nil, nil
-if ARGV[6] ~= '' then cfrom = tonumber(ARGV[6]) end
-if ARGV[7] ~= '' then cbefore = tonumber(ARGV[7]) end
-local nt = tonumber(ARGV[8])
-local terms = {}
-for k = 1, nt do terms[k] = p .. 't:' .. ARGV[8 + k] end
-local nq = tonumber(ARGV[9 + nt])
-local texts = {}
-for k = 1, nq do texts[k] = ARGV[9 + nt + k] end
+local incw, cfrom, cbefore, terms, texts, first = filters(p, 5)
+local nt, nq = #terms, #texts
 if not incw and redis.call('SCARD', wh) == 0 then incw = true end
 local out = {1}
 local found = 0
-for i = 10 + nt + nq, #ARGV do
+for i = first, #ARGV do
   local m = ARGV[i]
   local v = redis.call('HGET', flt, m)
   local ok = v ~= false
@@ -322,18 +323,6 @@ end
 return out
 """
 
-#: The search texts (``flt`` values) of up to ARGV[3] records after ``seq`` ARGV[2], for the text indexer.
-_TEXTS = """#!lua flags=no-writes
-local p = ARGV[1]
-local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
-local out = {}
-for _, s in ipairs(seqs) do
-  out[#out + 1] = tonumber(s)
-  out[#out + 1] = redis.call('HGET', p..'flt', s)
-end
-return out
-"""
-
 _GET = """#!lua flags=no-writes
 local p = ARGV[1]
 local ids, rec, wh = p..'ids', p..'rec', p..'wh'
@@ -353,13 +342,16 @@ end
 return out
 """
 
+#: Up to ARGV[3] records after ``seq`` ARGV[2]: their ``rec`` values, or with ARGV[4] = ``flt`` their filter
+#: values (what the text indexer reads).
 _ITER = """#!lua flags=no-writes
 local p = ARGV[1]
+local hash = p .. (ARGV[4] or 'rec')
 local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, s in ipairs(seqs) do
   out[#out + 1] = tonumber(s)
-  out[#out + 1] = redis.call('HGET', p..'rec', s)
+  out[#out + 1] = redis.call('HGET', hash, s)
   out[#out + 1] = redis.call('SISMEMBER', p..'wh', s)
 end
 return out
@@ -499,7 +491,7 @@ class RedisStore:
             name: self._client.register_script(source)
             for name, source in (("commit", _COMMIT), ("query", _QUERY), ("get", _GET), ("iter", _ITER),
                                  ("withhold", _WITHHOLD), ("remove", _REMOVE), ("append", _APPEND),
-                                 ("raise", _RAISE), ("verify", _VERIFY), ("texts", _TEXTS))
+                                 ("raise", _RAISE), ("verify", _VERIFY))
         }
         self.text_index: TextIndex | None = None
         self._indexer: TextIndexer | None = None
@@ -707,8 +699,8 @@ class RedisStore:
             checkpoint = self.checkpoint()
             index.check_log(checkpoint, self._text_at)
             position = index.state()[0]
-            reply = self._script("texts", [position, max_records])
-            rows = [(int(reply[k]), bytes(reply[k + 1])) for k in range(0, len(reply), 2)]
+            reply = self._script("iter", [position, max_records, "flt"])
+            rows = [(seq, bytes(value)) for seq, value, _ in _triples(reply)]
             moved = rows[-1][0] if rows else position
             if len(rows) < max_records:
                 moved = max(moved, checkpoint)
