@@ -124,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             client = redis.Redis.from_url(url)
             client.flushdb()
             used_before = int(client.info("memory")["used_memory"])
-            text_file = Path(tmp) / "redis-text.sqlite3"
+            text_file = Path(tmp) / "redis-text.db"
             rstore = RedisStore(url, text_index=text_file, text_indexer=False)
             redis_figures = measure("redis", rstore, args.size, args.commits, args.group, args.threads, args.iterations)
             used = int(client.info("memory")["used_memory"]) - used_before
             per_record = used / rstore.checkpoint()
-            text_per_record = sum(f.stat().st_size for f in Path(tmp).glob("redis-text.sqlite3*")) / rstore.checkpoint()
+            text_per_record = sum(f.stat().st_size for f in Path(tmp).glob("redis-text.db*")) / rstore.checkpoint()
             rstore.close()
             client.close()
             sstore = SqliteStore(Path(tmp) / "relay.sqlite3")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
     k = args.size // 1000
     print(f"redis memory: {per_record:.0f} bytes per record (INFO memory used_memory)")
-    print(f"node text index: {text_per_record:.0f} bytes per record on disk (redis-text.sqlite3 and its WAL)")
+    print(f"node text index: {text_per_record:.0f} bytes per record on disk (redis-text.db and its WAL)")
     for name, f in (("sqlite", sqlite_figures), ("redis", redis_figures)):
         print(f"{name}: commits {f['grouped']:.0f}/s grouped, {f['single']:.0f}/s single; "
               f"filtered p99 {f['filtered_p99']:.2f} ms (cpu {f['filtered_cpu_p99']:.2f}); "

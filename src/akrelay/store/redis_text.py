@@ -27,6 +27,7 @@ the SQLite store follows its own log, and the store asks it only for *candidates
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -38,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from akrelay.leader import LeaderLock
 from akrelay.store.follow import LogFollower
 from akrelay.store.sqlite_planner import fts_query
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("akrelay.store.redis_text")
 
 #: The file's name in a node's data directory.
-TEXT_INDEX_FILE = "redis-text.sqlite3"
+TEXT_INDEX_FILE = "redis-text.db"
 #: The file layout this akrelay writes and reads; any other is rebuilt.
 FORMAT = 1
 #: Seconds between attempts to open a reader on a file that is not there (yet).
@@ -71,6 +71,36 @@ def digest(value: bytes) -> str:
 def indexable(texts: Sequence[str]) -> list[str]:
     """The ``q`` terms the trigram index can narrow: three or more characters and no NUL."""
     return [t for t in texts if len(t) >= 3 and "\x00" not in t]
+
+
+class _WriterLock:
+    """The non-blocking ``flock`` that elects one writing process per index file (the kernel drops it on death).
+
+    The store cannot use :class:`akrelay.leader.LeaderLock`: that module sits above the store.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        if self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._fd = fd
+            except BlockingIOError:
+                os.close(fd)
+        return self._fd is not None
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock
 
 
 @dataclass(slots=True)
@@ -107,7 +137,7 @@ class TextIndex:
     def __init__(self, path: str | os.PathLike[str], log_id: str) -> None:
         self.path = Path(path)
         self.log_id = log_id
-        self.leader = LeaderLock(self.path.with_name(self.path.name + ".lock"))
+        self.leader = _WriterLock(self.path.with_name(self.path.name + ".lock"))
         self._writer: sqlite3.Connection | None = None
         self._writer_inode = -1
         #: one writing thread at a time in this process (the leader lock is per process)
