@@ -639,7 +639,8 @@ class RedisStore:
                         smallest = min(self._term_counts(f.terms, after, indexed))
                         if smallest < self.count_cap and smallest <= snap.count(match, after, indexed, smallest):
                             return None
-                    for chunk in _at_least_one(snap.chunks(match, after, indexed, self.verify_chunk)):
+                    chunks = snap.chunks(match, after, indexed, 2 * limit + 16, self.verify_chunk)
+                    for chunk in _at_least_one(chunks):
                         reply = self._script("verify", [snap.last_seq, snap.last_digest, limit - len(out),
                                                         *f.head(), *chunk])
                         if not int(reply[0]):

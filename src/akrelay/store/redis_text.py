@@ -121,14 +121,20 @@ class Snapshot:
         ).fetchone()
         return int(row[0])
 
-    def chunks(self, match: str, lower: int, upper: int, size: int) -> Iterator[list[int]]:
-        """Candidate ``seq`` values in ``(lower, upper]``, ascending, ``size`` at a time."""
+    def chunks(self, match: str, lower: int, upper: int, first: int, most: int) -> Iterator[list[int]]:
+        """Candidate ``seq`` values in ``(lower, upper]``, ascending, in chunks of ``first``, doubling up to ``most``.
+
+        A page usually fills from its first candidates: small chunks first keep
+        a short page from shipping (and reading) candidates it never needs.
+        """
         cursor = self.conn.execute(
             "SELECT rowid FROM grams WHERE grams MATCH ? AND rowid > ? AND rowid <= ? ORDER BY rowid",
             (match, lower, upper),
         )
+        size = max(1, min(first, most))
         while rows := cursor.fetchmany(size):
             yield [row[0] for row in rows]
+            size = min(size * 2, most)
 
 
 class TextIndex:
