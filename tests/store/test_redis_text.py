@@ -122,7 +122,7 @@ def _terms(envs: list[Envelope], rng: random.Random, count: int) -> list[str]:
         if cut and not any(c in cut for c in " \n"):
             out.append(cut)
         elif cut:  # a cut across a word boundary: the part before the space plus the next word's start
-            out.append(cut.replace(" ", "")[:length] or "q")
+            out.append(cut.replace(" ", "").replace("\n", "")[:length] or "q")
     return out
 
 
