@@ -277,24 +277,25 @@ return out
 """.replace("BLOCK", str(BLOCK))
 
 #: Check given candidates (from the node's text index) exactly, in order, up to a limit of matches.
-#: ARGV: prefix, the index's last seq and its digest, limit, include withheld, created_from, created_before,
-#: nt, terms..., nq, texts..., candidates... A removed candidate has no ``flt`` entry and is skipped; the
-#: text is always the log's own. Replies 0 (nothing else) when the log no longer holds the record the index
-#: took last (restored from an older backup): the index is then not used. Else 1, then the matches.
+#: ARGV: prefix, the index's position, last seq and its digest, limit, include withheld, created_from,
+#: created_before, nt, terms..., nq, texts..., candidates... A removed candidate has no ``flt`` entry and is
+#: skipped; the text is always the log's own. Replies {0} when the log is shorter than the index or no longer
+#: holds the record the index took last (restored from an older backup): the index is then not used. Else
+#: 1, the high-water mark, then the matches.
 _VERIFY = """#!lua flags=no-writes
 """ + _FILTERS + """local p = ARGV[1]
 local wh, flt, rec = p..'wh', p..'flt', p..'rec'
-local last = tonumber(ARGV[2])
-if last > tonumber(redis.call('GET', p..'hwm') or '0') then return {0} end
-if last > 0 then
-  local v = redis.call('HGET', flt, ARGV[2])
-  if v and redis.sha1hex(v) ~= ARGV[3] then return {0} end
+local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
+if tonumber(ARGV[2]) > hwm then return {0} end
+if ARGV[3] ~= '0' then
+  local v = redis.call('HGET', flt, ARGV[3])
+  if v and redis.sha1hex(v) ~= ARGV[4] then return {0} end
 end
-local limit = tonumber(ARGV[4])
-local incw, cfrom, cbefore, terms, texts, first = filters(p, 5)
+local limit = tonumber(ARGV[5])
+local incw, cfrom, cbefore, terms, texts, first = filters(p, 6)
 local nt, nq = #terms, #texts
 if not incw and redis.call('SCARD', wh) == 0 then incw = true end
-local out = {1}
+local out = {1, hwm}
 local found = 0
 for i = first, #ARGV do
   local m = ARGV[i]
@@ -623,15 +624,15 @@ class RedisStore:
         index has candidates: the scan path then answers the whole page.
         """
         assert self.text_index is not None
-        upto = self.checkpoint() if upto_seq is None else int(upto_seq)
-        if upto <= after:
+        upto: int | str = "" if upto_seq is None else int(upto_seq)  # "": the mark the first call reads
+        if upto != "" and int(upto) <= after:
             return []
         out: list[Record] = []
         done = after
         with self.text_index.snapshot() as snap:
             if snap is None:
                 return None
-            indexed = min(snap.position, upto)
+            indexed = snap.position if upto == "" else min(snap.position, int(upto))
             if indexed > after:
                 match = fts_query(indexable(f.texts))
                 try:
@@ -641,12 +642,14 @@ class RedisStore:
                             return None
                     chunks = snap.chunks(match, after, indexed, 2 * limit + 16, self.verify_chunk)
                     for chunk in _at_least_one(chunks):
-                        reply = self._script("verify", [snap.last_seq, snap.last_digest, limit - len(out),
-                                                        *f.head(), *chunk])
+                        reply = self._script("verify", [snap.position, snap.last_seq, snap.last_digest,
+                                                        limit - len(out), *f.head(), *chunk])
                         if not int(reply[0]):
                             self.text_index.failed("it does not match the log (restored from an older backup?)")
                             return None
-                        out.extend(_record(seq, value, withheld) for seq, value, withheld in _triples(reply, 1))
+                        if upto == "":
+                            upto = int(reply[1])  # the window ends at the mark the first call saw
+                        out.extend(_record(seq, value, withheld) for seq, value, withheld in _triples(reply, 2))
                         if len(out) >= limit:
                             return out
                         done = chunk[-1] if chunk else indexed
