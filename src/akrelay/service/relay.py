@@ -422,11 +422,14 @@ def open_shared_relay(
     acceptance (:func:`akrelay.store.redis.check_durability`) unless
     ``accept_weak_durability``. The cursor secret lives in the shared log's
     metadata, so a cursor issued by one node is accepted by every node.
-    ``data_dir`` holds this node's derived state only (search index, KIP nexus).
+    ``data_dir`` holds this node's derived state only (search index, KIP nexus, and the
+    trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis_text`).
     """
     from akrelay.store.redis import RedisStore, check_durability
+    from akrelay.store.redis_text import TEXT_INDEX_FILE
 
-    store = RedisStore(url, namespace=namespace)
+    text_index = None if data_dir is None else Path(data_dir) / TEXT_INDEX_FILE
+    store = RedisStore(url, namespace=namespace, text_index=text_index)
     try:
         check_durability(store, accept_weak=accept_weak_durability)
         return _relay_over(store, config, clock, data_dir)

@@ -34,8 +34,11 @@ Why it is shaped this way (docs/architecture.md, "The Redis store", has the key 
 from __future__ import annotations
 
 import logging
+import os
+import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import redis
@@ -44,6 +47,8 @@ import redis.exceptions
 from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
+from akrelay.store.redis_text import TextIndex, TextIndexer, fts_query, indexable
+from akrelay.store.sqlite_planner import COUNT_CAP
 from akrelay.store.schema import SchemaVersionError
 
 log = logging.getLogger("akrelay.store.redis")
@@ -59,6 +64,9 @@ COMMIT_CHUNK = 256
 ITER_CHUNK = 1000
 #: Seconds every call fails at once after an outage was seen (a ``ping`` probes through it).
 OUTAGE_HOLD = 1.0
+
+#: The shared metadata key holding the log's random ID (node-local text indexes check they follow this log).
+LOG_ID_KEY = "text-index.log-id"
 
 #: Server-side replies that mean "Redis cannot take this now" rather than a bug of ours:
 #: out of memory, persistence failing, still loading the AOF, not enough replicas.
@@ -145,23 +153,32 @@ end
 return out
 """
 
+#: Lua shared by the query scripts: the filters a query asks for (``_Filters.head`` builds them).
+_FILTERS = """
+-- ARGV from i: include withheld, created_from, created_before, nt, terms..., nq, texts...
+-- returns them (terms as keys) and the index of the first argument after them
+local function filters(p, i)
+  local cfrom, cbefore = nil, nil
+  if ARGV[i + 1] ~= '' then cfrom = tonumber(ARGV[i + 1]) end
+  if ARGV[i + 2] ~= '' then cbefore = tonumber(ARGV[i + 2]) end
+  local nt = tonumber(ARGV[i + 3])
+  local terms, texts = {}, {}
+  for k = 1, nt do terms[k] = p .. 't:' .. ARGV[i + 3 + k] end
+  local nq = tonumber(ARGV[i + 4 + nt])
+  for k = 1, nq do texts[k] = ARGV[i + 4 + nt + k] end
+  return ARGV[i] == '1', cfrom, cbefore, terms, texts, i + 5 + nt + nq
+end
+"""
+
 _QUERY = """#!lua flags=no-writes
-local p = ARGV[1]
+""" + _FILTERS + """local p = ARGV[1]
 local after = tonumber(ARGV[2])
 local upto = tonumber(ARGV[3])
 if ARGV[3] == '' then upto = tonumber(redis.call('GET', p..'hwm') or '0') end
 local budget = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
-local incw = ARGV[6] == '1'
-local cfrom, cbefore = nil, nil
-if ARGV[7] ~= '' then cfrom = tonumber(ARGV[7]) end
-if ARGV[8] ~= '' then cbefore = tonumber(ARGV[8]) end
-local nt = tonumber(ARGV[9])
-local terms = {}
-for k = 1, nt do terms[k] = p .. 't:' .. ARGV[9 + k] end
-local nq = tonumber(ARGV[10 + nt])
-local texts = {}
-for k = 1, nq do texts[k] = ARGV[10 + nt + k] end
+local incw, cfrom, cbefore, terms, texts = filters(p, 6)
+local nt, nq = #terms, #texts
 local wh, flt, rec = p..'wh', p..'flt', p..'rec'
 if after >= upto then return {after, 1, upto} end
 -- with nothing withheld (the usual case) no candidate needs the check
@@ -259,6 +276,54 @@ end
 return out
 """.replace("BLOCK", str(BLOCK))
 
+#: Check given candidates (from the node's text index) exactly, in order, up to a limit of matches.
+#: ARGV: prefix, the index's position, last seq and its digest, limit, include withheld, created_from,
+#: created_before, nt, terms..., nq, texts..., candidates... A removed candidate has no ``flt`` entry and is
+#: skipped; the text is always the log's own. Replies {0} when the log is shorter than the index or no longer
+#: holds the record the index took last (restored from an older backup): the index is then not used. Else
+#: 1, the high-water mark, then the matches.
+_VERIFY = """#!lua flags=no-writes
+""" + _FILTERS + """local p = ARGV[1]
+local wh, flt, rec = p..'wh', p..'flt', p..'rec'
+local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
+if tonumber(ARGV[2]) > hwm then return {0} end
+if ARGV[3] ~= '0' then
+  local v = redis.call('HGET', flt, ARGV[3])
+  if v and redis.sha1hex(v) ~= ARGV[4] then return {0} end
+end
+local limit = tonumber(ARGV[5])
+local incw, cfrom, cbefore, terms, texts, first = filters(p, 6)
+local nt, nq = #terms, #texts
+if not incw and redis.call('SCARD', wh) == 0 then incw = true end
+local out = {1, hwm}
+local found = 0
+for i = first, #ARGV do
+  local m = ARGV[i]
+  local v = redis.call('HGET', flt, m)
+  local ok = v ~= false
+  if ok then
+    local sp = string.find(v, ' ', 1, true)
+    local c = tonumber(string.sub(v, 1, sp - 1))
+    if (cfrom ~= nil and c < cfrom) or (cbefore ~= nil and c >= cbefore) then ok = false end
+    for k = 1, nt do
+      if ok and not redis.call('ZSCORE', terms[k], m) then ok = false end
+    end
+    if ok and not incw and redis.call('SISMEMBER', wh, m) == 1 then ok = false end
+    for k = 1, nq do
+      if ok and not string.find(v, texts[k], sp + 1, true) then ok = false end
+    end
+  end
+  if ok then
+    out[#out + 1] = tonumber(m)
+    out[#out + 1] = redis.call('HGET', rec, m)
+    out[#out + 1] = redis.call('SISMEMBER', wh, m)
+    found = found + 1
+    if found >= limit then break end
+  end
+end
+return out
+"""
+
 _GET = """#!lua flags=no-writes
 local p = ARGV[1]
 local ids, rec, wh = p..'ids', p..'rec', p..'wh'
@@ -278,13 +343,16 @@ end
 return out
 """
 
+#: Up to ARGV[3] records after ``seq`` ARGV[2]: their ``rec`` values, or with ARGV[4] = ``flt`` their filter
+#: values (what the text indexer reads).
 _ITER = """#!lua flags=no-writes
 local p = ARGV[1]
+local hash = p .. (ARGV[4] or 'rec')
 local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, s in ipairs(seqs) do
   out[#out + 1] = tonumber(s)
-  out[#out + 1] = redis.call('HGET', p..'rec', s)
+  out[#out + 1] = redis.call('HGET', hash, s)
   out[#out + 1] = redis.call('SISMEMBER', p..'wh', s)
 end
 return out
@@ -357,9 +425,37 @@ def _record(seq: int, value: bytes, withheld: int) -> Record:
     return Record(seq, int(value[:colon]), None, bool(withheld), body=value[colon + 1:])
 
 
+def _at_least_one(chunks: Iterator[list[int]]) -> Iterator[list[int]]:
+    """The candidate chunks, or one empty chunk: a verify call also checks that the index follows this log."""
+    empty = True
+    for chunk in chunks:
+        empty = False
+        yield chunk
+    if empty:
+        yield []
+
+
 def _triples(reply: list[Any], start: int = 0) -> Iterator[tuple[int, Any, int]]:
     for k in range(start, len(reply), 3):
         yield int(reply[k]), reply[k + 1], int(reply[k + 2])
+
+
+@dataclass(slots=True)
+class _Filters:
+    """What a query asks of each record besides its ``seq`` window."""
+
+    terms: list[str]
+    texts: list[str]
+    created_from: int | None
+    created_before: int | None
+    include_withheld: bool
+
+    def head(self) -> list[Any]:
+        """The verify script's arguments before its candidates."""
+        return ["1" if self.include_withheld else "0",
+                "" if self.created_from is None else int(self.created_from),
+                "" if self.created_before is None else int(self.created_before),
+                len(self.terms), *self.terms, len(self.texts), *self.texts]
 
 
 class RedisStore:
@@ -370,7 +466,16 @@ class RedisStore:
     #: Redis reads from the network: the HTTP layer runs its calls off the event loop.
     blocking_io = True
 
-    def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None) -> None:
+    #: Candidates per verify call on the text-index path.
+    verify_chunk = 1000
+    #: Text-index candidates counted (at most) against the sparsest request term's postings: when both
+    #: pass it, the index drives (its candidates hold the ``q`` trigrams, so far more of them match).
+    count_cap = COUNT_CAP
+
+    def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None,
+                 text_index: str | os.PathLike[str] | None = None, text_indexer: bool = True) -> None:
+        """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis_text`), kept caught
+        up by a background thread unless ``text_indexer`` is false; without it ``q`` is verified by scanning."""
         if not namespace or any(c in namespace for c in " \n\r\t"):
             raise ValueError(f"invalid Redis key namespace {namespace!r}")
         self.url = url
@@ -387,13 +492,21 @@ class RedisStore:
             name: self._client.register_script(source)
             for name, source in (("commit", _COMMIT), ("query", _QUERY), ("get", _GET), ("iter", _ITER),
                                  ("withhold", _WITHHOLD), ("remove", _REMOVE), ("append", _APPEND),
-                                 ("raise", _RAISE))
+                                 ("raise", _RAISE), ("verify", _VERIFY))
         }
+        self.text_index: TextIndex | None = None
+        self._indexer: TextIndexer | None = None
         try:
             self._check_format()
+            if text_index is not None:
+                log_id = self.meta_setdefault(LOG_ID_KEY, os.urandom(16).hex().encode()).decode("ascii", "replace")
+                self.text_index = TextIndex(text_index, log_id)
         except BaseException:
             self._client.close()
             raise
+        if self.text_index is not None and text_indexer:
+            self._indexer = TextIndexer(self)
+            self._indexer.start()
 
     # -- plumbing ------------------------------------------------------------------
     def _call(self, fn: Callable[[], T], *, probe: bool = False) -> T:
@@ -488,27 +601,131 @@ class RedisStore:
         limit: int = 100,
         include_withheld: bool = False,
     ) -> list[Record]:
-        """Exact, complete enumeration: server-side scans of bounded size, resumed until ``limit`` or the end."""
+        """Exact, complete enumeration: text-index candidates verified in Redis where that is the
+        narrower path (see :meth:`_query_indexed`), else server-side scans of bounded size, resumed
+        until ``limit`` or the end."""
         terms = sorted({term_key(t) for t in request_terms})
         texts = list(dict.fromkeys(text_terms))
-        out: list[Record] = []
         if limit <= 0:
-            return out
+            return []
+        filters = _Filters(terms, texts, created_from, created_before, include_withheld)
         after = int(after_seq)
-        upto: int | str = "" if upto_seq is None else int(upto_seq)
-        tail = [len(terms), *terms, len(texts), *texts]
+        if self.text_index is not None and indexable(texts):
+            indexed = self._query_indexed(filters, after, upto_seq, limit)
+            if indexed is not None:
+                return indexed
+        return self._scan(filters, after, "" if upto_seq is None else int(upto_seq), limit)
+
+    def _query_indexed(self, f: _Filters, after: int, upto_seq: int | None, limit: int) -> list[Record] | None:
+        """Candidates from the node's text index up to its position, verified in Redis; the rest scanned.
+
+        ``None`` when the index cannot be used now (missing, another log, being
+        rebuilt) or a request term has fewer postings in the window than the
+        index has candidates: the scan path then answers the whole page.
+        """
+        assert self.text_index is not None
+        upto: int | str = "" if upto_seq is None else int(upto_seq)  # "": the mark the first call reads
+        if upto != "" and int(upto) <= after:
+            return []
+        out: list[Record] = []
+        done = after
+        with self.text_index.snapshot() as snap:
+            if snap is None:
+                return None
+            indexed = snap.position if upto == "" else min(snap.position, int(upto))
+            if indexed > after:
+                match = fts_query(indexable(f.texts))
+                try:
+                    if f.terms:
+                        smallest = min(self._term_counts(f.terms, after, indexed))
+                        if smallest < self.count_cap and smallest <= snap.count(match, after, indexed, smallest):
+                            return None
+                    chunks = snap.chunks(match, after, indexed, 2 * limit + 16, self.verify_chunk)
+                    for chunk in _at_least_one(chunks):
+                        reply = self._script("verify", [snap.position, snap.last_seq, snap.last_digest,
+                                                        limit - len(out), *f.head(), *chunk])
+                        if not int(reply[0]):
+                            self.text_index.failed("it does not match the log (restored from an older backup?)")
+                            return None
+                        if upto == "":
+                            upto = int(reply[1])  # the window ends at the mark the first call saw
+                        out.extend(_record(seq, value, withheld) for seq, value, withheld in _triples(reply, 2))
+                        if len(out) >= limit:
+                            return out
+                        done = chunk[-1] if chunk else indexed
+                    done = indexed
+                except sqlite3.Error as exc:  # every candidate up to ``done`` was verified: scan the rest
+                    self.text_index.failed(exc)
+        return out + self._scan(f, done, upto, limit - len(out))
+
+    def _term_counts(self, terms: Sequence[str], after: int, upto: int) -> list[int]:
+        def run() -> list[int]:
+            pipe = self._client.pipeline(transaction=False)
+            for term in terms:
+                pipe.zcount(self.prefix + "t:" + term, f"({after}", upto)
+            return [int(c) for c in pipe.execute()]
+
+        return self._call(run)
+
+    def _scan(self, f: _Filters, after: int, upto: int | str, limit: int) -> list[Record]:
+        """Server-side scans of at most :attr:`scan_budget` candidates per call over ``(after, upto]``."""
+        out: list[Record] = []
+        if limit <= 0 or (upto != "" and after >= int(upto)):
+            return out
+        head = f.head()
         for _ in range(1_000_000):  # bounded: every call advances ``after`` or ends
-            reply = self._script("query", [
-                after, upto, self.scan_budget, limit - len(out), "1" if include_withheld else "0",
-                "" if created_from is None else int(created_from),
-                "" if created_before is None else int(created_before), *tail,
-            ])
+            reply = self._script("query", [after, upto, self.scan_budget, limit - len(out), *head])
             position, exhausted, upto = int(reply[0]), int(reply[1]), int(reply[2])
             out.extend(_record(seq, value, withheld) for seq, value, withheld in _triples(reply, 3))
             if exhausted or len(out) >= limit or position <= after:
                 break
             after = position
         return out
+
+    # -- the node's text index ---------------------------------------------------------
+    def index_text(self, max_records: int = 500) -> int:
+        """Add up to ``max_records`` records past its position to this node's text index; how many were added.
+
+        Only the process holding the index's leader lock writes (others return 0).
+        The position moves to the checkpoint read first when fewer than asked came
+        back: every record at or below it was visible to the read that followed.
+        """
+        index = self.text_index
+        if index is None:
+            return 0
+        with index.write_lock:
+            if not index.leader.acquire():
+                return 0
+            return self._index_text(index, max_records)
+
+    def _index_text(self, index: TextIndex, max_records: int) -> int:
+        try:
+            checkpoint = self.checkpoint()
+            index.check_log(checkpoint, self._text_at)
+            position = index.state()[0]
+            reply = self._script("iter", [position, max_records, "flt"])
+            rows = [(seq, bytes(value)) for seq, value, _ in _triples(reply)]
+            moved = rows[-1][0] if rows else position
+            if len(rows) < max_records:
+                moved = max(moved, checkpoint)
+            if rows or moved != position:
+                index.add(rows, moved)
+            return len(rows)
+        except sqlite3.Error:
+            index.discard_writer()  # checked again (and rebuilt if need be) on the next step
+            raise
+
+    def _text_at(self, seq: int) -> bytes | None:
+        value: Any = self._call(lambda: self._client.hget(self.prefix + "flt", str(seq)))
+        return None if value is None else bytes(value)
+
+    def text_index_lag(self) -> int:
+        """Retained records past this node's text-index position (queries scan those in Redis)."""
+        if self.text_index is None:
+            return 0
+        with self.text_index.snapshot() as snap:
+            position = snap.position if snap is not None else 0
+        return int(self._call(lambda: self._client.zcount(self.prefix + "all", f"({position}", "+inf")))
 
     # -- writes --------------------------------------------------------------------
     def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
@@ -633,6 +850,11 @@ class RedisStore:
     def close(self) -> None:
         if self._closed:
             return
+        if self._indexer is not None:
+            self._indexer.stop()
+            self._indexer = None
+        if self.text_index is not None:
+            self.text_index.close()
         self._closed = True
         for watcher in list(self._watchers):
             watcher.stop()
