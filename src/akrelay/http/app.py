@@ -132,7 +132,7 @@ def rate_limit_middleware(settings: Settings, buckets: dict[str, TokenBucket] | 
                 handler = scope.get("route_handler")
                 kind = handler.opt.get("rate", "read") if handler is not None else "read"
                 bucket = buckets.get(kind)
-                wait = bucket.take(client_ip(scope)) if bucket is not None else 0.0
+                wait = await bucket.acquire(client_ip(scope)) if bucket is not None else 0.0
                 if wait > 0:
                     await refuse_rate_limited(send, retry_after_seconds(wait), kind)
                     return
