@@ -205,6 +205,11 @@ def build_app(node: Node) -> "RelayApp":
     readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)))
     handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
     buckets = rate_buckets(settings)
+    if getattr(settings, "store", ""):  # Redis round trips and outages into /metrics (the store cannot import them)
+        from akrelay.observability.metrics import StoreObserver
+        from akrelay.store import redis_client
+
+        redis_client.observer = StoreObserver()
     app = RelayApp(
         route_handlers=handlers,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
+from akrelay.observability.metrics import metrics
+
 if TYPE_CHECKING:  # annotations only
     import redis
 
@@ -174,6 +176,7 @@ class RedisTokenBucket(TokenBucket):
         return self._backoff > 0
 
     def _local(self, keys: list[str]) -> list[float]:
+        metrics().rate_local.labels(self.name).inc(len(keys))
         with self._lock:
             return [TokenBucket.take(self, key) for key in keys]
 
