@@ -11,7 +11,14 @@ whose databases 1-9 are flushed). Configurations:
 * ``sqlite-1``: one node, the embedded SQLite log (the baseline);
 * ``redis-1``: one node on Redis;
 * ``redis-1-nolimit``: the same with rate limits off (what the shared limiter costs);
-* ``redis-2``: two nodes on one Redis.
+* ``redis-2``: two nodes on one Redis;
+* ``redis-2x1``: two nodes of one worker each (as many workers as one node of two);
+* any of them with ``-core``: ``--core-only`` nodes (no search index or KIP nexus following the log),
+  so the difference is what each node's followers cost.
+
+CPU per event is reported for the relays (every process of each node), the Redis
+server (``INFO cpu``) and the load generator: on a shared machine it is the
+figure load does not inflate, and their sum gives the CPU-bound capacity of 2 idle cores.
 
 Rate limits are on (except in ``-nolimit``) with a rate no single-IP load
 generator reaches, so every request takes its token (with Redis: one script call
@@ -50,12 +57,21 @@ from bench_ingest import _client, group_cpu_seconds, presign, run, start, stop, 
 LIMITS_ON = ("--write-rate", "1000000", "--write-burst", "1000000", "--read-rate", "1000000",
              "--read-burst", "1000000")
 LIMITS_OFF = ("--write-rate", "0", "--read-rate", "0")
-CONFIGS = {  # name: (backend, nodes, rate-limit arguments)
-    "sqlite-1": ("sqlite", 1, LIMITS_ON),
-    "redis-1": ("redis", 1, LIMITS_ON),
-    "redis-1-nolimit": ("redis", 1, LIMITS_OFF),
-    "redis-2": ("redis", 2, LIMITS_ON),
+CONFIGS = {  # name: (backend, nodes, rate-limit arguments, workers per node: 0 = --workers)
+    "sqlite-1": ("sqlite", 1, LIMITS_ON, 0),
+    "redis-1": ("redis", 1, LIMITS_ON, 0),
+    "redis-1-nolimit": ("redis", 1, LIMITS_OFF, 0),
+    "redis-2": ("redis", 2, LIMITS_ON, 0),
+    "redis-2x1": ("redis", 2, LIMITS_ON, 1),
 }
+#: ``<name>-core``: the same with ``--core-only`` (no search index or KIP nexus following the log on each node)
+CONFIGS.update({f"{name}-core": spec for name, spec in list(CONFIGS.items())})
+
+
+def redis_cpu(client: Any) -> float:
+    """CPU seconds the Redis server has used (``INFO cpu``, user + system)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def aof_bytes(client: Any) -> int:
@@ -71,7 +87,7 @@ def aof_bytes(client: Any) -> int:
 
 def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed: int) -> dict[str, float]:
     """Run configuration ``name`` on a fresh log; return its figures."""
-    backend, nodes, limits = CONFIGS[name]
+    backend, nodes, limits, workers = CONFIGS[name]
     root = base / f"{name}-{seed}"
     datas = [root / f"node{k}" / "data" for k in range(nodes)]
     for d in datas:
@@ -92,7 +108,7 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
         procs = []
         try:
             for d in datas:
-                procs.append(start(d, args.workers, args.core_only, limits))
+                procs.append(start(d, workers or args.workers, args.core_only or name.endswith("-core"), limits))
             for proc, _ in procs:
                 wait_idle(proc.pid, args.catch_up_timeout)
             ports = [port for _, port in procs]
@@ -100,8 +116,12 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
             used0 = int(client.info("memory")["used_memory"]) if client else 0
             aof0 = aof_bytes(client) if client else 0
             cpu0 = sum(group_cpu_seconds(proc.pid) for proc, _ in procs)
+            redis0 = redis_cpu(client) if client else 0.0
+            gen0 = time.process_time()
             elapsed, counts = run(spread_certs(ports, datas, items[500:], args.clients))
             cpu = sum(group_cpu_seconds(proc.pid) for proc, _ in procs) - cpu0
+            gen = time.process_time() - gen0
+            rcpu = redis_cpu(client) - redis0 if client else 0.0
             used = int(client.info("memory")["used_memory"]) - used0 if client else 0
             aof = aof_bytes(client) - aof0 if client else 0
         finally:
@@ -114,12 +134,17 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
     if counts["failed"]:
         raise SystemExit(f"{name}: {counts['failed']} submissions failed")
     ok = counts["ok"]
-    out = {"rate": ok / elapsed, "relay_cpu_ms": cpu / ok * 1e3}
+    out = {"rate": ok / elapsed, "relay_cpu_ms": cpu / ok * 1e3, "gen_cpu_ms": gen / ok * 1e3,
+           "redis_cpu_ms": rcpu / ok * 1e3}
     if client is not None:
         out.update(mem=used / ok, aof=aof / ok)
-    extra = f", Redis +{out['mem']:.0f} B/event in memory, +{out['aof']:.0f} B/event AOF" if client else ""
+    extra = (f", Redis CPU {out['redis_cpu_ms']:.3f} ms/event, +{out['mem']:.0f} B/event in memory, "
+             f"+{out['aof']:.0f} B/event AOF") if client else ""
+    total = out["relay_cpu_ms"] + out["gen_cpu_ms"] + out["redis_cpu_ms"]
     print(f"  {name:<16} {ok} accepted in {elapsed:.2f} s = {out['rate']:,.0f} accepted/s "
-          f"(relay CPU {out['relay_cpu_ms']:.3f} ms/event{extra}; load {os.getloadavg()[0]:.1f})", flush=True)
+          f"(relay CPU {out['relay_cpu_ms']:.3f} ms/event{extra}, load generator {out['gen_cpu_ms']:.3f} ms/event; "
+          f"CPU-bound capacity of {os.cpu_count()} idle cores ~ {(os.cpu_count() or 1) / total * 1e3:,.0f}/s; "
+          f"load {os.getloadavg()[0]:.1f})", flush=True)
     return out
 
 
@@ -137,7 +162,7 @@ async def spread_certs(ports: list[int], datas: list[Path], items: list[bytes], 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default="sqlite-1,redis-1,redis-1-nolimit,redis-2")
+    parser.add_argument("--configs", default="sqlite-1,redis-1,redis-1-nolimit,redis-2x1,redis-2")
     parser.add_argument("--preload", type=int, default=10_000, help="records in each log before timing")
     parser.add_argument("--events", type=int, default=10_000, help="timed submissions per configuration")
     parser.add_argument("--rounds", type=int, default=3)
@@ -175,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         rates = [f["rate"] for f in figures[c]]
         line = f"  {c:<16} {statistics.median(rates):7,.0f} accepted/s ({min(rates):,.0f}-{max(rates):,.0f})"
         line += f", relay CPU {statistics.median(f['relay_cpu_ms'] for f in figures[c]):.3f} ms/event"
+        if "mem" in figures[c][0]:
+            line += f", Redis CPU {statistics.median(f['redis_cpu_ms'] for f in figures[c]):.3f} ms/event"
         if "mem" in figures[c][0]:
             line += (f", Redis {statistics.median(f['mem'] for f in figures[c]):.0f} B/event in memory, "
                      f"{statistics.median(f['aof'] for f in figures[c]):.0f} B/event AOF")

@@ -233,7 +233,7 @@ class RedisTokenBucket(TokenBucket):
                         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"akrelay-ratelimit-{self.name}")
                     try:
                         waits = await loop.run_in_executor(self._executor, self.take_many, [k for k, _ in part])
-                    except Exception as exc:  # every waiter learns of it (an answer never hangs)
+                    except Exception as exc:  # noqa: BLE001 - every waiter learns of it (an answer never hangs)
                         for _, future in part:
                             if not future.done():
                                 future.set_exception(exc)
