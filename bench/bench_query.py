@@ -329,6 +329,17 @@ class RedisBeside:
         rewrites = self.client.info("persistence").get("aof_rewrites", 0)
         print(f"  Redis memory {self.memory[n]:.0f} B/record (INFO memory), AOF on disk {self.aof[n]:.0f} B/record "
               f"({rewrites} automatic rewrites so far)", flush=True)
+        print("  by key (MEMORY USAGE): " + ", ".join(f"{kind} {size / n:.0f} B/record"
+                                                   for kind, size in self.breakdown().items()), flush=True)
+
+    def breakdown(self) -> dict[str, int]:
+        """Bytes per kind of key (``rec``, ``flt``, the term sets ``t:*``, ...), largest first."""
+        sizes: dict[str, int] = {}
+        for key in self.client.scan_iter(match=self.store.prefix + "*", count=1000):
+            name = key.decode()[len(self.store.prefix):]
+            kind = "t:*" if name.startswith("t:") else name
+            sizes[kind] = sizes.get(kind, 0) + int(self.client.memory_usage(key, samples=0) or 0)
+        return dict(sorted(sizes.items(), key=lambda item: -item[1]))
 
     def __exit__(self, *exc: object) -> None:
         if not self.url:
