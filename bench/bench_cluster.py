@@ -179,22 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_cluster: {os.cpu_count()} CPUs, {args.workers} workers per node, {args.clients} clients, "
           f"{args.preload} preloaded, {args.events} timed events per configuration, {args.rounds} rounds", flush=True)
     figures: dict[str, list[dict[str, float]]] = {c: [] for c in names}
-    with tempfile.TemporaryDirectory(prefix="akrelay-bench-cluster-") as tmp:
-        server = None
-        url = args.redis
-        if url is None:
-            from redis_server import RedisServer
+    from redis_server import redis_url_or_server
 
-            server = RedisServer(Path(tmp) / "redis").start()
-            url = server.url
-        try:
-            for r in range(args.rounds):
-                print(f"round {r + 1}", flush=True)
-                for k, c in enumerate(names):
-                    figures[c].append(one(c, Path(tmp), url, k + 1, args, seed=(int(time.time()) + 17 * r + k) % 200))
-        finally:
-            if server is not None:
-                server.stop()
+    with tempfile.TemporaryDirectory(prefix="akrelay-bench-cluster-") as tmp, \
+            redis_url_or_server(args.redis, Path(tmp) / "redis") as url:
+        for r in range(args.rounds):
+            print(f"round {r + 1}", flush=True)
+            for k, c in enumerate(names):
+                figures[c].append(one(c, Path(tmp), url, k + 1, args, seed=(int(time.time()) + 17 * r + k) % 200))
     print("medians over rounds (min-max):")
     for c in names:
         rates = [f["rate"] for f in figures[c]]
