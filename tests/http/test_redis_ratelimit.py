@@ -242,8 +242,8 @@ def test_a_slow_redis_does_not_stop_the_event_loop(tmp_path) -> None:
         assert wait == 0.0 and bucket.degraded
         assert ticks >= 5
     finally:
-        bucket.close()
         server.kill()
+        bucket.close()
 
 
 def test_tokens_are_soft_state_kept_out_of_the_aof(redis_url) -> None:
