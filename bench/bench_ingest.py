@@ -135,11 +135,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(data: Path, workers: int, core_only: bool = False) -> tuple[subprocess.Popen, int]:
+def start(data: Path, workers: int, core_only: bool = False,
+          extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """``akrelay serve`` on ``data``, rate limits off unless ``extra_args`` sets them (later options win)."""
     port = free_port()
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--port", str(port),
             "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"] + (["--core-only"] if core_only else [])
     args += ["--store", STORE] if STORE else []
+    args += list(extra_args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     log = open(data.parent / f"serve-{port}.log", "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

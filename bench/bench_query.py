@@ -14,11 +14,18 @@ quickly the payload varies and the event ID is recomputed (SHA3-256 of the
 JCS event), but the signature is reused: the store trusts what the service
 verified, and signing cost is not what this measures.
 
-Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300]
+With ``--store redis`` (a ``redis-server`` of its own, durable: AOF, ``appendfsync
+always``) or ``--store redis://HOST:PORT/DB`` (that database is FLUSHED), the same
+records are also built in a Redis log and every shape runs on it too, beside
+SQLite in the same run; Redis memory (``INFO memory`` ``used_memory`` delta) and
+AOF bytes per record are printed at each size.
+
+Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300] [--store redis]
 Every shape reports wall-clock p50/p99 and the p99 of the querying thread's CPU
 time, which other processes on a shared machine cannot inflate. The last two
 lines are ``q2_p99_100k: <ms> ms`` (worst 2-term ``q`` shape, goal 100 ms) and
-``query_p99_100k: <ms> ms`` (worst filtered-page shape, goal 10 ms).
+``query_p99_100k: <ms> ms`` (worst filtered-page shape, goal 10 ms); with
+``--store`` the last line is ``redis_query_p99_100k: <ms> ms`` (the same on Redis).
 """
 
 from __future__ import annotations
@@ -222,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--keep", default=None, help="build into (and reuse) this database file instead of a temporary one")
+    parser.add_argument("--store", default="", metavar="redis|URL",
+                        help="also run every shape on a Redis log of the same records (redis: start a server)")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, RedisBeside(args.store, Path(tmp)) as beside:
         path = Path(args.keep) if args.keep else Path(tmp) / "relay.sqlite3"
         corpus = Corpus()
         built = 0
@@ -243,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
             built = n
             summary[n] = run(n, store, corpus, args.iterations)
             store.close()
+            if beside.url:
+                print(f"== {n} records on Redis", flush=True)
+                beside.grow(n)
+                beside.summary[n] = run(n, beside.store, beside.corpus, args.iterations)
         size_mb = path.stat().st_size / 1e6
         print(f"database size at {built} records: {size_mb:.0f} MB")
     load = __import__("os").getloadavg()[0]
@@ -250,10 +263,91 @@ def main(argv: list[str] | None = None) -> int:
     for n, r in summary.items():
         print(f"query_filtered_p99_{n}: {r['filtered_p99']:.2f} ms (cpu {r['filtered_cpu_p99']:.2f}); "
               f"query_q2_p99_{n}: {r['q_p99']:.2f} ms (cpu {r['q_cpu_p99']:.2f})")
+    for n, r in beside.summary.items():
+        print(f"redis_query_filtered_p99_{n}: {r['filtered_p99']:.2f} ms (cpu {r['filtered_cpu_p99']:.2f}); "
+              f"redis_query_q2_p99_{n}: {r['q_p99']:.2f} ms (cpu {r['q_cpu_p99']:.2f}); "
+              f"Redis memory {beside.memory[n]:.0f} B/record, AOF {beside.aof[n]:.0f} B/record")
     key = 100_000 if 100_000 in summary else max(summary)
     print(f"q2_p99_{key // 1000}k: {summary[key]['q_p99']:.2f} ms")
     print(f"query_p99_{key // 1000}k: {summary[key]['filtered_p99']:.2f} ms")
+    if beside.summary:
+        print(f"redis_q2_p99_{key // 1000}k: {beside.summary[key]['q_p99']:.2f} ms")
+        print(f"redis_query_p99_{key // 1000}k: {beside.summary[key]['filtered_p99']:.2f} ms")
     return 0
+
+
+class RedisBeside:
+    """``--store``: the same records in a Redis log, grown with the SQLite one (nothing when not asked)."""
+
+    def __init__(self, store: str, tmp: Path) -> None:
+        self.url = "" if store in ("", "sqlite") else store
+        self.tmp = tmp
+        self.server = None
+        self.corpus = Corpus()  # the same seed: the same records as the SQLite build
+        self.built = 0
+        self.summary: dict[int, dict[str, float]] = {}
+        self.memory: dict[int, float] = {}
+        self.aof: dict[int, float] = {}
+
+    def __enter__(self) -> "RedisBeside":
+        if not self.url:
+            return self
+        import redis
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        if self.url == "redis":
+            from redis_server import RedisServer
+
+            self.server = RedisServer(self.tmp / "redis").start()
+            self.url = self.server.url
+        from akrelay.store.redis import RedisStore
+
+        self.client = redis.Redis.from_url(self.url)
+        self.client.flushdb()
+        self.used0 = int(self.client.info("memory")["used_memory"])
+        self.aof0 = self.aof_bytes()
+        self.store = RedisStore(self.url)
+        return self
+
+    def aof_bytes(self) -> int:
+        from bench_cluster import aof_bytes
+
+        return aof_bytes(self.client)
+
+    def grow(self, n: int) -> None:
+        """Commit records ``built..n`` (groups of 2000, as the SQLite build), then read memory and AOF size."""
+        from bench_redis_store import settle
+
+        started = time.perf_counter()
+        for lo in range(self.built, n, 2000):
+            self.store.commit_many([(self.corpus.make(i), BASE + i) for i in range(lo, min(n, lo + 2000))])
+        print(f"  built {n - self.built} records in Redis in {time.perf_counter() - started:.1f} s", flush=True)
+        self.built = n
+        self.memory[n] = (int(self.client.info("memory")["used_memory"]) - self.used0) / n
+        settle(self.store)  # on disk once any automatic rewrite (it compacts the AOF) has finished
+        self.aof[n] = (self.aof_bytes() - self.aof0) / n
+        rewrites = self.client.info("persistence").get("aof_rewrites", 0)
+        print(f"  Redis memory {self.memory[n]:.0f} B/record (INFO memory), AOF on disk {self.aof[n]:.0f} B/record "
+              f"({rewrites} automatic rewrites so far)", flush=True)
+        print("  by key (MEMORY USAGE): " + ", ".join(f"{kind} {size / n:.0f} B/record"
+                                                   for kind, size in self.breakdown().items()), flush=True)
+
+    def breakdown(self) -> dict[str, int]:
+        """Bytes per kind of key (``rec``, ``flt``, the term sets ``t:*``, ...), largest first."""
+        sizes: dict[str, int] = {}
+        for key in self.client.scan_iter(match=self.store.prefix + "*", count=1000):
+            name = key.decode()[len(self.store.prefix):]
+            kind = "t:*" if name.startswith("t:") else name
+            sizes[kind] = sizes.get(kind, 0) + int(self.client.memory_usage(key, samples=0) or 0)
+        return dict(sorted(sizes.items(), key=lambda item: -item[1]))
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.url:
+            return
+        self.store.close()
+        self.client.close()
+        if self.server is not None:
+            self.server.stop()
 
 
 if __name__ == "__main__":

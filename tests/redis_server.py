@@ -10,6 +10,7 @@ directory, which is how the fault tests replay the append-only file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -106,3 +108,19 @@ class RedisServer:
     def restart(self) -> "RedisServer":
         self.kill()
         return self.start()
+
+
+@contextlib.contextmanager
+def redis_url_or_server(url: str | None, directory: Path) -> Iterator[str]:
+    """``url`` as given, else the URL of a durable :class:`RedisServer` of its own in ``directory``, stopped after.
+
+    For the benches (``--redis URL`` or a server of their own).
+    """
+    if url is not None:
+        yield url
+        return
+    server = RedisServer(directory).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

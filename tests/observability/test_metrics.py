@@ -125,7 +125,10 @@ def test_the_launcher_starts_from_an_empty_metrics_directory(tmp_path: Path, mon
     stale = tmp_path / "metrics" / "counter_12345.db"
     stale.parent.mkdir()
     stale.write_bytes(b"old worker")
-    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    # setenv first so that the teardown removes what prepare_multiprocess sets (a bare delenv of an
+    # absent variable records nothing, and the directory would leak into later tests' scrapes)
+    monkeypatch.setenv(MULTIPROC_ENV, "")
+    monkeypatch.delenv(MULTIPROC_ENV)
     path = prepare_multiprocess(tmp_path)
     assert path == tmp_path / "metrics" and list(path.iterdir()) == []
     import os

@@ -132,7 +132,7 @@ def rate_limit_middleware(settings: Settings, buckets: dict[str, TokenBucket] | 
                 handler = scope.get("route_handler")
                 kind = handler.opt.get("rate", "read") if handler is not None else "read"
                 bucket = buckets.get(kind)
-                wait = bucket.take(client_ip(scope)) if bucket is not None else 0.0
+                wait = await bucket.acquire(client_ip(scope)) if bucket is not None else 0.0
                 if wait > 0:
                     await refuse_rate_limited(send, retry_after_seconds(wait), kind)
                     return
@@ -205,6 +205,11 @@ def build_app(node: Node) -> "RelayApp":
     readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)))
     handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
     buckets = rate_buckets(settings)
+    if getattr(settings, "store", ""):  # Redis round trips and outages into /metrics (the store cannot import them)
+        from akrelay.observability.metrics import StoreObserver
+        from akrelay.store import redis_client
+
+        redis_client.observer = StoreObserver()
     app = RelayApp(
         route_handlers=handlers,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -251,7 +251,7 @@ class IngestFastPath:
         self.bucket = bucket
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        wait = self.bucket.take(client_ip(scope))
+        wait = await self.bucket.acquire(client_ip(scope))
         if wait > 0:
             await refuse_rate_limited(send, retry_after_seconds(wait), "write")
             return

@@ -25,6 +25,8 @@ from typing import Any
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 METRICS_DIR = "metrics"
 #: Request latency buckets (seconds): ingest answers in well under a millisecond, KnowQL in seconds.
+#: Store round-trip buckets (seconds): a Redis call with its fsync takes ~0.2-5 ms; a stall shows in the tail.
+STORE_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -62,7 +64,17 @@ class _Metrics:
                                     registry=registry)
         self.requests = Histogram("akrelay_request_duration_seconds", "Request latency by route template",
                                   ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.store_calls = Histogram("akrelay_store_call_duration_seconds",
+                                     "Round trips to a network store (Redis), by call", ["call"],
+                                     buckets=STORE_BUCKETS, registry=registry)
+        self.store_unavailable = Counter("akrelay_store_unavailable",
+                                         "Calls to a network store that failed as an outage (answered 503)",
+                                         registry=registry)
+        self.rate_local = Counter("akrelay_rate_limit_local_decisions",
+                                  "Tokens decided by a worker's own bucket while the shared one (Redis) was unreachable",
+                                  ["bucket"], registry=registry)
         self._accepted: dict[str, Any] = {}
+        self._store_calls: dict[str, Any] = {}
         self._refused: dict[str, Any] = {}
         self._requests: dict[tuple[str, str, int], Any] = {}
 
@@ -78,12 +90,28 @@ class _Metrics:
             child = self._refused[code] = self.refused.labels(code)
         child.inc()
 
+    def store_call(self, call: str, seconds: float) -> None:
+        child = self._store_calls.get(call)
+        if child is None:
+            child = self._store_calls[call] = self.store_calls.labels(call)
+        child.observe(seconds)
+
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, status)
         child = self._requests.get(key)
         if child is None:
             child = self._requests[key] = self.requests.labels(route, method, str(status))
         child.observe(seconds)
+
+
+class StoreObserver:
+    """Round trips to a network store and its outages, counted here (``akrelay.store.redis_client.observer``)."""
+
+    def call(self, name: str, seconds: float) -> None:
+        metrics().store_call(name, seconds)
+
+    def outage(self) -> None:
+        metrics().store_unavailable.inc()
 
 
 _metrics: _Metrics | None = None

@@ -17,6 +17,7 @@ import akrelay.observability.options  # noqa: F401  (declares --log-json)
 from akrelay.observability import sources
 from akrelay.observability.status import relay_status
 from akrelay.observability.metrics import MULTIPROC_ENV, metrics
+from akrelay.store.base import StoreUnavailable
 
 METRICS_PATH = "/metrics"
 
@@ -46,7 +47,18 @@ class RelayCollector:
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        status = relay_status(self.relay, self.settings)
+        try:
+            status = relay_status(self.relay, self.settings)
+        except StoreUnavailable:  # the counters still go out: an outage is when they are needed most
+            yield GaugeMetricFamily("akrelay_store_up", "1 when the store answered this scrape, else 0", value=0)
+            return
+        yield GaugeMetricFamily("akrelay_store_up", "1 when the store answered this scrape, else 0", value=1)
+        if status.store_memory is not None:
+            used, limit = status.store_memory
+            yield GaugeMetricFamily("akrelay_store_memory_bytes", "Memory the network store (Redis) uses",
+                                    value=used)
+            yield GaugeMetricFamily("akrelay_store_memory_limit_bytes",
+                                    "The network store's memory limit (Redis maxmemory; 0: none)", value=limit)
         yield GaugeMetricFamily("akrelay_checkpoint", "Highest committed acceptance seq", value=status.checkpoint)
         if status.index_lag is not None:
             yield GaugeMetricFamily("akrelay_search_index_lag", "Accepted records not yet in the search index (seq)",

@@ -32,6 +32,8 @@ class RelayStatus:
     index_seq: int | None = None
     kip_head: int | None = None
     store_bytes: int | None = None
+    #: a network store's memory in use and its limit (0: none), e.g. Redis ``used_memory``/``maxmemory``
+    store_memory: tuple[int, int] | None = None
     peers: list[PeerStatus] = field(default_factory=list)
 
     @property
@@ -63,6 +65,16 @@ def _store_bytes(relay: Any) -> int | None:
         except OSError:
             pass
     return total
+
+
+def _store_memory(relay: Any) -> tuple[int, int] | None:
+    memory = getattr(relay.store, "memory", None)
+    if memory is None:
+        return None
+    try:
+        return memory()  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - best effort: an outage shows as akrelay_store_up 0 instead
+        return None
 
 
 def _index_seq(relay: Any, settings: Any) -> int | None:
@@ -106,4 +118,5 @@ def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
 def relay_status(relay: Any, settings: Any) -> RelayStatus:
     """The checkpoint, index and KIP positions, store size and peers of ``relay``, now."""
     return RelayStatus(checkpoint=relay.checkpoint(), index_seq=_index_seq(relay, settings), kip_head=_kip_head(relay),
-                       store_bytes=_store_bytes(relay), peers=_peers(relay, settings))
+                       store_bytes=_store_bytes(relay), store_memory=_store_memory(relay),
+                       peers=_peers(relay, settings))

@@ -46,6 +46,7 @@ import redis.exceptions
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
+from akrelay.store import redis_client
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
 from akrelay.store.redis_text import TextIndex, TextIndexer, fts_query, indexable
 from akrelay.store.sqlite_planner import COUNT_CAP
@@ -509,7 +510,7 @@ class RedisStore:
             self._indexer.start()
 
     # -- plumbing ------------------------------------------------------------------
-    def _call(self, fn: Callable[[], T], *, probe: bool = False) -> T:
+    def _call(self, fn: Callable[[], T], *, probe: bool = False, name: str = "other") -> T:
         """Run one Redis exchange; an outage (or a server that cannot take writes now) is :class:`StoreUnavailable`.
 
         After an outage every call fails at once for :data:`OUTAGE_HOLD` seconds instead of
@@ -521,23 +522,28 @@ class RedisStore:
         if self._closed:
             raise RuntimeError("store is closed")
         if not probe and self._down_until and time.monotonic() < self._down_until:
+            redis_client.observer.outage()
             raise StoreUnavailable(self._down_reason, RETRY_AFTER)
+        started = time.perf_counter()
         try:
             with unavailable(f"the Redis store at {describe(self.url)}"):
                 value = fn()
         except StoreUnavailable as exc:
             self._down_reason, self._down_until = str(exc), time.monotonic() + OUTAGE_HOLD
+            redis_client.observer.outage()
             raise
         except redis.exceptions.ResponseError as exc:
             if isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith(_OPERATIONAL_REPLIES):
+                redis_client.observer.outage()
                 raise StoreUnavailable(f"the Redis store at {describe(self.url)} refused: {exc}", RETRY_AFTER) from exc
             raise
+        redis_client.observer.call(name, time.perf_counter() - started)
         self._down_until = 0.0
         return value
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
         script = self._scripts[name]
-        return self._call(lambda: script(keys=[], args=[self.prefix, *args]))
+        return self._call(lambda: script(keys=[], args=[self.prefix, *args]), name=name)
 
     def _check_format(self) -> None:
         key = self.prefix + "format"
@@ -821,6 +827,11 @@ class RedisStore:
     # -- operations ----------------------------------------------------------------
     def ping(self) -> None:
         self._call(self._client.ping, probe=True)
+
+    def memory(self) -> tuple[int, int]:
+        """Redis's ``used_memory`` and ``maxmemory`` (0: no limit) from ``INFO memory``, for ``/metrics``."""
+        info: Any = self._call(lambda: self._client.info("memory"))
+        return int(info["used_memory"]), int(info.get("maxmemory", 0))
 
     def durability(self) -> dict[str, str]:
         """Redis's live ``appendonly`` and ``appendfsync`` (``CONFIG GET``); raises if CONFIG is refused."""

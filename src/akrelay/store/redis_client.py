@@ -34,6 +34,23 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class Observer:
+    """Where :class:`~akrelay.store.redis.RedisStore` reports each round trip and each outage.
+
+    The store cannot import the metrics layer (it is below it); the HTTP app points
+    :data:`observer` at ``/metrics`` (``akrelay.http.app``). The default ignores them.
+    """
+
+    def call(self, name: str, seconds: float) -> None:
+        """One store call ``name`` (a script name, or ``other``) answered in ``seconds``."""
+
+    def outage(self) -> None:
+        """One call failed as an outage (it becomes a 503)."""
+
+
+observer = Observer()
+
+
 def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) -> redis.Redis:
     """A client for ``url`` (``redis://``, ``rediss://``, ``unix://``) with bounded waits.
 
