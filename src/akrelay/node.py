@@ -257,6 +257,7 @@ class RelayNode:
                 return
             self._state = "stopped"
             _stop_all(reversed(self.components))
+            self.relay.stop()  # what start() started, even over a relay the caller keeps open
             if self.owns_relay:
                 self.relay.close()
 

@@ -325,3 +325,19 @@ def test_every_component_runs_over_a_redis_log(tmp_path, redis_url):
     data = tmp_path / "full"
     assert (data / "search").exists() and (data / "kip-nexus.sqlite3").exists()
     assert not (data / "relay.sqlite3").exists()
+
+
+def test_a_node_over_a_relay_it_does_not_own_stops_hearing_commits_when_it_stops(tmp_path, redis_url):
+    """The node started the relay's commit watcher, so its stop ends it, though the caller keeps the relay open."""
+    from akrelay.node import RelayNode
+
+    relay = open_relay_for(_settings(tmp_path, redis_url))
+    try:
+        node = RelayNode(relay, _settings(tmp_path, redis_url), components=())
+        node.start()
+        assert [t for t in threading.enumerate() if t.name == "akrelay-redis-watch"]
+        node.stop()
+        assert not [t for t in threading.enumerate() if t.name == "akrelay-redis-watch" and t.is_alive()]
+        assert relay.store.checkpoint() == 0  # still open: the caller closes it
+    finally:
+        relay.close()

@@ -161,11 +161,17 @@ class Relay:
 
         The commit listeners are then also called when any node of the deployment
         commits, so followers on this node catch up at once; polling stays their
-        fallback. Idempotent; :meth:`close` stops it. Nothing starts before this.
+        fallback. Idempotent; :meth:`stop` (or :meth:`close`) stops it. Nothing starts before this.
         """
         watch = getattr(self.store, "watch", None)
         if watch is not None and self._unwatch is None:
             self._unwatch = watch(self._wake_listeners)
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started and keep the store open (a node that does not own the relay stops it)."""
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
 
     # -- acceptance (§8.1) ---------------------------------------------------
     def submit(self, raw: bytes, *, source: str = "http") -> tuple[Record, bool]:
@@ -372,9 +378,7 @@ class Relay:
         return self.store.checkpoint()
 
     def close(self) -> None:
-        if self._unwatch is not None:
-            self._unwatch()
-            self._unwatch = None
+        self.stop()
         self.store.close()
 
 
