@@ -1,0 +1,155 @@
+"""The log followers' own process: the search indexer and the KIP importer of one data directory.
+
+Why a process: inside a Granian worker the followers share the GIL with the
+event loop that accepts events, and on a small machine they take the CPU that
+acceptance needs during a burst. ``akrelay serve`` (``--followers process``,
+the default) therefore runs them here, one process per data directory, started
+before Granian and stopped after it, at a lower CPU priority (``nice`` +
+:data:`NICE`, set by the launcher as it starts the process): under load the
+kernel gives the workers the CPU first, and the derived state catches up as
+soon as the burst ends. The workers only read the index and the nexus
+(``RelayNode(follow=False)``).
+
+The leader locks stay what guarantees one indexer and one importer per data
+directory: this process takes them as any node would (a process that cannot
+take one, e.g. while an older one is still stopping, retries). If it dies
+(killed, crashed) the launcher's :class:`FollowerProcess` starts another after
+:data:`RESPAWN_DELAY`; it resumes from the durable positions (the index's
+committed position, the nexus head). It exits by itself when the launcher is
+gone. Commits happen in the workers, so this process learns of them by polling
+the store's checkpoint (search every 50 ms, KIP every 200 ms; with a Redis
+store also by pub/sub).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import Mapping
+
+log = logging.getLogger("akrelay.followers")
+
+#: Set to ``1`` in the workers' environment when this process keeps their derived state.
+FOLLOWER_PROCESS_ENV = "AKRELAY__FOLLOWER_PROCESS"
+#: The components whose followers run here (KnowQL and the explorer read them in the workers).
+FOLLOWED = ("search", "kip")
+#: Niceness added to this process: weight 110 against 1024 for a worker at 0 (Linux CFS),
+#: so under full load it gets about a tenth of a core's share, and all the idle CPU.
+NICE = 10
+#: Seconds between the death of the process and its replacement (no respawn storm).
+RESPAWN_DELAY = 1.0
+#: Seconds a stopping process may take before it is killed (its state is crash-safe).
+STOP_TIMEOUT = 5.0
+#: How often the process checks that its launcher is still alive.
+PARENT_CHECK = 1.0
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Run the followers until SIGTERM/SIGINT or until the launcher is gone (``python -m akrelay.followers``)."""
+    from akrelay.node import RelayNode
+    from akrelay.settings import from_resolved_env
+
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s", stream=sys.stderr)
+    halt = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: halt.set())
+    launcher = os.getppid()
+    settings = from_resolved_env(env)
+    node = RelayNode.open(settings, components=FOLLOWED)
+    try:
+        node.start()
+        log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
+                 os.getpid(), settings.data_dir)
+        while not halt.wait(PARENT_CHECK):
+            if os.getppid() != launcher:
+                log.info("followers: the launcher is gone; stopping")
+                break
+    finally:
+        node.stop()
+    return 0
+
+
+class FollowerProcess:
+    """The launcher's handle on the followers' process: start it, replace it when it dies, stop it.
+
+    A process that exits with status 0 was asked to stop (a signal to the whole
+    process group, e.g. Ctrl-C) and is not replaced; any other end (killed,
+    crashed) is, after ``respawn_delay`` seconds.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, respawn_delay: float = RESPAWN_DELAY,
+                 argv: list[str] | None = None, nice: int = NICE) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.nice = nice
+        self.respawn_delay = respawn_delay
+        self.argv = argv or [sys.executable, "-m", "akrelay.followers"]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.spawned = 0
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.proc
+        return proc.pid if proc is not None else None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._halt.clear()
+            self._spawn()
+            self._watcher = threading.Thread(target=self._watch, name="akrelay-followers-watch", daemon=True)
+            self._watcher.start()
+
+    def _spawn(self) -> None:
+        proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
+        try:
+            # At once, before the child starts any thread: its threads (Tantivy's too) inherit it.
+            base = os.getpriority(os.PRIO_PROCESS, 0)
+            os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, base + self.nice))
+        except OSError as exc:  # the platform refuses: it follows at normal priority
+            log.warning("followers: cannot lower the CPU priority of process %d (%s)", proc.pid, exc)
+        self.proc = proc
+        self.spawned += 1
+
+    def _watch(self) -> None:
+        while not self._halt.is_set():
+            proc = self.proc
+            assert proc is not None
+            code = proc.wait()
+            if self._halt.is_set() or code == 0:
+                return
+            log.warning("followers: process %d ended with status %s; a new one starts in %.1f s",
+                        proc.pid, code, self.respawn_delay)
+            if self._halt.wait(self.respawn_delay):
+                return
+            with self._lock:
+                if self._halt.is_set():
+                    return
+                self._spawn()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Ask the process to stop (SIGTERM); kill it if it has not ended within ``timeout`` seconds."""
+        with self._lock:
+            self._halt.set()
+            proc, watcher, self._watcher = self.proc, self._watcher, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("followers: process %d did not stop within %.1f s; killing it", proc.pid, timeout)
+                proc.kill()
+                proc.wait()
+        if watcher is not None:
+            watcher.join(timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
