@@ -4,10 +4,10 @@ Why a process: inside a Granian worker the followers share the GIL with the
 event loop that accepts events, and on a small machine they take the CPU that
 acceptance needs during a burst. ``akrelay serve`` (``--followers process``,
 the default) therefore runs them here, one process per data directory, started
-before Granian and stopped after it, at a lower CPU priority (``nice`` +
-:data:`NICE`, set by the launcher as it starts the process): under load the
-kernel gives the workers the CPU first, and the derived state catches up as
-soon as the burst ends. The workers only read the index and the nexus
+before Granian and stopped after it, at the lowest CPU priority (Linux
+``SCHED_IDLE``, and ``nice`` + :data:`NICE`; :func:`lower_priority`): under load
+the kernel gives the workers the CPU first, and the derived state catches up
+as soon as the burst ends. The workers only read the index and the nexus
 (``RelayNode(follow=False)``).
 
 The leader locks stay what guarantees one indexer and one importer per data
@@ -37,13 +37,14 @@ log = logging.getLogger("akrelay.followers")
 FOLLOWER_PROCESS_ENV = "AKRELAY__FOLLOWER_PROCESS"
 #: The components whose followers run here (KnowQL and the explorer read them in the workers).
 FOLLOWED = ("search", "kip")
-#: Niceness added to this process: weight 110 against 1024 for a worker at 0 (Linux CFS),
-#: so under full load it gets about a tenth of a core's share, and all the idle CPU.
+#: Niceness added to this process (besides the ``SCHED_IDLE`` class, see :func:`lower_priority`).
 NICE = 10
 #: Seconds between the death of the process and its replacement (no respawn storm).
 RESPAWN_DELAY = 1.0
-#: Seconds a stopping process may take before it is killed (its state is crash-safe).
-STOP_TIMEOUT = 5.0
+#: Seconds a stopping process may take before it is killed: the graceful stop of the whole
+#: relay stays within about 2 s, and both the index and the nexus are crash-safe (a kill
+#: only means redoing the work since their last commit).
+STOP_TIMEOUT = 2.0
 #: How often the process checks that its launcher is still alive.
 PARENT_CHECK = 1.0
 
@@ -71,6 +72,27 @@ def main(env: Mapping[str, str] | None = None) -> int:
     finally:
         node.stop()
     return 0
+
+
+def lower_priority(pid: int, nice: int = NICE) -> None:
+    """Make ``pid`` yield the CPU to the workers: ``nice`` more, and Linux's ``SCHED_IDLE`` class.
+
+    Called at once after the process starts, before it starts any thread: its threads
+    (Tantivy's too) inherit both. ``SCHED_IDLE`` runs it only when no normal task of the
+    relay wants that CPU, and a waking worker preempts it at once; when nothing else of
+    the relay runs it still gets the relay's full share (it catches up after a burst).
+    The niceness is what remains where ``SCHED_IDLE`` is missing, and what ``ps`` shows.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    except OSError as exc:  # the platform refuses: it follows at normal priority
+        log.warning("followers: cannot lower the CPU priority of process %d (%s)", pid, exc)
+    idle = getattr(os, "SCHED_IDLE", None)
+    if idle is not None:
+        try:
+            os.sched_setscheduler(pid, idle, os.sched_param(0))
+        except OSError as exc:  # pragma: no cover - e.g. a seccomp filter: the niceness still applies
+            log.warning("followers: cannot put process %d in the SCHED_IDLE class (%s)", pid, exc)
 
 
 class FollowerProcess:
@@ -109,12 +131,7 @@ class FollowerProcess:
 
     def _spawn(self) -> None:
         proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
-        try:
-            # At once, before the child starts any thread: its threads (Tantivy's too) inherit it.
-            base = os.getpriority(os.PRIO_PROCESS, 0)
-            os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, base + self.nice))
-        except OSError as exc:  # the platform refuses: it follows at normal priority
-            log.warning("followers: cannot lower the CPU priority of process %d (%s)", proc.pid, exc)
+        lower_priority(proc.pid, self.nice)
         self.proc = proc
         self.spawned += 1
 
