@@ -4,10 +4,10 @@ Why a process: inside a Granian worker the followers share the GIL with the
 event loop that accepts events, and on a small machine they take the CPU that
 acceptance needs during a burst. ``akrelay serve`` (``--followers process``,
 the default) therefore runs them here, one process per data directory, started
-before Granian and stopped after it, at the lowest CPU priority (Linux
-``SCHED_IDLE``, and ``nice`` + :data:`NICE`; :func:`lower_priority`): under load
-the kernel gives the workers the CPU first, and the derived state catches up
-as soon as the burst ends. The workers only read the index and the nexus
+before Granian and stopped after it, at the lowest CPU priority once started
+(Linux ``SCHED_IDLE``, and ``nice`` + :data:`NICE`; :func:`lower_priority`):
+under load the kernel gives the workers the CPU first, and the derived state
+catches up as soon as the burst ends. The workers only read the index and the nexus
 (``RelayNode(follow=False)``).
 
 The leader locks stay what guarantees one indexer and one importer per data
@@ -62,7 +62,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
     settings = from_resolved_env(env)
     node = RelayNode.open(settings, components=FOLLOWED)
     try:
+        # Start at normal priority, so the index and the nexus file exist before the workers'
+        # first requests even on a busy machine; yield from then on.
         node.start()
+        lower_priority()
         log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
                  os.getpid(), settings.data_dir)
         while not halt.wait(PARENT_CHECK):
@@ -74,25 +77,37 @@ def main(env: Mapping[str, str] | None = None) -> int:
     return 0
 
 
-def lower_priority(pid: int, nice: int = NICE) -> None:
-    """Make ``pid`` yield the CPU to the workers: ``nice`` more, and Linux's ``SCHED_IDLE`` class.
+def lower_priority(nice: int = NICE) -> None:
+    """Make this process yield the CPU to the workers: ``nice`` more, and Linux's ``SCHED_IDLE`` class.
 
-    Called at once after the process starts, before it starts any thread: its threads
-    (Tantivy's too) inherit both. ``SCHED_IDLE`` runs it only when no normal task of the
-    relay wants that CPU, and a waking worker preempts it at once; when nothing else of
-    the relay runs it still gets the relay's full share (it catches up after a burst).
-    The niceness is what remains where ``SCHED_IDLE`` is missing, and what ``ps`` shows.
+    Both are per thread on Linux, so every thread that exists now gets them (Tantivy's
+    writer threads too) and threads started later inherit them. ``SCHED_IDLE`` runs the
+    process only when no normal task of the relay wants that CPU, and a waking worker
+    preempts it at once; when nothing else of the relay runs it still gets the relay's
+    full share (it catches up after a burst). The niceness is what remains where
+    ``SCHED_IDLE`` is missing.
     """
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
-    except OSError as exc:  # the platform refuses: it follows at normal priority
-        log.warning("followers: cannot lower the CPU priority of process %d (%s)", pid, exc)
+    level = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
     idle = getattr(os, "SCHED_IDLE", None)
-    if idle is not None:
+    done: set[int] = set()
+    for _ in range(10):  # again while threads appear (one may start a thread as we go)
         try:
-            os.sched_setscheduler(pid, idle, os.sched_param(0))
-        except OSError as exc:  # pragma: no cover - e.g. a seccomp filter: the niceness still applies
-            log.warning("followers: cannot put process %d in the SCHED_IDLE class (%s)", pid, exc)
+            threads = {int(tid) for tid in os.listdir("/proc/self/task")} - done
+        except OSError:  # no /proc: this thread only (threads started later inherit it)
+            threads = {0} - done
+        if not threads:
+            return
+        for tid in threads:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, level)
+                if idle is not None:
+                    os.sched_setscheduler(tid, idle, os.sched_param(0))
+            except ProcessLookupError:  # the thread ended meanwhile
+                pass
+            except OSError as exc:  # the platform refuses: follow at the priority we have
+                log.warning("followers: cannot lower the CPU priority (%s)", exc)
+                return
+        done |= threads
 
 
 class FollowerProcess:
@@ -104,9 +119,8 @@ class FollowerProcess:
     """
 
     def __init__(self, env: Mapping[str, str] | None = None, *, respawn_delay: float = RESPAWN_DELAY,
-                 argv: list[str] | None = None, nice: int = NICE) -> None:
+                 argv: list[str] | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
-        self.nice = nice
         self.respawn_delay = respawn_delay
         self.argv = argv or [sys.executable, "-m", "akrelay.followers"]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -130,9 +144,7 @@ class FollowerProcess:
             self._watcher.start()
 
     def _spawn(self) -> None:
-        proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
-        lower_priority(proc.pid, self.nice)
-        self.proc = proc
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
         self.spawned += 1
 
     def _watch(self) -> None:

@@ -80,8 +80,11 @@ def test_followers_run_in_their_own_process_which_is_replaced_when_killed(tmp_pa
     try:
         pid = int(_wait(lambda: PID_LINE.search(served.log.read_text()), 10).group(1))
         assert _alive(pid)
-        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
-        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        # once started, every thread of it yields the CPU to the workers
+        assert _wait(lambda: LOG_RESPAWN.search(served.log.read_text()))
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            assert os.getpriority(os.PRIO_PROCESS, int(tid)) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
+            assert os.sched_getscheduler(int(tid)) == os.SCHED_IDLE
         # both leader locks are this process's, not a worker's
         assert _wait(lambda: _holder(data / IMPORTER_LOCK) == pid and _holder(data / "search" / "indexer.lock") == pid)
         with httpx.Client(verify=served.ssl_context(), timeout=10) as http:
