@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -47,6 +48,11 @@ RESPAWN_DELAY = 1.0
 STOP_TIMEOUT = 2.0
 #: How often the process checks that its launcher is still alive.
 PARENT_CHECK = 1.0
+#: The launcher waits this long for a new process to have the index and the nexus open
+#: before it lets the workers answer (then it goes on: readers answer ``index_lag`` meanwhile).
+READY_TIMEOUT = 15.0
+#: The environment variable naming the pipe on which the process says it is ready.
+READY_FD_ENV = "AKRELAY__FOLLOWERS_READY_FD"
 
 
 def main(env: Mapping[str, str] | None = None) -> int:
@@ -65,6 +71,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
         # Start at normal priority, so the index and the nexus file exist before the workers'
         # first requests even on a busy machine; yield from then on.
         node.start()
+        node.kip.gateway.runtime()  # the nexus file exists (the KIP component opens it in a thread)
+        _say_ready(env)
         lower_priority()
         log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
                  os.getpid(), settings.data_dir)
@@ -110,6 +118,17 @@ def lower_priority(nice: int = NICE) -> None:
         done |= threads
 
 
+def _say_ready(env: Mapping[str, str] | None) -> None:
+    """Tell the launcher (which waits in :meth:`FollowerProcess.start`) that the derived state is open."""
+    fd = (os.environ if env is None else env).get(READY_FD_ENV)
+    if fd:
+        try:
+            os.write(int(fd), b"ready\n")
+            os.close(int(fd))
+        except OSError:  # the launcher stopped waiting: nothing to tell
+            pass
+
+
 class FollowerProcess:
     """The launcher's handle on the followers' process: start it, replace it when it dies, stop it.
 
@@ -134,18 +153,32 @@ class FollowerProcess:
         proc = self.proc
         return proc.pid if proc is not None else None
 
-    def start(self) -> None:
+    def start(self, ready_timeout: float = 0.0) -> bool:
+        """Start the process; with ``ready_timeout``, wait that long for it to say it is ready (``True``)."""
         with self._lock:
             if self._watcher is not None:
-                return
+                return True
             self._halt.clear()
-            self._spawn()
+            ready = self._spawn(ready_timeout)
             self._watcher = threading.Thread(target=self._watch, name="akrelay-followers-watch", daemon=True)
             self._watcher.start()
+        return ready
 
-    def _spawn(self) -> None:
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL)
+    def _spawn(self, ready_timeout: float = 0.0) -> bool:
+        read, write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(self.argv, env={**self.env, READY_FD_ENV: str(write)},
+                                         stdin=subprocess.DEVNULL, pass_fds=(write,))
+        finally:
+            os.close(write)
         self.spawned += 1
+        try:
+            if ready_timeout <= 0:
+                return False
+            ready, _, _ = select.select([read], [], [], ready_timeout)
+            return bool(ready) and os.read(read, 16).startswith(b"ready")
+        finally:
+            os.close(read)
 
     def _watch(self) -> None:
         while not self._halt.is_set():

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from akrelay.followers import FOLLOWER_PROCESS_ENV, FollowerProcess
+from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess
 from akrelay.node import RelayNode, check_components
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
 
@@ -137,9 +137,10 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
         workers_kill_timeout=WORKERS_KILL_TIMEOUT,
     )
     if followers is not None:
-        followers.start()
-        print(f"akrelay: log followers (search indexer, KIP importer) in process {followers.pid}",
-              file=out, flush=True)
+        # the index and the nexus exist before the first request, even on a busy machine
+        ready = followers.start(ready_timeout=READY_TIMEOUT)
+        print(f"akrelay: log followers (search indexer, KIP importer) in process {followers.pid}"
+              f"{'' if ready else ' (still starting)'}", file=out, flush=True)
     try:
         server.serve()
     finally:
