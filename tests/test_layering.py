@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # pages and documents over the components: the explorer, /metrics, /openapi.json
     ("web", ("akrelay.explorer", "akrelay.observability", "akrelay.openapi", "akrelay.web")),
     ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (in akrelay.http)
-    ("server", ("akrelay.server", "akrelay.app")),
+    ("server", ("akrelay.server", "akrelay.app", "akrelay.followers")),
     ("cli", ("akrelay.cli", "akrelay.__main__")),
 ]
 

@@ -6,6 +6,7 @@ node's lifespan, :mod:`akrelay.node` only owns the relay and its components.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Collection, Sequence
 
 from akrelay.http.app import RelayApp, build_app
@@ -33,5 +34,13 @@ def create_app(target: Any, settings: Settings | None = None, *, components: Col
 
 
 def create_app_from_env() -> RelayApp:
-    """Granian factory target: each worker resolves the launcher's settings and owns one node."""
-    return create_app(from_resolved_env())
+    """Granian factory target: each worker resolves the launcher's settings and owns one node.
+
+    When the launcher runs the log followers in their own process (:mod:`akrelay.followers`),
+    the worker's node only reads the search index and the KIP nexus.
+    """
+    from akrelay.followers import FOLLOWER_PROCESS_ENV
+
+    settings = from_resolved_env()
+    follow = os.environ.get(FOLLOWER_PROCESS_ENV) != "1"
+    return create_app(RelayNode.open(settings, follow=follow))

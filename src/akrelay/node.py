@@ -110,8 +110,13 @@ def check_components(settings: Settings, names: Collection[str] | None = None) -
             _CHECKS[name].check(settings)
 
 
-def build_components(relay: Relay, settings: Settings, names: Collection[str]) -> list[Component]:
-    """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error."""
+def build_components(relay: Relay, settings: Settings, names: Collection[str], *,
+                     follow: bool = True) -> list[Component]:
+    """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error.
+
+    ``follow=False``: the search index and the KIP nexus are kept current by another
+    process (:mod:`akrelay.followers`); these components only read them.
+    """
     unknown = set(names) - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
@@ -119,10 +124,10 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str]) -
     built: list[Component] = []
     search = kip = knowql = None
     if "search" in names:
-        search = SearchComponent(relay, settings)
+        search = SearchComponent(relay, settings, follow=follow)
         built.append(search)
     if "kip" in names:
-        kip = KipComponent(relay, settings)
+        kip = KipComponent(relay, settings, follow=follow)
         built.append(kip)
     if "sync" in names:
         built.append(SyncComponent(relay, settings))
@@ -160,23 +165,26 @@ class RelayNode:
     ``settings.data`` and :meth:`stop` closes it last. ``components`` names
     which of :data:`COMPONENTS` to build (``settings.core_only``: none);
     ``extra`` adds components built by the caller, started after them.
+    ``follow=False``: the log followers (search indexer, KIP importer) run in
+    another process; this node only reads what they keep (``akrelay serve``'s workers).
     """
 
     def __init__(self, relay: Relay, settings: Settings | None = None, *,
                  components: Collection[str] | None = None, extra: Sequence[Component] = (),
-                 owns_relay: bool = False) -> None:
+                 owns_relay: bool = False, follow: bool = True) -> None:
         self.relay = relay
         self.settings = settings if settings is not None else defaults()
         if components is None:
             components = () if self.settings.core_only else COMPONENTS
-        self.components: list[Component] = build_components(relay, self.settings, components) + list(extra)
+        self.components: list[Component] = build_components(relay, self.settings, components,
+                                                                    follow=follow) + list(extra)
         self.owns_relay = owns_relay
         self._state = "built"
         self._lock = threading.Lock()
 
     @classmethod
     def open(cls, settings: Settings, *, components: Collection[str] | None = None,
-             extra: Sequence[Component] = ()) -> "RelayNode":
+             extra: Sequence[Component] = (), follow: bool = True) -> "RelayNode":
         """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`).
 
         The components' files are checked first (:func:`check_components`): a bad one opens nothing.
@@ -184,7 +192,7 @@ class RelayNode:
         check_components(settings, components)
         relay = open_relay_for(settings)
         try:
-            return cls(relay, settings, components=components, extra=extra, owns_relay=True)
+            return cls(relay, settings, components=components, extra=extra, owns_relay=True, follow=follow)
         except BaseException:
             relay.close()
             raise

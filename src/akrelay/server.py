@@ -3,7 +3,10 @@
 Workers are separate processes (Granian), each opening the same data
 directory; the store serializes ``seq`` allocation at its commit point, so N
 workers are as safe as one. The launcher resolves the settings once and hands
-them to every worker in one environment variable, so all workers agree.
+them to every worker in one environment variable, so all workers agree. The
+log followers (search indexer, KIP importer) run in one process of their own
+beside the workers (:mod:`akrelay.followers`, ``--followers process``), which
+the launcher starts before Granian and stops after it.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess
 from akrelay.node import RelayNode, check_components
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
 
 APP_FACTORY = "akrelay.app:create_app_from_env"
+#: Seconds Granian waits for the workers to stop after SIGTERM before killing them (all together).
+WORKERS_KILL_TIMEOUT = 2
 
 
 def check_origin(settings: Settings) -> str:
@@ -108,6 +114,11 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     prepare_multiprocess(settings.data_dir)  # before any worker exists: /metrics sums every worker
     print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "
           f"with {settings.workers} worker(s), data in {settings.data_dir}", file=out, flush=True)
+    followers = None
+    os.environ.pop(FOLLOWER_PROCESS_ENV, None)
+    if settings.followers == "process" and not settings.core_only:
+        followers = FollowerProcess()
+        os.environ[FOLLOWER_PROCESS_ENV] = "1"  # the workers only read the derived state
     server = Granian(
         APP_FACTORY,
         address=settings.host,
@@ -120,5 +131,18 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
         log_access=False,
         backlog=2048,
         respawn_failed_workers=True,
+        # A worker that has not ended this long after SIGTERM is killed (Granian issue #875: a
+        # worker sometimes never exits). Acceptances are committed before they are acknowledged
+        # and the followers' state is crash-safe, so a kill loses nothing acknowledged.
+        workers_kill_timeout=WORKERS_KILL_TIMEOUT,
     )
-    server.serve()
+    if followers is not None:
+        # the index and the nexus exist before the first request, even on a busy machine
+        ready = followers.start(ready_timeout=READY_TIMEOUT)
+        print(f"akrelay: log followers (search indexer, KIP importer) in process {followers.pid}"
+              f"{'' if ready else ' (still starting)'}", file=out, flush=True)
+    try:
+        server.serve()
+    finally:
+        if followers is not None:
+            followers.stop()

@@ -103,6 +103,17 @@ option("licence_allow", _str, [], "accept only these licence URLs; each argument
 option("core_only", _bool, False,
        "serve only the Knowledge core endpoints (no search, KIP or federation extensions)", kind="flag",
        serve_only=True)
+def _followers(text: Any) -> str:
+    value = _str(text).strip().lower()
+    if value not in ("process", "thread"):
+        raise ValueError("must be 'process' or 'thread'")
+    return value
+
+
+option("followers", _followers, "process",
+       "where the search indexer and the KIP importer run: 'process' (one low-priority process per data "
+       "directory, started and stopped by serve; workers only read) or 'thread' (in whichever worker wins "
+       "the lock)", metavar="process|thread", serve_only=True)
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.

@@ -325,6 +325,28 @@ def test_a_reader_waits_for_the_importer_on_request(tmp_path: Path, sqlite_only:
     store.close()
 
 
+def test_a_worker_that_does_not_follow_never_imports_even_with_the_lock_free(tmp_path: Path, sqlite_only: None) -> None:
+    """``importer=False`` (the workers under ``akrelay serve --followers process``): no thread, no lock, no writer."""
+    world = random_world(29, events=10)
+    store = _sqlite_store(tmp_path, world)
+    leader_rt, leader = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)
+    leader.stop()  # the importing process is gone: the lock is free
+    reader_rt, reader = open_runtime(store, tmp_path, origin=ORIGIN, follow=True, importer=False)
+    assert not reader.is_alive() and reader.writer is None
+    env = world.publish("carol", title="Only the importing process imports this")
+    store.commit(env, world.records[-1].accepted_at)
+    assert reader.catch_up(timeout=0.1) == -1 and reader.writer is None
+    lock = LeaderLock(tmp_path / IMPORTER_LOCK)
+    assert lock.acquire()  # the reader never took it
+    lock.release()
+    importer_rt, importer = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)  # the importing process
+    assert importer.writer is not None
+    assert reader.catch_up(timeout=5.0) == 0 and reader_rt.nexus.capsule(env.id) is not None
+    importer.stop()
+    reader.stop()
+    store.close()
+
+
 def test_reindex_rebuilds_and_is_refused_while_an_importer_runs(tmp_path: Path, sqlite_only: None) -> None:
     world = random_world(19, events=20)
     store = _sqlite_store(tmp_path, world)

@@ -137,6 +137,25 @@ def test_reindex_rebuilds_from_the_store_and_refuses_while_a_relay_indexes(env, 
     assert main(["reindex", "--data", str(tmp_path / "nothing-here")]) == 2
 
 
+def test_a_service_that_does_not_follow_only_reads(env, tmp_path):
+    """``follow=False`` (the workers under ``akrelay serve --followers process``): never the indexer, even with
+    the lock free; it reads what the indexing process commits."""
+    relay = env.disk_relay(tmp_path)
+    docs = _fill(relay, 3, word="reader")
+    reader = env.service(relay, tmp_path, follow=False)
+    assert not reader.is_indexer and reader.index_seq() == 0
+    lock = IndexerLock(tmp_path / SEARCH_DIR / LOCK_NAME)
+    assert lock.acquire()  # the reader neither holds it nor waits for it
+    lock.release()
+    indexer = env.service(relay, tmp_path)
+    assert indexer.is_indexer and indexer.wait_indexed(timeout=10)
+    assert reader.wait_indexed(timeout=10) and not reader.is_indexer
+    assert sorted(_lexical(reader, "reader")[1]) == sorted(d.id for d in docs)
+    indexer.close()  # the indexing process stops: the reader still does not take over
+    time.sleep(0.1)
+    assert not reader.is_indexer
+
+
 def test_indexer_lock_is_exclusive_and_released(tmp_path):
     path = tmp_path / SEARCH_DIR / LOCK_NAME
     a, b = IndexerLock(path), IndexerLock(path)

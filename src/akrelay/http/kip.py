@@ -55,9 +55,10 @@ class Gateway:
     it before the store closes).
     """
 
-    def __init__(self, relay: Relay, *, budget_ms: int | None = DEFAULT_BUDGET_MS) -> None:
+    def __init__(self, relay: Relay, *, budget_ms: int | None = DEFAULT_BUDGET_MS, follow: bool = True) -> None:
         self.relay = relay
         self.budget_ms = budget_ms
+        self.follow = follow
         self._runtime: KipRuntime | None = None
         self._follower: KipFollower | None = None
         self._lock = threading.Lock()
@@ -84,7 +85,7 @@ class Gateway:
             if self._runtime is None:
                 self._runtime, self._follower = open_runtime(
                     self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
-                    environment=self.environment, budget_ms=self.budget_ms)
+                    environment=self.environment, budget_ms=self.budget_ms, importer=self.follow)
                 self._unlisten = self.relay.on_commit(self._follower.notify)
                 return self._runtime
             runtime, follower = self._runtime, self._follower
@@ -133,9 +134,9 @@ class KipComponent:
     name = "kip"
     options: tuple[str, ...] = ("kip_budget_ms",)
 
-    def __init__(self, relay: Relay, settings: Settings) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, follow: bool = True) -> None:
         self.relay = relay
-        self.gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None)
+        self.gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None, follow=follow)
 
     def start(self) -> None:
         self.gateway.start()

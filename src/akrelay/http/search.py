@@ -46,9 +46,10 @@ class SearchComponent:
     name = "search"
     options: tuple[str, ...] = ("search_candidates", "search_timeout_ms", "search_writer_threads")
 
-    def __init__(self, relay: Relay, settings: Settings) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, follow: bool = True) -> None:
         self.relay = relay
         self.settings = settings
+        self.follow = follow
         self._service: SearchService | None = None
         self._create = threading.Lock()
         self._unlisten: Any = None
@@ -61,7 +62,8 @@ class SearchComponent:
             with self._create:  # two first requests must not build two indexes
                 service = self._service
                 if service is None:
-                    service = SearchService(self.relay, data_dir_of(self.relay), **_options(self.settings))
+                    service = SearchService(self.relay, data_dir_of(self.relay), follow=self.follow,
+                                            **_options(self.settings))
                     self._unlisten = self.relay.on_commit(service.notify)
                     self._service = service
         return service

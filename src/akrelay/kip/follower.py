@@ -76,6 +76,7 @@ class KipFollower(LogFollower):
     it is called once this process holds ``leader`` (a :class:`akrelay.leader.LeaderLock`).
     Without it, the follower imports into ``runtime.nexus`` under ``runtime.lock``.
     ``_mutate`` serializes the importing callers (the thread, request-time catch-ups).
+    ``importer=False`` (disk mode): never import here, only wait for the process that does.
     """
 
     thread_name = "akrelay-kip-importer"
@@ -86,8 +87,9 @@ class KipFollower(LogFollower):
     min_step_interval = 0.2
 
     def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
-                 leader: Any = None, interval: float = 0.2) -> None:
+                 leader: Any = None, interval: float = 0.2, importer: bool = True) -> None:
         super().__init__(interval=interval)
+        self.importer = importer or open_writer is None
         self.store, self.runtime = store, runtime
         self._open_writer = open_writer
         self.leader = leader
@@ -105,6 +107,8 @@ class KipFollower(LogFollower):
             return True
         if self.writer is not None:
             return True
+        if not self.importer:
+            return False
         if self._refused is not None or (self.leader is not None and not self.leader.acquire()):
             return False
         try:

@@ -53,7 +53,7 @@ def withheld_predicate(store: Any) -> Any:
 
 def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str, follow: bool = True,
                  backend: str | None = None, config: KipConfig | None = None, environment: Any = None,
-                 budget_ms: int | None = DEFAULT_BUDGET_MS) -> tuple[KipRuntime, KipFollower]:
+                 budget_ms: int | None = DEFAULT_BUDGET_MS, importer: bool = True) -> tuple[KipRuntime, KipFollower]:
     """A runtime over ``store`` and the follower that keeps its nexus current.
 
     With a data directory the nexus is the shared file ``<data>/kip-nexus.sqlite3``:
@@ -61,7 +61,9 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     lock. ``backend="memory"`` (or no data directory) keeps a private in-memory
     nexus built from the log (tests, embedded use; ``AKRELAY_KIP_NEXUS=memory``).
     ``config`` and ``environment`` are read from their files unless the caller
-    loaded them already (the HTTP route does so at app start).
+    loaded them already (the HTTP route does so at app start). ``importer=False``
+    (the on-disk nexus): another process imports (:mod:`akrelay.followers`); this one
+    only reads the file and starts no importer thread.
     """
     config = config if config is not None else KipConfig.load(data_dir, origin=origin)
     backend = backend or os.environ.get(BACKEND_ENV) or (MEMORY if data_dir is None else DISK)
@@ -85,15 +87,16 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     if backend == MEMORY:
         follower = KipFollower(store, runtime)
     else:
-        follower = KipFollower(store, runtime, leader=LeaderLock(data / IMPORTER_LOCK),
+        follower = KipFollower(store, runtime, leader=LeaderLock(data / IMPORTER_LOCK), importer=importer,
                                open_writer=lambda: open_writer(path, config.space_id, checkpoint=store.checkpoint()))
     runtime.nexus.withheld = withheld_predicate(store)
-    if follow:
+    if not follow:
+        follower.catch_up()
+    elif follower.importer:
         # what a first request may expect to read (read-your-writes); a long backlog is the thread's
         follower.catch_up(timeout=1.0)
         follower.start()
-    else:
-        follower.catch_up()
+    # else another process imports: each request waits for it (KipFollower.catch_up)
     if backend == DISK or runtime.nexus.head > FREEZE_AFTER:
         # What exists now (the in-memory nexus, and in every process the modules and the
         # app) lives as long as the process: take it out of the cyclic collector's working

@@ -35,7 +35,9 @@ class SearchService:
     """Ranked search over a relay's store, backed by a Tantivy index.
 
     ``data_dir`` ``None`` keeps the index in memory (tests, memory stores);
-    then this process is always the indexer.
+    then this process is always the indexer. ``follow=False`` (with a data
+    directory): another process indexes (:mod:`akrelay.followers`); this one
+    only reads and never takes the indexer lock.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class SearchService:
         writer_threads: int = 1,
         writer_heap: int = 64_000_000,
         start: bool = True,
+        follow: bool = True,
     ) -> None:
         # Weak, so that a relay dropped by its owner takes this service (and
         # its indexer thread) with it.
@@ -60,6 +63,7 @@ class SearchService:
         self.poll_interval = poll_interval
         self.reload_interval = reload_interval
         self.elect_interval = elect_interval
+        self.follow = follow or data_dir is None
         self.budget = budget
         self._writer_options = {"threads": writer_threads, "heap_bytes": writer_heap}
         self._lock = (IndexerLock(self.data_dir / SEARCH_DIR / LOCK_NAME)
@@ -84,9 +88,12 @@ class SearchService:
     def start(self) -> None:
         """Become the indexer if possible (rebuilding a missing or corrupt index), else a reader."""
         with self._mutex:
-            if self._index is not None and (self._index.writer is not None or self._elector is not None):
+            if self._index is not None and (self._index.writer is not None or self._elector is not None
+                                            or not self.follow):
                 return
-            if not self._try_become_indexer():
+            if not self.follow:
+                self._open_reader()
+            elif not self._try_become_indexer():
                 self._open_reader()
                 self._elector = threading.Thread(target=_elect_loop, args=(weakref.ref(self),),
                                                  name="akrelay-search-elector", daemon=True)
