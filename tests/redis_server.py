@@ -45,13 +45,15 @@ class RedisServer:
     """One ``redis-server`` process with AOF on and ``appendfsync always`` (the durable setting)."""
 
     def __init__(self, directory: Path, *, port: int | None = None, appendfsync: str = "always",
-                 appendonly: bool = True) -> None:
+                 appendonly: bool = True, extra_args: tuple[str, ...] = ()) -> None:
         self.binary = require_redis_server()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.appendonly = appendonly
+        #: more ``redis-server`` arguments (e.g. ``--rename-command CONFIG ""``, as managed services run it)
+        self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -66,7 +68,7 @@ class RedisServer:
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync,
             "--save", "", "--protected-mode", "yes", "--daemonize", "no", "--databases", "64",
-            "--logfile", str(self.directory / "redis.log"),
+            "--logfile", str(self.directory / "redis.log"), *self.extra_args,
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)

@@ -224,17 +224,9 @@ def test_durability_check_reads_the_live_settings(private_redis):
         store.close()
 
 
-def test_durability_check_when_config_is_disabled(tmp_path, monkeypatch):
-    import subprocess
-
-    import redis_server
-
-    real_popen = subprocess.Popen
+def test_durability_check_when_config_is_disabled(tmp_path):
     # started with CONFIG renamed away, as managed services do
-    monkeypatch.setattr(redis_server.subprocess, "Popen",
-                        lambda args, **kw: real_popen([*args, "--rename-command", "CONFIG", ""], **kw))
-    server = RedisServer(tmp_path / "redis").start()
-    monkeypatch.undo()
+    server = RedisServer(tmp_path / "redis", extra_args=("--rename-command", "CONFIG", "")).start()
     store = RedisStore(server.url)
     try:
         with pytest.raises(WeakDurability, match="CONFIG GET was refused.*managed Redis.*--accept-weak-durability"):
