@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     st.add_argument("--store", metavar="URL", default=None,
                     help="a deployment's Redis (redis://HOST:PORT/DB): read its shared sync state instead "
                          "[env AKRELAY_STORE]")
+    st.add_argument("--store-namespace", metavar="NAME", default=None,
+                    help="the deployment's key prefix in that Redis [env AKRELAY_STORE_NAMESPACE; default akrelay]")
     st.set_defaults(handler=cmd_status)
     peers.set_defaults(handler=lambda args: (peers.print_help(), 0)[1])
 
@@ -145,8 +147,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     state: StateStore
     if store and store != "sqlite":  # the deployment's state, read only
         from akrelay.federation.redis_state import RedisFederationState
+        from akrelay.store.redis_client import shared_prefix
 
-        state = RedisFederationState.connect(store)
+        namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
+        state = RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))
     elif not (data / STATE_FILE).is_file() and not args.file:
         return _fail(f"no sync state in {data} (has the relay synced yet?)")
     else:

@@ -52,11 +52,11 @@ class Leadership:
         self._keeper: LeaseKeeper | None = None
         self._down = False
         if self.url:
-            from akrelay.federation.redis_state import KEY_PREFIX
-            from akrelay.store.redis_client import connect, describe
+            from akrelay.store.redis_client import connect, describe, shared_prefix
 
             self._client: Any = connect(self.url)
-            self.lock: LeaderLock | RedisLease = RedisLease(self._client, KEY_PREFIX, ttl=ttl)
+            self._prefix = shared_prefix(getattr(settings, "store_namespace", None), "sync")
+            self.lock: LeaderLock | RedisLease = RedisLease(self._client, self._prefix, ttl=ttl)
             self.where = f"the deployment on {describe(self.url)}"
         else:
             self._client = None
@@ -105,7 +105,7 @@ class Leadership:
         if self._client is not None:
             from akrelay.federation.redis_state import RedisFederationState
 
-            return RedisFederationState(self._client, token=self.token, on_fenced=on_fenced)
+            return RedisFederationState(self._client, token=self.token, on_fenced=on_fenced, prefix=self._prefix)
         return FederationState.open_in(self.settings.data_dir)
 
     def release(self) -> None:
@@ -130,8 +130,9 @@ def open_state(settings: Any) -> StateStore:
     url = getattr(settings, "store", "") or ""
     if url:
         from akrelay.federation.redis_state import RedisFederationState
+        from akrelay.store.redis_client import shared_prefix
 
-        return RedisFederationState.connect(url)
+        return RedisFederationState.connect(url, prefix=shared_prefix(getattr(settings, "store_namespace", None), "sync"))
     return FederationState.open_in(settings.data_dir)
 
 

@@ -152,12 +152,13 @@ class RedisTokenBucket(TokenBucket):
                  "_pending", "_flushing", "_tasks", "_executor")
 
     def __init__(self, client: "redis.Redis", name: str, rate: float, burst: int, *,
-                 clock: Callable[[], float] = time.monotonic, max_keys: int = 65536) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 65536,
+                 prefix: str = KEY_PREFIX) -> None:
         from akrelay.store.redis_client import OUTAGE_ERRORS
 
         super().__init__(rate, burst, clock=clock, max_keys=max_keys)
         self.name = name
-        self._key_prefix = f"{KEY_PREFIX}{name}:"
+        self._key_prefix = f"{prefix}{name}:"
         self._script = client.register_script(_TAKE)
         self._outages = OUTAGE_ERRORS
         self._down_until = 0.0
@@ -287,6 +288,9 @@ def open_rate_limits(settings: Any) -> RateLimits:
     url = getattr(settings, "store", "")
     if not url:
         return RateLimits({kind: TokenBucket(rate, burst) for kind, (rate, burst) in limits.items()})
+    from akrelay.store.redis_client import shared_prefix
+
     client = limiter_client(url)
-    return RateLimits({kind: RedisTokenBucket(client, kind, rate, burst) for kind, (rate, burst) in limits.items()},
-                      client)
+    prefix = shared_prefix(getattr(settings, "store_namespace", None), "rl")
+    return RateLimits({kind: RedisTokenBucket(client, kind, rate, burst, prefix=prefix)
+                       for kind, (rate, burst) in limits.items()}, client)

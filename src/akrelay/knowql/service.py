@@ -70,7 +70,9 @@ def open_turn_store(settings: Any, data_dir: Any) -> TurnStore:
     """
     url = getattr(settings, "store", "") or ""
     if url:
-        return RedisTurnStore.connect(url)
+        from akrelay.store.redis_client import shared_prefix
+
+        return RedisTurnStore.connect(url, prefix=shared_prefix(getattr(settings, "store_namespace", None), "knowql"))
     return SqliteTurnStore.in_data_dir(data_dir)
 
 

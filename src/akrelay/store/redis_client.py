@@ -69,6 +69,15 @@ def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) ->
     return redis.Redis.from_url(url, **options)
 
 
+def shared_prefix(namespace: str | None, area: str) -> str:
+    """Key prefix of one deployment-wide area (``sync``, ``knowql``, ``rl``): ``<namespace>:<area>:``.
+
+    The namespace is ``--store-namespace`` (the log's own prefix), so two deployments that
+    share one Redis database share no rate budget, sync lease or KnowQL session either.
+    """
+    return f"{namespace or 'akrelay'}:{area}:"
+
+
 def describe(url: str) -> str:
     """``url`` without a password, for messages and logs."""
     if "@" in url and "://" in url:
