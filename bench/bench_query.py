@@ -17,7 +17,8 @@ verified, and signing cost is not what this measures.
 With ``--store redis`` (a ``redis-server`` of its own, durable: AOF, ``appendfsync
 always``) or ``--store redis://HOST:PORT/DB`` (that database is FLUSHED), the same
 records are also built in a Redis log and every shape runs on it too, beside
-SQLite in the same run; Redis memory (``INFO memory`` ``used_memory`` delta) and
+SQLite in the same run (``q`` candidates from the node-local trigram file
+``redis-text.db``, built before the queries as a relay node keeps it); Redis memory (``INFO memory`` ``used_memory`` delta) and
 AOF bytes per record are printed at each size.
 
 Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300] [--store redis]
@@ -306,7 +307,8 @@ class RedisBeside:
         self.client.flushdb()
         self.used0 = int(self.client.info("memory")["used_memory"])
         self.aof0 = self.aof_bytes()
-        self.store = RedisStore(self.url)
+        # q candidates come from a node-local trigram file, as on a relay node (``store.redis_text``)
+        self.store = RedisStore(self.url, text_index=self.tmp / "redis-text.db", text_indexer=False)
         return self
 
     def aof_bytes(self) -> int:
@@ -322,6 +324,10 @@ class RedisBeside:
         for lo in range(self.built, n, 2000):
             self.store.commit_many([(self.corpus.make(i), BASE + i) for i in range(lo, min(n, lo + 2000))])
         print(f"  built {n - self.built} records in Redis in {time.perf_counter() - started:.1f} s", flush=True)
+        started = time.perf_counter()
+        while self.store.index_text(5000):
+            pass
+        print(f"  node text index (redis-text.db) caught up in {time.perf_counter() - started:.1f} s", flush=True)
         self.built = n
         self.memory[n] = (int(self.client.info("memory")["used_memory"]) - self.used0) / n
         settle(self.store)  # on disk once any automatic rewrite (it compacts the AOF) has finished
