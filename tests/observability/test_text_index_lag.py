@@ -59,3 +59,21 @@ def test_the_gauge_counts_records_the_text_index_has_not_taken(kind, tmp_path, r
         assert "akrelay_text_index_lag 0.0" in text  # present (not merely absent, which also reads as 0)
     finally:
         relay.close()
+
+
+def test_an_unusable_redis_text_index_shows_the_whole_log_as_lag(redis_url, tmp_path) -> None:
+    """A node whose file is gone (being rebuilt) scans every ``q`` in Redis: the gauge says so."""
+    store = RedisStore(redis_url, text_index=tmp_path / TEXT_INDEX_FILE, text_indexer=False)
+    relay = Relay(store, ServiceConfig(origin=ORIGIN), cursor_secret=b"k" * 32)
+    settings = defaults(store=redis_url)
+    try:
+        store.commit_many([(env, BASE_TIME + i) for i, env in enumerate(_envelopes(4))])
+        while store.index_text(100):
+            pass
+        assert "akrelay_text_index_lag 0.0" in scrape(relay, settings)[0].decode()
+        for path in tmp_path.glob(TEXT_INDEX_FILE + "*"):
+            if not path.name.endswith(".lock"):
+                path.unlink()
+        assert value(scrape(relay, settings)[0].decode(), "akrelay_text_index_lag") == 4
+    finally:
+        relay.close()
