@@ -17,10 +17,15 @@ verified, and signing cost is not what this measures.
 With ``--store redis`` (a ``redis-server`` of its own, durable: AOF, ``appendfsync
 always``) or ``--store redis://HOST:PORT/DB`` (that database is FLUSHED), the same
 records are also built in a Redis log and every shape runs on it too, beside
-SQLite in the same run; Redis memory (``INFO memory`` ``used_memory`` delta) and
+SQLite in the same run (``q`` candidates from the node-local trigram file
+``redis-text.db``, built before the queries as a relay node keeps it); Redis memory (``INFO memory`` ``used_memory`` delta) and
 AOF bytes per record are printed at each size.
 
-Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300] [--store redis]
+With ``--text-lag 20000,5000,1000,0`` the ``q`` shapes also run on Redis through a
+second node's text index held that many records behind the log (what a node sees
+while its indexer trails ingest): the unindexed tail is scanned in Redis.
+
+Usage: python bench/bench_query.py [--sizes 10000,100000] [--iterations 300] [--store redis] [--text-lag L,...]
 Every shape reports wall-clock p50/p99 and the p99 of the querying thread's CPU
 time, which other processes on a shared machine cannot inflate. The last two
 lines are ``q2_p99_100k: <ms> ms`` (worst 2-term ``q`` shape, goal 100 ms) and
@@ -181,12 +186,32 @@ def measure(relay: Relay, make_params, iterations: int) -> tuple[float, float, f
     return statistics.median(times), percentile(times, 99), percentile(cpu, 99), statistics.mean(rows)
 
 
+def run_shapes(relay: Relay, named: dict, iterations: int) -> tuple[float, float]:
+    """Measure and print each shape; return the worst wall and CPU p99."""
+    worst = worst_cpu = 0.0
+    for name, fn in named.items():
+        p50, p99, cpu99, rows = measure(relay, fn, iterations)
+        worst, worst_cpu = max(worst, p99), max(worst_cpu, cpu99)
+        print(f"  {name:<32} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  cpu p99 {cpu99:7.2f} ms  rows/page {rows:6.1f}", flush=True)
+    return worst, worst_cpu
+
+
+def q_shapes(rng: random.Random, corpus: Corpus) -> dict:
+    """2-term ``q`` pages over word pairs of mixed frequency (rare pairs must verify their whole candidate set)."""
+    common = corpus.words[:50]
+    mid = corpus.words[50:1000]
+    return {
+        "q 2 common terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(common)}"), ("limit", "100")],
+        "q common + mid terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(mid)}"), ("limit", "100")],
+        "q 2 mid terms (rare pairs)": lambda: [("q", f"{rng.choice(mid)} {rng.choice(mid)}"), ("limit", "100")],
+        "q 2 terms + type filter": lambda: [("q", f"{rng.choice(mid)} {rng.choice(common)}"), ("type", "knowledge.publish"), ("limit", "100")],
+    }
+
+
 def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str, float]:
     relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
     rng = random.Random(99)
     actors = [s.agent_id for s in corpus.signers]
-    common = corpus.words[:50]
-    mid = corpus.words[50:1000]
     checkpoint = store.checkpoint()
     shapes = {
         "filter type=publish": lambda: [("type", "knowledge.publish"), ("limit", "100")],
@@ -198,23 +223,8 @@ def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str
     }
     results = {}
 
-    def run_shapes(named: dict) -> tuple[float, float]:
-        """Measure and print each shape; return the worst wall and CPU p99."""
-        worst = worst_cpu = 0.0
-        for name, fn in named.items():
-            p50, p99, cpu99, rows = measure(relay, fn, iterations)
-            worst, worst_cpu = max(worst, p99), max(worst_cpu, cpu99)
-            print(f"  {name:<32} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  cpu p99 {cpu99:7.2f} ms  rows/page {rows:6.1f}", flush=True)
-        return worst, worst_cpu
-
-    filtered_p99, filtered_cpu = run_shapes(shapes)
-    q_shapes = {
-        "q 2 common terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(common)}"), ("limit", "100")],
-        "q common + mid terms": lambda: [("q", f"{rng.choice(common)} {rng.choice(mid)}"), ("limit", "100")],
-        "q 2 mid terms (rare pairs)": lambda: [("q", f"{rng.choice(mid)} {rng.choice(mid)}"), ("limit", "100")],
-        "q 2 terms + type filter": lambda: [("q", f"{rng.choice(mid)} {rng.choice(common)}"), ("type", "knowledge.publish"), ("limit", "100")],
-    }
-    q_p99, q_cpu = run_shapes(q_shapes)
+    filtered_p99, filtered_cpu = run_shapes(relay, shapes, iterations)
+    q_p99, q_cpu = run_shapes(relay, q_shapes(rng, corpus), iterations)
     results["filtered_p99"] = filtered_p99
     results["q_p99"] = q_p99
     results["filtered_cpu_p99"] = filtered_cpu
@@ -231,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", default=None, help="build into (and reuse) this database file instead of a temporary one")
     parser.add_argument("--store", default="", metavar="redis|URL",
                         help="also run every shape on a Redis log of the same records (redis: start a server)")
+    parser.add_argument("--text-lag", default="", metavar="L1,L2,...",
+                        help="with --store, at the largest size: q shapes on Redis while a node's text index trails "
+                             "the log by each of these many records")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     with tempfile.TemporaryDirectory() as tmp, RedisBeside(args.store, Path(tmp)) as beside:
@@ -256,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {n} records on Redis", flush=True)
                 beside.grow(n)
                 beside.summary[n] = run(n, beside.store, beside.corpus, args.iterations)
+        if beside.url and args.text_lag:
+            beside.lagging(sorted((int(x) for x in args.text_lag.split(",")), reverse=True), args.iterations)
         size_mb = path.stat().st_size / 1e6
         print(f"database size at {built} records: {size_mb:.0f} MB")
     load = __import__("os").getloadavg()[0]
@@ -267,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"redis_query_filtered_p99_{n}: {r['filtered_p99']:.2f} ms (cpu {r['filtered_cpu_p99']:.2f}); "
               f"redis_query_q2_p99_{n}: {r['q_p99']:.2f} ms (cpu {r['q_cpu_p99']:.2f}); "
               f"Redis memory {beside.memory[n]:.0f} B/record, AOF {beside.aof[n]:.0f} B/record")
+    for lag, q99 in beside.lag_p99.items():
+        print(f"redis_q2_p99_text_lag_{lag}: {q99:.2f} ms")
     key = 100_000 if 100_000 in summary else max(summary)
     print(f"q2_p99_{key // 1000}k: {summary[key]['q_p99']:.2f} ms")
     print(f"query_p99_{key // 1000}k: {summary[key]['filtered_p99']:.2f} ms")
@@ -288,6 +305,7 @@ class RedisBeside:
         self.summary: dict[int, dict[str, float]] = {}
         self.memory: dict[int, float] = {}
         self.aof: dict[int, float] = {}
+        self.lag_p99: dict[int, float] = {}
 
     def __enter__(self) -> "RedisBeside":
         if not self.url:
@@ -306,7 +324,8 @@ class RedisBeside:
         self.client.flushdb()
         self.used0 = int(self.client.info("memory")["used_memory"])
         self.aof0 = self.aof_bytes()
-        self.store = RedisStore(self.url)
+        # q candidates come from a node-local trigram file, as on a relay node (``store.redis_text``)
+        self.store = RedisStore(self.url, text_index=self.tmp / "redis-text.db", text_indexer=False)
         return self
 
     def aof_bytes(self) -> int:
@@ -322,6 +341,10 @@ class RedisBeside:
         for lo in range(self.built, n, 2000):
             self.store.commit_many([(self.corpus.make(i), BASE + i) for i in range(lo, min(n, lo + 2000))])
         print(f"  built {n - self.built} records in Redis in {time.perf_counter() - started:.1f} s", flush=True)
+        started = time.perf_counter()
+        while self.store.index_text(5000):
+            pass
+        print(f"  node text index (redis-text.db) caught up in {time.perf_counter() - started:.1f} s", flush=True)
         self.built = n
         self.memory[n] = (int(self.client.info("memory")["used_memory"]) - self.used0) / n
         settle(self.store)  # on disk once any automatic rewrite (it compacts the AOF) has finished
@@ -331,6 +354,25 @@ class RedisBeside:
               f"({rewrites} automatic rewrites so far)", flush=True)
         print("  by key (MEMORY USAGE): " + ", ".join(f"{kind} {size / n:.0f} B/record"
                                                    for kind, size in self.breakdown().items()), flush=True)
+
+    def lagging(self, lags: list[int], iterations: int) -> None:
+        """``q`` shapes through a second node's text index held ``lag`` records behind the log, for each lag.
+
+        Records past the index's position are scanned in Redis (exact, never skipped), so
+        a page that must see the whole tail (rare pairs) costs in proportion to the lag.
+        """
+        from akrelay.store.redis import RedisStore
+
+        store = RedisStore(self.url, text_index=self.tmp / "lagging-text.db", text_indexer=False)
+        relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+        for lag in lags:
+            while (behind := store.text_index_lag()) > lag:
+                store.index_text(min(5000, behind - lag))
+            print(f"== {self.built} records on Redis, the node's text index {store.text_index_lag()} records behind",
+                  flush=True)
+            q99, _ = run_shapes(relay, q_shapes(random.Random(99), self.corpus), iterations)
+            self.lag_p99[store.text_index_lag()] = q99
+        store.close()
 
     def breakdown(self) -> dict[str, int]:
         """Bytes per kind of key (``rec``, ``flt``, the term sets ``t:*``, ...), largest first."""

@@ -66,7 +66,7 @@ def test_agent_search_status_pages(kq) -> None:
     r = kq.client.get("/explorer/search", params={"kind": "nonsense"})
     assert r.status_code == 400 and 'class="error"' in r.text
     r = kq.client.get("/explorer/status")
-    assert r.status_code == 200 and "checkpoint" in r.text and "KIP import lag" in r.text
+    assert r.status_code == 200 and "checkpoint" in r.text and "KIP import lag" in r.text and "q text index lag" in r.text
 
 
 def test_ask_form_without_script(kq) -> None:

@@ -428,3 +428,52 @@ def test_a_redis_outage_is_store_unavailable_on_the_index_path(tmp_path, corpus_
             store.close()
     finally:
         server.kill()
+
+
+def test_q_cursor_pages_stay_complete_while_the_index_moves_and_the_log_grows(redis_url, tmp_path, corpus_3k):
+    """One ``q`` enumeration paged by cursor through the relay, with the index catching up and records committed
+    between pages (so its position crosses the page boundary and then the checkpoint): exactly the records at or
+    below the first page's checkpoint, each once, in ``seq`` order, as the memory backend pages them."""
+    from akrelay.service.config import ServiceConfig
+    from akrelay.service.relay import Relay
+
+    first, later = corpus_3k[:1500], corpus_3k[1500:]
+    store, memory = _load(redis_url, tmp_path, first, index_upto=200)
+    relay = Relay(store, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+    oracle = Relay(memory, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+
+    def pages(r: Relay, request: list[tuple[str, str]], between: Any = None) -> list[int]:
+        seqs: list[int] = []
+        cursor = None
+        for _ in range(2000):
+            page = r.query(request + ([("cursor", cursor)] if cursor else []))
+            seqs += [rec.seq for rec in page.records]
+            if page.next_cursor is None:
+                return seqs
+            cursor = page.next_cursor
+            if between is not None:
+                between()
+        raise AssertionError("the enumeration did not end")
+
+    try:
+        fed = iter(range(0, len(later), 40))
+
+        def grow() -> None:
+            start = next(fed, None)
+            if start is not None:  # more records past the first checkpoint, and the index moves on
+                items = [(e, BASE_TIME + 1500 + start + k) for k, e in enumerate(later[start:start + 40])]
+                store.commit_many(items)
+                memory.commit_many(items)
+            store.index_text(97)
+
+        checked = 0
+        for q, extra in (("redis", []), ("cache latency", []), ("raft", [("type", "knowledge.publish")]),
+                         ("tail", [("tag", "t1")])):
+            request = [("q", q), ("limit", "9"), *extra]
+            want = pages(oracle, request)  # the log as it is now: later commits must not show
+            assert pages(relay, request, grow) == want, q
+            checked += len(want)
+        assert checked > 100 and store.checkpoint() > len(first)  # not vacuous: long enumerations, a growing log
+        assert store.text_index_lag() < store.checkpoint() - 200  # the index really moved during the paging
+    finally:
+        store.close()

@@ -229,6 +229,7 @@ def status_page(status: Any, origin: str) -> str:
 
     rows = [("origin", h(origin)), ("checkpoint", h(status.checkpoint)),
             ("search index seq", lag(status.index_seq)), ("search index lag", lag(status.index_lag)),
+            ("q text index lag", lag(status.text_index_lag)),
             ("KIP nexus head", lag(status.kip_head)), ("KIP import lag", lag(status.kip_lag)),
             ("store size", lag(f"{status.store_bytes:,} bytes" if status.store_bytes is not None else None))]
     peers = "".join(

@@ -63,6 +63,10 @@ class RelayCollector:
         if status.index_lag is not None:
             yield GaugeMetricFamily("akrelay_search_index_lag", "Accepted records not yet in the search index (seq)",
                                     value=status.index_lag)
+        if status.text_index_lag is not None:
+            yield GaugeMetricFamily("akrelay_text_index_lag",
+                                    "Records in the log not yet in this node's q trigram index (q scans them)",
+                                    value=status.text_index_lag)
         if status.kip_lag is not None:
             yield GaugeMetricFamily("akrelay_kip_import_lag", "Accepted records not yet imported into the KIP nexus (seq)",
                                     value=status.kip_lag)

@@ -34,6 +34,8 @@ class RelayStatus:
     store_bytes: int | None = None
     #: a network store's memory in use and its limit (0: none), e.g. Redis ``used_memory``/``maxmemory``
     store_memory: tuple[int, int] | None = None
+    #: records in the log not yet in the store's trigram text index (``q`` scans those); ``None``: no such index
+    text_index_lag: int | None = None
     peers: list[PeerStatus] = field(default_factory=list)
 
     @property
@@ -74,6 +76,16 @@ def _store_memory(relay: Any) -> tuple[int, int] | None:
     try:
         return memory()  # type: ignore[no-any-return]
     except Exception:  # noqa: BLE001 - best effort: an outage shows as akrelay_store_up 0 instead
+        return None
+
+
+def _text_index_lag(relay: Any) -> int | None:
+    lag = getattr(relay.store, "text_index_lag", None)
+    if lag is None:
+        return None
+    try:
+        return int(lag())
+    except Exception:  # noqa: BLE001 - best effort, as the memory gauge
         return None
 
 
@@ -119,4 +131,4 @@ def relay_status(relay: Any, settings: Any) -> RelayStatus:
     """The checkpoint, index and KIP positions, store size and peers of ``relay``, now."""
     return RelayStatus(checkpoint=relay.checkpoint(), index_seq=_index_seq(relay, settings), kip_head=_kip_head(relay),
                        store_bytes=_store_bytes(relay), store_memory=_store_memory(relay),
-                       peers=_peers(relay, settings))
+                       text_index_lag=_text_index_lag(relay), peers=_peers(relay, settings))
