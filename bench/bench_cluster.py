@@ -58,7 +58,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import bench_ingest  # noqa: E402
-from bench_ingest import _client, presign, run, start, stop, wait_idle  # noqa: E402
+from bench_ingest import _client, group_process_cpu, presign, run, start, stop, wait_idle  # noqa: E402
 
 #: Rate limits on, never reached by the load generator: each request still takes its token.
 LIMITS_ON = ("--write-rate", "1000000", "--write-burst", "1000000", "--read-rate", "1000000",
@@ -80,22 +80,15 @@ ROLES = ("workers", "followers", "launcher")
 
 def role_cpu_seconds(pgid: int) -> dict[str, float]:
     """:func:`bench_ingest.group_cpu_seconds` split by process: HTTP workers, the followers' process, the launcher."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = dict.fromkeys(ROLES, 0.0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, seconds in group_process_cpu(pgid).items():
         try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) != pgid:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmdline = fh.read()
         except OSError:
             continue
-        role = "launcher" if int(entry) == pgid else "followers" if b"akrelay.followers" in cmdline else "workers"
-        out[role] += (int(fields[11]) + int(fields[12])) / tick
+        role = "launcher" if pid == pgid else "followers" if b"akrelay.followers" in cmdline else "workers"
+        out[role] += seconds
     return out
 
 
