@@ -19,6 +19,11 @@ whose databases 1-9 are flushed). Configurations:
 CPU per event is reported for the relays (every process of each node), the Redis
 server (``INFO cpu``) and the load generator: on a shared machine it is the
 figure load does not inflate, and their sum gives the CPU-bound capacity of 2 idle cores.
+The relays' share is split by process: the HTTP workers (which also run the
+node-local text indexer), the followers' process (search indexer, KIP importer)
+and the launcher. ``--profile DIR`` records each node during the timed phase with
+``py-spy record --nonblocking -f raw --subprocesses`` (folded stacks, one file per
+node and round) to compare where the time goes per accepted event.
 
 Rate limits are on (except in ``-nolimit``) with a rate no single-IP load
 generator reaches, so every request takes its token (with Redis: one script call
@@ -38,8 +43,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +58,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import bench_ingest  # noqa: E402
-from bench_ingest import _client, group_cpu_seconds, presign, run, start, stop, wait_idle  # noqa: E402
+from bench_ingest import _client, group_process_cpu, presign, run, start, stop, wait_idle  # noqa: E402
 
 #: Rate limits on, never reached by the load generator: each request still takes its token.
 LIMITS_ON = ("--write-rate", "1000000", "--write-burst", "1000000", "--read-rate", "1000000",
@@ -66,6 +73,43 @@ CONFIGS = {  # name: (backend, nodes, rate-limit arguments, workers per node: 0 
 }
 #: ``<name>-core``: the same with ``--core-only`` (no search index or KIP nexus following the log on each node)
 CONFIGS.update({f"{name}-core": spec for name, spec in list(CONFIGS.items())})
+
+
+ROLES = ("workers", "followers", "launcher")
+
+
+def role_cpu_seconds(pgid: int) -> dict[str, float]:
+    """:func:`bench_ingest.group_cpu_seconds` split by process: HTTP workers, the followers' process, the launcher."""
+    out = dict.fromkeys(ROLES, 0.0)
+    for pid, seconds in group_process_cpu(pgid).items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        role = "launcher" if pid == pgid else "followers" if b"akrelay.followers" in cmdline else "workers"
+        out[role] += seconds
+    return out
+
+
+def start_profiles(pids: list[int], directory: Path, label: str) -> list[subprocess.Popen]:
+    """``py-spy record`` on every process of each node (raw folded stacks), until :func:`stop_profiles`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen(["py-spy", "record", "--nonblocking", "-f", "raw", "--subprocesses", "-r", "50",
+                              "-p", str(pid), "-o", str(directory / f"{label}-node{k}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for k, pid in enumerate(pids)]
+
+
+def stop_profiles(profilers: list[subprocess.Popen]) -> None:
+    for proc in profilers:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    for proc in profilers:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def redis_cpu(client: Any) -> float:
@@ -115,12 +159,19 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
             run(spread_certs(ports, datas, items[:500], args.clients))  # warm-up
             used0 = int(client.info("memory")["used_memory"]) if client else 0
             aof0 = aof_bytes(client) if client else 0
-            cpu0 = sum(group_cpu_seconds(proc.pid) for proc, _ in procs)
+            roles0 = [role_cpu_seconds(proc.pid) for proc, _ in procs]
             redis0 = redis_cpu(client) if client else 0.0
+            profilers = (start_profiles([proc.pid for proc, _ in procs], Path(args.profile), f"{name}-{seed}")
+                         if args.profile else [])
             gen0 = time.process_time()
-            elapsed, counts = run(spread_certs(ports, datas, items[500:], args.clients))
-            cpu = sum(group_cpu_seconds(proc.pid) for proc, _ in procs) - cpu0
+            try:
+                elapsed, counts = run(spread_certs(ports, datas, items[500:], args.clients))
+            finally:
+                stop_profiles(profilers)
             gen = time.process_time() - gen0
+            roles = {role: sum(role_cpu_seconds(proc.pid)[role] - before[role]
+                               for (proc, _), before in zip(procs, roles0)) for role in ROLES}
+            cpu = sum(roles.values())
             rcpu = redis_cpu(client) - redis0 if client else 0.0
             used = int(client.info("memory")["used_memory"]) - used0 if client else 0
             aof = aof_bytes(client) - aof0 if client else 0
@@ -136,13 +187,16 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
     ok = counts["ok"]
     out = {"rate": ok / elapsed, "relay_cpu_ms": cpu / ok * 1e3, "gen_cpu_ms": gen / ok * 1e3,
            "redis_cpu_ms": rcpu / ok * 1e3}
+    out.update({f"{role}_cpu_ms": roles[role] / ok * 1e3 for role in ROLES})
     if client is not None:
         out.update(mem=used / ok, aof=aof / ok)
     extra = (f", Redis CPU {out['redis_cpu_ms']:.3f} ms/event, +{out['mem']:.0f} B/event in memory, "
              f"+{out['aof']:.0f} B/event AOF") if client else ""
     total = out["relay_cpu_ms"] + out["gen_cpu_ms"] + out["redis_cpu_ms"]
+    split = ", ".join(f"{role} {out[role + '_cpu_ms']:.3f}" for role in ROLES)
     print(f"  {name:<16} {ok} accepted in {elapsed:.2f} s = {out['rate']:,.0f} accepted/s "
-          f"(relay CPU {out['relay_cpu_ms']:.3f} ms/event{extra}, load generator {out['gen_cpu_ms']:.3f} ms/event; "
+          f"(relay CPU {out['relay_cpu_ms']:.3f} ms/event: "
+          f"{split}{extra}, load generator {out['gen_cpu_ms']:.3f} ms/event; "
           f"CPU-bound capacity of {os.cpu_count()} idle cores ~ {(os.cpu_count() or 1) / total * 1e3:,.0f}/s; "
           f"load {os.getloadavg()[0]:.1f})", flush=True)
     return out
@@ -170,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes per node")
     parser.add_argument("--core-only", action="store_true", help="serve without search/KIP/federation")
     parser.add_argument("--catch-up-timeout", type=float, default=600.0)
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="py-spy record each node during the timed phase into DIR (raw folded stacks)")
     parser.add_argument("--redis", default=None, help="use this Redis (its databases 1-9 are FLUSHED)")
     args = parser.parse_args(argv)
     names = [c for c in args.configs.split(",") if c]
@@ -191,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     for c in names:
         rates = [f["rate"] for f in figures[c]]
         line = f"  {c:<16} {statistics.median(rates):7,.0f} accepted/s ({min(rates):,.0f}-{max(rates):,.0f})"
-        line += f", relay CPU {statistics.median(f['relay_cpu_ms'] for f in figures[c]):.3f} ms/event"
+        line += f", relay CPU {statistics.median(f['relay_cpu_ms'] for f in figures[c]):.3f} ms/event ("
+        line += ", ".join(f"{role} {statistics.median(f[role + '_cpu_ms'] for f in figures[c]):.3f}"
+                          for role in ROLES) + ")"
         if "mem" in figures[c][0]:
             line += f", Redis CPU {statistics.median(f['redis_cpu_ms'] for f in figures[c]):.3f} ms/event"
         if "mem" in figures[c][0]:

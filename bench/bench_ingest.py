@@ -168,8 +168,13 @@ def start(data: Path, workers: int, core_only: bool = False,
 
 def group_cpu_seconds(pgid: int) -> float:
     """User + system CPU of every live process in the relay's process group (Linux /proc)."""
+    return sum(group_process_cpu(pgid).values())
+
+
+def group_process_cpu(pgid: int) -> dict[int, float]:
+    """User + system CPU seconds of each live process in the process group ``pgid``, by PID (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -179,8 +184,8 @@ def group_cpu_seconds(pgid: int) -> float:
         except OSError:
             continue
         if int(fields[2]) == pgid:  # field 5 (pgrp), counted after the ")" of the command name
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+            out[int(entry)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -253,6 +253,55 @@ def test_concurrent_submissions_commit_in_several_groups_at_once(tmp_path, redis
     assert sorted(s for seqs in seq_of.values() for s in seqs) == list(range(1, 61))
 
 
+def test_submissions_are_verified_on_the_event_loop_and_only_store_lookups_hop_to_a_thread(tmp_path, redis_url,
+                                                                                           monkeypatch):
+    """The CPU-bound checks gain nothing on a thread (one GIL) and a hop per submission costs CPU; only a lookup
+    the envelope needs (an assessment's target) may wait for Redis, so only that leaves the loop."""
+    import asyncio
+
+    from litestar.testing import AsyncTestClient
+
+    import akrelay.service.relay as relay_module
+    from akrelay.store.redis import RedisStore
+
+    verified: list[bool] = []  # on an event loop's thread?
+    looked_up: list[bool] = []
+    verify, get_many = relay_module.verify_envelope, RedisStore.get_many
+
+    def on_loop():
+        try:
+            asyncio.get_running_loop()
+            return True
+        except RuntimeError:
+            return False
+
+    def verify_here(*args, **kwargs):
+        verified.append(on_loop())
+        return verify(*args, **kwargs)
+
+    def get_many_here(self, ids):
+        looked_up.append(on_loop())
+        return get_many(self, ids)
+
+    monkeypatch.setattr(relay_module, "verify_envelope", verify_here)
+    monkeypatch.setattr(RedisStore, "get_many", get_many_here)
+
+    async def main():
+        app = create_app(_settings(tmp_path, redis_url), components=())
+        async with AsyncTestClient(app) as client:
+            first = await client.post("/v1/knowledge/events", content=publication("on the loop"), headers=HEADERS)
+            published = list(verified)
+            assert looked_up == []  # a new publication without targets needs no lookup at all
+            second = await client.post("/v1/knowledge/events", content=assessment(first.json()["envelope"]["hash"]),
+                                       headers=HEADERS)
+            return first, second, published
+
+    first, second, published = asyncio.run(main())
+    assert first.status_code == 200 and second.status_code == 200, second.text
+    assert published == [True] and verified == [True, True]
+    assert looked_up and not any(looked_up)  # the target's lookup went to a thread
+
+
 def test_a_stalled_redis_is_503_within_seconds_for_every_waiting_request(tmp_path, private_redis):
     """SIGSTOP: connections open but nothing answers (like a host that vanished). Requests must not queue behind
     each other's timeouts, and the event loop must keep answering /healthz meanwhile."""

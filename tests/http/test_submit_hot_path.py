@@ -176,7 +176,7 @@ def test_an_unexpected_error_before_the_answer_is_a_logged_500(tmp_path, caplog)
     def broken(raw):  # noqa: ANN001, ANN202
         raise KeyError("bug")
 
-    relay.check = broken  # type: ignore[method-assign]
+    relay.check_local = broken  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="akrelay.http"):
         status, headers, body = asyncio.run(_call(app, _envelopes(1)[0]))
     assert status == 500 and json.loads(body) == {"error": {"code": "internal_error", "message": "Internal server error."}}

@@ -15,7 +15,7 @@ from akrelay.protocol.limits import Limits
 from akrelay.protocol.options import ValidationOptions
 from akrelay.protocol.signer import Signer, retract_event
 from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay, open_relay
+from akrelay.service.relay import PendingCheck, Relay, open_relay
 from akrelay.store.memory import MemoryStore
 from service.support import FIXTURES, NOW, SERVICE, VECTORS, Clock, hash_of, raw, signed, state
 
@@ -185,6 +185,56 @@ def test_step_two_gives_the_retained_record_whether_asked_first_or_last(make_rel
         relay.check(raw("cross_author_supersedes"), expect_new=expect_new)
     assert info.value.code == "invalid_target"
     assert state(relay) == snapshot
+
+
+class _NoLookups:
+    """A store that fails any record lookup: what :meth:`Relay.check_local` must never make."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("get", "get_many", "iter_records", "query"):
+            raise AssertionError(f"check_local read the store ({name})")
+        return getattr(self._store, name)
+
+
+def _local(relay: Relay, body: bytes) -> Any:
+    store, relay.store = relay.store, _NoLookups(relay.store)
+    try:
+        return relay.check_local(body)
+    finally:
+        relay.store = store
+
+
+def test_check_local_defers_exactly_the_store_lookups_to_finish_check(make_relay: Any) -> None:
+    """The ingest path runs ``check_local`` on the event loop: it must never ask the store, and
+    ``finish_check`` must give what ``check(expect_new=True)`` gives."""
+    clock = Clock()
+    relay = make_relay(clock)
+    # No targets, every step passes: admitted without a lookup.
+    existing, envelope, accepted_at = _local(relay, raw("original"))
+    assert existing is None and envelope.id == hash_of("original") and accepted_at == NOW
+    relay.commit_admitted([(envelope, accepted_at)])
+    # Targets: step 5 (and 6) are left to finish_check, which resolves them.
+    pending = _local(relay, raw("branch_left"))
+    assert isinstance(pending, PendingCheck) and pending.refusal is None
+    assert relay.finish_check(pending)[0] is None
+    missing = _local(relay, raw("merge"))  # branch_right is not retained
+    assert isinstance(missing, PendingCheck) and missing.refusal is None
+    assert _code(relay.finish_check, missing).code == "missing_dependency"
+    # A refusal before step 5: step 2 decides, in finish_check.
+    clock.now = FIXTURES["original"]["envelope"]["event"]["created_at"] - 10**6
+    refused = _local(relay, raw("original"))
+    assert isinstance(refused, PendingCheck) and refused.refusal is not None
+    again, _, _ = relay.finish_check(refused)  # retained: the record, not the refusal
+    assert again is not None and again.seq == 1
+    fresh = _local(relay, raw("text_publication"))
+    assert isinstance(fresh, PendingCheck) and fresh.refusal is not None
+    assert _code(relay.finish_check, fresh).code == fresh.refusal.code
+    # Step 1 refuses at once: nothing to look up.
+    assert _code(relay.check_local, b"not json").code == "invalid_event"
+    assert state(relay)[0] == 1
 
 
 def test_withheld_event_in_lookup_query_and_batch(relay: Relay) -> None:

@@ -253,6 +253,40 @@ def test_watch_wakes_on_commits_of_another_store(redis_url):
         b.close()
 
 
+def test_a_burst_of_commit_messages_wakes_a_watcher_a_few_times_and_the_last_wake_sees_the_last_commit(redis_url):
+    """A busy deployment announces every commit group to every process: one wake-up each would cost
+    every process a thread switch and a parse per group, so a burst is taken in a few wake-ups."""
+    a, b = RedisStore(redis_url, namespace="burst"), RedisStore(redis_url, namespace="burst")
+    seen: list[int] = []
+    subscribed = threading.Event()
+
+    def woken() -> None:
+        seen.append(b.checkpoint())
+        subscribed.set()
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stop = b.watch(woken)
+        assert subscribed.wait(5)  # the first wake-up comes on subscribing
+        time.sleep(0.2)
+        seen.clear()
+        pipe = client.pipeline(transaction=False)
+        for i in range(300):  # what 300 commit groups on other nodes announce
+            pipe.publish(b.channel, i)
+        pipe.execute()
+        a.commit(corpus()[0], 1)  # and a real one last
+        deadline = time.monotonic() + 5
+        while not (seen and seen[-1] == 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stop()
+        assert seen and seen[-1] == 1  # no commit is left without a wake-up after it
+        assert len(seen) < 100, len(seen)
+    finally:
+        client.close()
+        a.close()
+        b.close()
+
+
 def test_a_full_redis_refuses_a_commit_whole_and_leaves_no_gap(private_redis):
     store = RedisStore(private_redis.url)
     client = redis.Redis.from_url(private_redis.url)

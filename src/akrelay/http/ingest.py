@@ -20,6 +20,7 @@ from akrelay.http.errors import JSON, error_body, internal_error_body, send_json
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
+from akrelay.service.relay import PendingCheck
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
@@ -77,7 +78,10 @@ class SubmitEndpoint:
     any other exception propagates to Litestar's handlers (a logged 500).
 
     §8.1 steps 1–6 run on the event loop (CPU-bound, a thread would not run
-    them in parallel anyway); admitted envelopes queue for step 7, and one
+    them in parallel anyway), except the store lookups a submission really
+    needs (:meth:`~akrelay.service.relay.Relay.check_local`: step 5's targets, or step 2
+    after a refusal), which a network store answers on a thread so that an
+    unreachable Redis stalls no other request; admitted envelopes queue for step 7, and one
     thread hop commits everything that queued meanwhile in one transaction
     (group commit without a hop per request). The answer is sent only after
     that transaction committed, so every 200 is durable.
@@ -125,11 +129,14 @@ class SubmitEndpoint:
             return
         created = False
         try:
-            if self._offload:  # step 5 asks the store: off the loop, so that an unreachable Redis stalls no one else
-                existing, envelope, accepted_at = await asyncio.get_running_loop().run_in_executor(
-                    self._pool, self._check_new, raw)
-            else:
-                existing, envelope, accepted_at = self.relay.check(raw, expect_new=True)
+            outcome = self.relay.check_local(raw)  # steps 1-6 as far as they need no store: CPU, on the loop
+            if isinstance(outcome, PendingCheck):  # targets to resolve, or a refusal that step 2 may overrule
+                if self._offload:  # off the loop, so that an unreachable Redis stalls no one else
+                    outcome = await asyncio.get_running_loop().run_in_executor(
+                        self._pool, self.relay.finish_check, outcome)
+                else:
+                    outcome = self.relay.finish_check(outcome)
+            existing, envelope, accepted_at = outcome
             if existing is None:
                 try:
                     existing, created = await self._commit(envelope, accepted_at)
@@ -158,9 +165,6 @@ class SubmitEndpoint:
         else:
             metrics().duplicates.inc()
         await send_json(send, 200, existing.to_json())
-
-    def _check_new(self, raw: bytes) -> tuple[Any, Any, int]:
-        return self.relay.check(raw, expect_new=True)
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()

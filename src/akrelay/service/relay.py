@@ -21,7 +21,7 @@ import msgspec
 
 from akrelay.protocol.b64 import b64decode_canonical
 from akrelay.protocol.cursor import CursorCodec, CursorState
-from akrelay.protocol.dependencies import check_targets
+from akrelay.protocol.dependencies import check_targets, links
 from akrelay.protocol.discovery import build_discovery
 from akrelay.protocol.envelope import Envelope, verify_envelope
 from akrelay.protocol.errors import ProtocolError
@@ -98,6 +98,20 @@ class BatchPage:
         return b'{"as_of":%d,"checkpoint":%d,"missing":%b,"result":%b,"service":%b}' % (
             self.as_of, self.checkpoint, _json(self.missing), _records_json(self.records), _json(self.service)
         )
+
+
+@dataclasses.dataclass(slots=True)
+class PendingCheck:
+    """A :meth:`Relay.check_local` that stopped where §8.1 must ask the store; :meth:`Relay.finish_check` goes on.
+
+    Either step 5 has targets to resolve (``refusal`` is ``None``), or steps 3–6
+    refused and step 2 must say whether the envelope is already retained.
+    """
+
+    envelope: Envelope
+    size: int
+    accepted_at: int
+    refusal: ProtocolError | None = None
 
 
 class Relay:
@@ -201,6 +215,59 @@ class Relay:
         if one of them fails, the store is asked before refusing. Either way the
         observable result is §8.1's, without a store lookup per new envelope.
         """
+        if expect_new:
+            outcome = self.check_local(raw)
+            return self.finish_check(outcome) if isinstance(outcome, PendingCheck) else outcome
+        envelope, size = self._verify(raw)  # step 1
+        existing = self.retained(envelope.id)  # step 2
+        if existing is not None:
+            return existing, envelope, 0
+        check_payload_rules(envelope, self.config.options)  # step 3
+        now = self.clock()
+        check_created_at(envelope, now, self.config.skew_ms)  # step 4
+        check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
+        self._admit(envelope, size)  # step 6
+        return None, envelope, now
+
+    def check_local(self, raw: bytes) -> tuple[None, Envelope, int] | PendingCheck:
+        """:meth:`check` with ``expect_new`` as far as it goes without the store: never waits for I/O.
+
+        An envelope without targets that passes steps 1–6 needs no lookup at all
+        (``(None, envelope, accepted_at)``), so a caller on an event loop can
+        run the CPU-bound checks there and hop to a thread only for a
+        :class:`PendingCheck` (:meth:`finish_check`): step 5's targets, or
+        step 2 after a refusal. Step 1's refusals raise here, as in :meth:`check`.
+        """
+        envelope, size = self._verify(raw)  # step 1
+        now = 0
+        try:
+            check_payload_rules(envelope, self.config.options)  # step 3
+            now = self.clock()
+            check_created_at(envelope, now, self.config.skew_ms)  # step 4
+            if links(envelope):  # step 5 resolves exactly these targets in the store
+                return PendingCheck(envelope, size, now)
+            self._admit(envelope, size)  # step 6
+        except ProtocolError as exc:
+            return PendingCheck(envelope, size, now, exc)
+        return None, envelope, now
+
+    def finish_check(self, pending: PendingCheck) -> tuple[Record | None, Envelope, int]:
+        """The store lookups :meth:`check_local` left (blocking): the rest of :meth:`check` with ``expect_new``."""
+        envelope, refusal = pending.envelope, pending.refusal
+        if refusal is None:
+            try:
+                check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
+                self._admit(envelope, pending.size)  # step 6
+                return None, envelope, pending.accepted_at
+            except ProtocolError as exc:
+                refusal = exc
+        existing = self.retained(envelope.id)  # step 2, asked only now
+        if existing is not None:
+            return existing, envelope, 0
+        raise refusal
+
+    def _verify(self, raw: bytes) -> tuple[Envelope, int]:
+        """Step 1 (and the size limit before it): the verified envelope and its size in bytes."""
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raise ProtocolError("invalid_event", "an envelope must be submitted as UTF-8 JSON bytes")
         size = len(raw)
@@ -210,24 +277,7 @@ class Relay:
                 f"envelope is {size} bytes, over this relay's limit of {self.config.max_envelope_bytes} bytes",
                 {"limit": "max_envelope_bytes", "max": self.config.max_envelope_bytes, "actual": size},
             )
-        envelope = verify_envelope(raw if type(raw) is bytes else bytes(raw), options=self.config.options)  # step 1
-        if not expect_new:
-            existing = self.retained(envelope.id)  # step 2
-            if existing is not None:
-                return existing, envelope, 0
-        try:
-            check_payload_rules(envelope, self.config.options)  # step 3
-            now = self.clock()
-            check_created_at(envelope, now, self.config.skew_ms)  # step 4
-            check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
-            self._admit(envelope, size)  # step 6
-        except ProtocolError:
-            if expect_new:
-                existing = self.retained(envelope.id)  # step 2, asked only now
-                if existing is not None:
-                    return existing, envelope, 0
-            raise
-        return None, envelope, now
+        return verify_envelope(raw if type(raw) is bytes else bytes(raw), options=self.config.options), size
 
     def commit_admitted(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
         """Step 7 for envelopes that passed :meth:`check`, in one transaction, in order.

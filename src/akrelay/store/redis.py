@@ -65,6 +65,9 @@ COMMIT_CHUNK = 256
 ITER_CHUNK = 1000
 #: Seconds every call fails at once after an outage was seen (a ``ping`` probes through it).
 OUTAGE_HOLD = 1.0
+#: Seconds a commit watcher waits after a wake-up before the next: the commits announced meanwhile (a
+#: busy deployment sends one message per commit group to every process) cost one wake-up together.
+WATCH_COALESCE = 0.02
 
 #: The shared metadata key holding the log's random ID (node-local text indexes check they follow this log).
 LOG_ID_KEY = "text-index.log-id"
@@ -845,7 +848,8 @@ class RedisStore:
         """Call ``callback()`` (on a subscriber thread) whenever any node commits new records; returns ``stop``.
 
         One thread per call keeps a pub/sub connection to the commit channel and
-        reconnects after an outage; followers keep polling as the fallback.
+        reconnects after an outage; followers keep polling as the fallback. Commits
+        announced within :data:`WATCH_COALESCE` of a wake-up share the next one.
         """
         watcher = _Watcher(self.url, self.channel, callback)
         self._watchers.append(watcher)
@@ -902,9 +906,14 @@ class _Watcher:
                 # a wake-up after (re)subscribing: commits made while we were away are found by the followers
                 self._fire()
                 while not self._halt.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None:
+                    woken = pubsub.get_message(timeout=0.5) is not None
+                    while woken and not self._halt.is_set():
                         self._fire()
+                        # Under load a message comes per commit group: wait a little, then take every
+                        # message that came meanwhile without blocking, and wake once more for all of them
+                        # (the wake-up just fired may have looked before those commits).
+                        self._halt.wait(WATCH_COALESCE)
+                        woken = self._drain(pubsub)
             except (redis.exceptions.RedisError, OSError) as exc:
                 log.debug("commit channel %s: %s; resubscribing", self.channel, exc)
                 self._halt.wait(delay)
@@ -915,6 +924,16 @@ class _Watcher:
                     client.close()
                 except (redis.exceptions.RedisError, OSError):  # pragma: no cover
                     pass
+
+    @staticmethod
+    def _drain(pubsub: Any) -> bool:
+        """Read every message already there without waiting; whether there was any."""
+        drained = False
+        for _ in range(100_000):  # bounded: a message is read per turn
+            if pubsub.get_message(timeout=0.0) is None:
+                break
+            drained = True
+        return drained
 
     def _fire(self) -> None:
         try:
