@@ -135,12 +135,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def origin_of(data: Path, port: int) -> str:
+    """The relay's origin for ``data``: chosen on its first run, then kept.
+
+    An operator's origin does not change, and the KIP Space id includes it: a new
+    origin per run would make every run with extensions rebuild the nexus.
+    """
+    path = data / "bench-origin.txt"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        origin = f"https://localhost:{port}"
+        path.write_text(origin + "\n")
+        return origin
+
+
 def start(data: Path, workers: int, core_only: bool = False,
           extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     """``akrelay serve`` on ``data``, rate limits off unless ``extra_args`` sets them (later options win)."""
     port = free_port()
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--port", str(port),
-            "--origin", f"https://localhost:{port}", "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"] + (["--core-only"] if core_only else [])
+            "--origin", origin_of(data, port), "--workers", str(workers), "--write-rate", "0", "--read-rate", "0"]
+    args += ["--core-only"] if core_only else []
     args += ["--store", STORE] if STORE else []
     args += list(extra_args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}

@@ -66,7 +66,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
         signal.signal(signum, lambda *_: halt.set())
     launcher = os.getppid()
     settings = from_resolved_env(env)
-    node = RelayNode.open(settings, components=FOLLOWED)
+    # No trigram indexer or WAL checkpointer of the store here: the workers run them, and at this
+    # process's idle priority a thread holding the store's cross-process write lock would be
+    # preempted by the very workers that wait for that lock (a priority inversion under load).
+    node = RelayNode.open(settings, components=FOLLOWED, store_background=False)
     try:
         # Start at normal priority, so the index and the nexus file exist before the workers'
         # first requests even on a busy machine; yield from then on.

@@ -79,18 +79,20 @@ def service_config(settings: Settings) -> ServiceConfig:
     return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
 
 
-def open_relay_for(settings: Settings) -> Relay:
+def open_relay_for(settings: Settings, *, store_background: bool = True) -> Relay:
     """Open the relay: the log in ``settings.store`` (Redis) or in ``settings.data`` (SQLite).
 
     With a Redis store the data directory (created if needed) holds only this
     node's derived state: search index, KIP nexus, TLS files.
+    ``store_background=False``: the SQLite store runs no trigram indexer and no WAL
+    checkpointer here (the workers do; :mod:`akrelay.followers` opens it so).
     """
     data = settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
     if settings.store:
         return open_shared_relay(settings.store, service_config(settings), namespace=settings.store_namespace,
                                  accept_weak_durability=settings.accept_weak_durability, data_dir=data)
-    return open_relay(data, service_config(settings))
+    return open_relay(data, service_config(settings), text_indexer=store_background)
 
 
 #: The component classes that check their own files (read by the settings as paths only).
@@ -184,13 +186,14 @@ class RelayNode:
 
     @classmethod
     def open(cls, settings: Settings, *, components: Collection[str] | None = None,
-             extra: Sequence[Component] = (), follow: bool = True) -> "RelayNode":
+             extra: Sequence[Component] = (), follow: bool = True, store_background: bool = True) -> "RelayNode":
         """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`).
 
         The components' files are checked first (:func:`check_components`): a bad one opens nothing.
+        ``store_background``: see :func:`open_relay_for`.
         """
         check_components(settings, components)
-        relay = open_relay_for(settings)
+        relay = open_relay_for(settings, store_background=store_background)
         try:
             return cls(relay, settings, components=components, extra=extra, owns_relay=True, follow=follow)
         except BaseException:

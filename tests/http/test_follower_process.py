@@ -172,3 +172,37 @@ def test_the_handle_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None
     assert time.monotonic() - started < 5
     assert handle.proc is not None and handle.proc.returncode == -signal.SIGKILL
     assert handle.spawned == 1
+
+
+class _Opened(Exception):
+    """Ends :func:`akrelay.followers.main` right after it opened its node."""
+
+
+def test_the_followers_process_leaves_the_store_s_background_threads_to_the_workers(tmp_path: Path,
+                                                                                     monkeypatch) -> None:  # noqa: ANN001
+    """At idle priority, a trigram indexer holding the store's write lock would stall the workers waiting for it."""
+    from akrelay import followers
+    from akrelay.node import RelayNode
+    from akrelay.settings import RESOLVED_ENV, defaults
+
+    opened: list[RelayNode] = []
+    real_open = RelayNode.open
+
+    def spy(settings, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        opened.append(real_open(settings, **kwargs))
+        raise _Opened
+
+    monkeypatch.setattr(RelayNode, "open", spy)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(_Opened):
+            followers.main({RESOLVED_ENV: defaults(data=str(tmp_path / "data")).to_env()})
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    node = opened[0]
+    try:
+        store = node.relay.store
+        assert store._indexer is None and store._checkpointer is None  # noqa: SLF001
+    finally:
+        node.stop()

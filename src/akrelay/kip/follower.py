@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from akrelay.kip.mapping import import_record
 from akrelay.kip.nexus import Nexus, NexusBase
-from akrelay.store.follow import LogFollower
+from akrelay.store.follow import BURST_RATE, LogFollower
 
 log = logging.getLogger("akrelay.kip")
 #: records per lock hold of the in-memory nexus: a read waits for at most this many imports
@@ -85,6 +85,8 @@ class KipFollower(LogFollower):
     #: milliseconds would cost a nexus transaction per tiny batch (the poll-only
     #: importer batched 0.2 s of acceptances). An idle importer still reacts at once.
     min_step_interval = 0.2
+    #: Hold off while the log grows this fast (records/s): see :class:`akrelay.store.follow.BurstGate`.
+    burst_rate = BURST_RATE
 
     def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
                  leader: Any = None, interval: float = 0.2, importer: bool = True) -> None:
@@ -168,14 +170,25 @@ class KipFollower(LogFollower):
         target = self.writer if self.writer is not None else self.runtime.nexus
         return int(target.head)
 
+    def log_head(self) -> int | None:
+        """The log's head while this process imports (else ``None``: nothing to hold off)."""
+        if self.disk and self.writer is None:
+            return None
+        return int(self.store.checkpoint())
+
     def step(self) -> int:
-        """The thread's step: import what is new, as the importer (else nothing: another process leads)."""
+        """The thread's step: import what is new, as the importer (else nothing: another process leads).
+
+        A step stops at the head it saw first, so an importer slower than a long burst
+        still returns between steps (to its pacing, its burst gate and a graceful stop).
+        """
         if not self._lead() or not self._mutate.acquire(timeout=self.interval):
             return 0
         try:
             target = self.writer if self.writer is not None else self.runtime.nexus
             lock = None if self.writer is not None else self._runtime_mutex()
-            return follow(self.store, target, lock=lock, stop=self._halt)
+            pending = int(self.store.checkpoint()) - int(target.head)
+            return follow(self.store, target, lock=lock, stop=self._halt, max_records=max(pending, 1))
         finally:
             self._mutate.release()
 

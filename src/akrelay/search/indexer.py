@@ -16,7 +16,7 @@ from typing import Callable
 from akrelay.leader import LeaderLock
 from akrelay.search.index import SearchIndex
 from akrelay.store.base import Store
-from akrelay.store.follow import LogFollower
+from akrelay.store.follow import BURST_RATE, LogFollower
 
 log = logging.getLogger("akrelay.search")
 
@@ -88,6 +88,8 @@ class IndexerThread(LogFollower):
     #: Tantivy's merge thread ≈ 0.2 ms of CPU per accepted event; 0.25 s keeps
     #: the search lag well under its 1 s goal.
     min_step_interval = 0.25
+    #: Hold off while the log grows this fast (records/s): see :class:`akrelay.store.follow.BurstGate`.
+    burst_rate = BURST_RATE
 
     def __init__(self, follower: Follower, *, interval: float = 0.05) -> None:
         super().__init__(interval=interval)
@@ -95,6 +97,9 @@ class IndexerThread(LogFollower):
 
     def position(self) -> int:
         return self.follower.position
+
+    def log_head(self) -> int:
+        return self.follower.store.checkpoint()
 
     def step(self) -> int:
         return self.follower.step()
