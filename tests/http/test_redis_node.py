@@ -383,6 +383,7 @@ def test_a_node_over_a_relay_it_does_not_own_stops_hearing_commits_when_it_stops
     relay = open_relay_for(_settings(tmp_path, redis_url))
     try:
         node = RelayNode(relay, _settings(tmp_path, redis_url), components=())
+        relay.on_commit(lambda: None)  # a follower to wake: the watcher runs only for one
         node.start()
         assert [t for t in threading.enumerate() if t.name == "akrelay-redis-watch"]
         node.stop()
@@ -390,3 +391,39 @@ def test_a_node_over_a_relay_it_does_not_own_stops_hearing_commits_when_it_stops
         assert relay.store.checkpoint() == 0  # still open: the caller closes it
     finally:
         relay.close()
+
+
+def test_the_commit_watcher_runs_only_while_a_listener_wants_wake_ups(tmp_path, redis_url):
+    """Every commit of the deployment wakes every subscriber: a process with nothing to wake does not subscribe."""
+    relay = open_relay_for(_settings(tmp_path, redis_url))
+    try:
+        relay.start()
+        assert relay.store._watchers == []
+        woken = threading.Event()
+        remove = relay.on_commit(woken.set)
+        assert len(relay.store._watchers) == 1
+        assert woken.wait(5)  # subscribed: the first wake-up comes on subscribing
+        remove()
+        assert relay.store._watchers == []
+        relay.on_commit(lambda: None)
+        relay.stop()
+        assert relay.store._watchers == []
+    finally:
+        relay.close()
+
+
+def test_workers_whose_followers_run_elsewhere_do_not_subscribe_to_commits(tmp_path, redis_url):
+    """``akrelay serve``'s workers (``follow=False``) only read the index and the nexus that the followers'
+    process keeps; that process subscribes, the workers do not (nor does a --core-only node)."""
+    from akrelay.node import RelayNode
+
+    settings = _settings(tmp_path, redis_url)
+    with RelayNode.open(settings) as follower:  # what the followers' process is: it listens
+        follower.kip.gateway.runtime()
+        assert len(follower.relay.store._watchers) == 1
+        with RelayNode.open(settings, follow=False) as worker:
+            worker.search.service  # noqa: B018 - opened: a listener would be registered by now
+            worker.kip.gateway.runtime()
+            assert worker.relay.store._watchers == []
+    with RelayNode.open(_settings(tmp_path, redis_url, core_only=True)) as core:
+        assert core.relay.store._watchers == []

@@ -86,7 +86,8 @@ class Gateway:
                 self._runtime, self._follower = open_runtime(
                     self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
                     environment=self.environment, budget_ms=self.budget_ms, importer=self.follow)
-                self._unlisten = self.relay.on_commit(self._follower.notify)
+                if self._follower.importer:  # a reader (another process imports) has nothing to wake
+                    self._unlisten = self.relay.on_commit(self._follower.notify)
                 return self._runtime
             runtime, follower = self._runtime, self._follower
         if follower is not None:  # set together with the runtime

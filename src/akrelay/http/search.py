@@ -64,7 +64,8 @@ class SearchComponent:
                 if service is None:
                     service = SearchService(self.relay, data_dir_of(self.relay), follow=self.follow,
                                             **_options(self.settings))
-                    self._unlisten = self.relay.on_commit(service.notify)
+                    if service.follow:  # a reader (another process indexes) has nothing to wake
+                        self._unlisten = self.relay.on_commit(service.notify)
                     self._service = service
         return service
 

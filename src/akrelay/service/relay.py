@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -138,6 +139,9 @@ class Relay:
         #: Called after a commit in this process that accepted something (see :meth:`on_commit`).
         self._commit_listeners: list[Callable[[], None]] = []
         self._unwatch: Callable[[], None] | None = None
+        #: between :meth:`start` and :meth:`stop`; guarded, with the watch, by ``_watching``
+        self._started = False
+        self._watching = threading.Lock()
 
     # -- commit notification --------------------------------------------------
     def on_commit(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -145,17 +149,24 @@ class Relay:
 
         Followers of the acceptance log (search indexer, KIP importer) register a
         cheap wake-up here (setting an event), so they follow without waiting for
-        their poll interval. Commits in other processes are not seen: there the
-        followers' polling of the checkpoint is the fallback. Returns a function
-        that removes the listener.
+        their poll interval. Commits in other processes are not seen, except over a
+        store that can announce them (see :meth:`start`): elsewhere the followers'
+        polling of the checkpoint is the fallback. Returns a function that removes
+        the listener.
         """
-        self._commit_listeners.append(listener)
+        with self._watching:
+            self._commit_listeners.append(listener)
+            if self._started:
+                self._watch()
 
         def remove() -> None:
-            try:
-                self._commit_listeners.remove(listener)
-            except ValueError:
-                pass
+            with self._watching:
+                try:
+                    self._commit_listeners.remove(listener)
+                except ValueError:
+                    pass
+                if not self._commit_listeners:
+                    self._unwatch_now()
         return remove
 
     def _committed(self, results: list[tuple[Record, bool]]) -> list[tuple[Record, bool]]:
@@ -175,14 +186,29 @@ class Relay:
 
         The commit listeners are then also called when any node of the deployment
         commits, so followers on this node catch up at once; polling stays their
-        fallback. Idempotent; :meth:`stop` (or :meth:`close`) stops it. Nothing starts before this.
+        fallback. The subscription runs only while there is a listener: a process
+        that follows nothing (``akrelay serve``'s workers, whose followers run in
+        their own process; a ``--core-only`` node) would only pay for a thread woken
+        by every commit of the deployment, and Redis for one more subscriber.
+        Idempotent; :meth:`stop` (or :meth:`close`) stops it. Nothing starts before this.
         """
+        with self._watching:
+            self._started = True
+            if self._commit_listeners:
+                self._watch()
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started and keep the store open (a node that does not own the relay stops it)."""
+        with self._watching:
+            self._started = False
+            self._unwatch_now()
+
+    def _watch(self) -> None:
         watch = getattr(self.store, "watch", None)
         if watch is not None and self._unwatch is None:
             self._unwatch = watch(self._wake_listeners)
 
-    def stop(self) -> None:
-        """Stop what :meth:`start` started and keep the store open (a node that does not own the relay stops it)."""
+    def _unwatch_now(self) -> None:
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
