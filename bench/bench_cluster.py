@@ -152,7 +152,8 @@ def one(name: str, base: Path, url: str, db: int, args: argparse.Namespace, seed
         procs = []
         try:
             for d in datas:
-                procs.append(start(d, workers or args.workers, args.core_only or name.endswith("-core"), limits))
+                serve_args = limits + (("--follow-max-defer", str(args.follow_max_defer)) if args.follow_max_defer else ())
+                procs.append(start(d, workers or args.workers, args.core_only or name.endswith("-core"), serve_args))
             for proc, _ in procs:
                 wait_idle(proc.pid, args.catch_up_timeout)
             ports = [port for _, port in procs]
@@ -224,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes per node")
     parser.add_argument("--core-only", action="store_true", help="serve without search/KIP/federation")
     parser.add_argument("--catch-up-timeout", type=float, default=600.0)
+    parser.add_argument("--follow-max-defer", type=float, default=None, metavar="SECONDS",
+                        help="serve every node with this --follow-max-defer (default: the relay's own default)")
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="py-spy record each node during the timed phase into DIR (raw folded stacks)")
     parser.add_argument("--redis", default=None, help="use this Redis (its databases 1-9 are FLUSHED)")

@@ -29,6 +29,7 @@ from akrelay.protocol.options import ValidationOptions
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay, open_shared_relay
 from akrelay.settings import Settings, defaults, licence_allow_list
+from akrelay.store.follow import set_max_defer
 
 log = logging.getLogger("akrelay.node")
 
@@ -123,6 +124,7 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     if unknown:
         raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
 
+    set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     built: list[Component] = []
     search = kip = knowql = None
     if "search" in names:

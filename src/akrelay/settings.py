@@ -114,6 +114,11 @@ option("followers", _followers, "process",
        "where the search indexer and the KIP importer run: 'process' (one low-priority process per data "
        "directory, started and stopped by serve; workers only read) or 'thread' (in whichever worker wins "
        "the lock)", metavar="process|thread", serve_only=True)
+option("follow_max_defer", _seconds, 1.0,
+       "while the log grows faster than 500 records/s, the longest the search indexer and the KIP importer "
+       "hold off before they take what arrived (seconds): larger values leave more CPU to acceptance during "
+       "a burst, and search and KIP answers that much further behind until it ends (docs/operations.md)",
+       metavar="SECONDS")
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.

@@ -334,3 +334,61 @@ def test_a_follower_yields_to_a_burst_then_catches_up() -> None:
     # Unheld, a follower woken at every commit steps about once per commit (~200 steps); held, it
     # steps once per max_defer at most (the burst lasts ~0.4-1 s here; generous on a loaded machine).
     assert len(follower.steps) <= 20, follower.steps
+
+
+# -- --follow-max-defer: the process-wide bound on holding off during a burst ----------------------------
+
+
+class _GatedFollower(LogFollower):
+    burst_rate = 500.0
+
+
+def test_set_max_defer_reaches_every_follower_built_afterwards(monkeypatch) -> None:
+    monkeypatch.setattr(LogFollower, "max_defer", follow.MAX_DEFER)
+    before = _GatedFollower()
+    follow.set_max_defer(7.5)
+    after = _GatedFollower()
+    assert before._gate is not None and before._gate.max_defer == follow.MAX_DEFER
+    assert after._gate is not None and after._gate.max_defer == 7.5
+
+    class OwnBound(_GatedFollower):
+        max_defer = 0.5
+
+    own = OwnBound()
+    assert own._gate is not None and own._gate.max_defer == 0.5
+
+
+def test_a_longer_max_defer_holds_a_burst_longer() -> None:
+    short, long = follow.BurstGate(rate=500.0, max_defer=1.0), follow.BurstGate(rate=500.0, max_defer=30.0)
+    for gate in (short, long):
+        assert gate.hold(0.0, 0, 0) == 0.0  # nothing new
+        assert gate.hold(0.1, 100, 0) == 0.0  # first step
+    # the log keeps growing at 1,000 records/s: both hold, until the short bound runs out
+    held = {id(short): [], id(long): []}
+    for i in range(2, 40):
+        now, head = i * 0.1, 100 + (i - 1) * 100
+        for gate in (short, long):
+            held[id(gate)].append(gate.hold(now, head, 100) > 0)
+    assert not all(held[id(short)])  # stepped within about a second
+    assert all(held[id(long)])  # still holding after 3.8 s of burst
+
+
+def test_set_max_defer_refuses_what_is_not_a_positive_finite_number(monkeypatch) -> None:
+    monkeypatch.setattr(LogFollower, "max_defer", follow.MAX_DEFER)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        try:
+            follow.set_max_defer(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"set_max_defer({bad!r}) was accepted")
+    assert LogFollower.max_defer == follow.MAX_DEFER
+
+
+def test_the_serve_setting_sets_the_bound_where_components_are_built(monkeypatch) -> None:
+    from akrelay.node import build_components
+    from akrelay.settings import defaults
+
+    monkeypatch.setattr(LogFollower, "max_defer", follow.MAX_DEFER)
+    build_components(None, defaults(follow_max_defer=12.0), ())  # type: ignore[arg-type]
+    assert _GatedFollower()._gate.max_defer == 12.0  # type: ignore[union-attr]

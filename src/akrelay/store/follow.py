@@ -39,6 +39,21 @@ OUTAGE_RETRY = 1.0
 #: Log growth (records/s) from which the relay's followers hold off. Below it they cost
 #: little (at ~0.2 ms of CPU per record, 500 records/s is a tenth of a core) and step at once.
 BURST_RATE = 500.0
+#: The default of :attr:`LogFollower.max_defer`: derived state at most about a second behind
+#: during a burst. Like a search engine's refresh interval, a larger value trades freshness
+#: during a burst for acceptance on a machine whose cores the followers share.
+MAX_DEFER = 1.0
+
+
+def set_max_defer(seconds: float) -> None:
+    """This process's bound on how long a follower holds off during a burst (``--follow-max-defer``).
+
+    Process-wide, like the priority of the followers' process: every follower built
+    afterwards (search indexer, KIP importer) takes it; one that sets its own keeps it.
+    """
+    if not 0 < seconds < float("inf"):
+        raise ValueError("max_defer must be a positive, finite number of seconds")
+    LogFollower.max_defer = seconds
 
 
 class BurstGate:
@@ -85,8 +100,9 @@ class LogFollower:
     min_step_interval = 0.0
     #: log growth (records/s) from which the follower holds off until the burst ends (0: never)
     burst_rate = 0.0
-    #: during a burst, the longest a record waits for the next step (seconds)
-    max_defer = 1.0
+    #: during a burst, the longest a record waits for the next step (seconds); the relay's
+    #: followers take ``serve --follow-max-defer`` (:func:`set_max_defer`)
+    max_defer = MAX_DEFER
 
     def __init__(self, *, interval: float = 0.2) -> None:
         self.interval = interval
