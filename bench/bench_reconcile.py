@@ -1,0 +1,89 @@
+"""Range-based set reconciliation at scale (issue 26): rounds and bytes against a full pull.
+
+Two sides hold the same N items (``(created_at, event hash)``) except for D that only the
+responder lacks (and, with ``--both``, D more that only the initiator lacks). The two
+:class:`akrelay.protocol.reconcile.Reconciler` run in one process, each over its own
+:class:`SortedItems`, so the figures are the protocol's own: round trips, bytes on the wire
+each way, the largest message, and the CPU time of both sides (building the sorted views
+is reported apart). The ratio compares the bytes to the least a full pull could cost:
+N event hashes (32 bytes each), before any record is sent.
+
+    python3 bench/bench_reconcile.py [--items 1000000] [--differences 1 100 10000]
+
+Last line: ``reconcile_bytes_1_diff: <bytes> bytes`` (for the smallest difference count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, Reconciler, SortedItems  # noqa: E402
+
+
+def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str, float]:
+    rng = random.Random(differences)
+    start_ms = 1_760_000_000_000
+    base = [(start_ms + rng.randrange(365 * 86_400_000), hashlib.sha256(i.to_bytes(8, "big")).digest())
+            for i in range(items)]
+    dropped = set(rng.sample(range(items), differences))
+    responder_items = [item for i, item in enumerate(base) if i not in dropped]
+    initiator_items = base
+    if both:
+        extra = [(start_ms + rng.randrange(365 * 86_400_000), hashlib.sha256(b"x" + i.to_bytes(8, "big")).digest())
+                 for i in range(differences)]
+        responder_items += extra
+    t0 = time.process_time()
+    initiator = Reconciler(SortedItems(initiator_items), frame_limit=frame_limit)
+    responder = Reconciler(SortedItems(responder_items), frame_limit=frame_limit)
+    build = time.process_time() - t0
+
+    t0 = time.process_time()
+    message: bytes | None = initiator.initiate()
+    sent = received = largest = rounds = 0
+    have = need = 0
+    while message is not None:
+        sent += len(message)
+        reply = responder.respond(message)
+        received += len(reply)
+        largest = max(largest, len(message), len(reply))
+        rounds += 1
+        outcome = initiator.reconcile(reply)
+        have += len(outcome.have)
+        need += len(outcome.need)
+        message = outcome.message
+    cpu = time.process_time() - t0
+    assert have == differences and need == (differences if both else 0), (have, need)
+    return {"rounds": rounds, "sent": sent, "received": received, "largest": largest, "cpu_ms": cpu * 1000,
+            "build_s": build, "ratio": (sent + received) / (32 * items)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--differences", type=int, nargs="+", default=[1, 100, 10_000])
+    parser.add_argument("--both", action="store_true", help="differences on both sides")
+    parser.add_argument("--frame-limit", type=int, default=DEFAULT_FRAME_LIMIT)
+    args = parser.parse_args()
+    print(f"items {args.items:,}, frame limit {args.frame_limit:,} bytes, differences on "
+          f"{'both sides' if args.both else 'one side'}")
+    print(f"{'diffs':>7} {'rounds':>6} {'sent B':>9} {'received B':>10} {'largest B':>9} {'cpu ms':>8} "
+          f"{'vs hashes':>9}")
+    first: dict[str, float] | None = None
+    for d in args.differences:
+        r = run(args.items, d, args.both, args.frame_limit)
+        first = first or r
+        print(f"{d:>7,} {r['rounds']:>6} {r['sent']:>9,} {r['received']:>10,} {r['largest']:>9,} "
+              f"{r['cpu_ms']:>8.1f} {r['ratio']:>9.2e}   (sorted views built in {r['build_s']:.1f} s)")
+    assert first is not None
+    print(f"reconcile_bytes_{args.differences[0]}_diff: {int(first['sent'] + first['received'])} bytes")
+
+
+if __name__ == "__main__":
+    main()
