@@ -109,7 +109,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         with RelayClient(args.relay, cacert=args.cacert) as client:
-            doc = client.discovery or {}
+            doc = client.ensure_discovery() or {}
             modes = doc.get("search_modes", []) if "ranked-search" in doc.get("features", []) else []
             if args.mode not in modes:
                 print(f"error: unsupported_search_mode: {client.origin} does not advertise ranked search "
