@@ -282,3 +282,84 @@ def test_requests_say_they_accept_only_identity(tmp_path: Path) -> None:
 
     RelayClient("https://relay.example", transport=httpx.MockTransport(handler)).ensure_discovery()
     assert seen == ["identity"]
+
+
+# -- item 12: what a relay sends is shown, never acted on by the terminal -------------------------
+
+#: A title change, a screen clear, a C1 CSI, a carriage return starting a fake line, a bidi override.
+HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r[ok] verified\u202e\u2028"
+UNSAFE = ("\x1b", "\x07", "\x9b", "\r", "\u202e", "\u2028")
+
+
+def _turn(origin: str) -> dict[str, object]:
+    return {"id": "qry_1", "object": "query", "status": "completed", "session_id": "ses_1" + HOSTILE_TEXT,
+            "output_text": HOSTILE_TEXT, "error": None,
+            "citations": [{"belief": "reproduced" + HOSTILE_TEXT, "source": "kip://x", "title": HOSTILE_TEXT}],
+            "akrelay": {"snapshot_seq": 1}}
+
+
+def _answering(stream: bool) -> Scenario:
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        if path.startswith("/.well-known/"):
+            conn.json(conn.server.discovery())
+            return
+        doc = _turn(conn.server.origin)
+        if not stream:
+            conn.json(doc)
+            return
+        delta = {"type": "response.output_text.delta", "delta": HOSTILE_TEXT + "\nline two"}
+        frames = (f"event: response.output_text.delta\ndata: {json.dumps(delta)}\n\n"
+                  f"event: query\ndata: {json.dumps(doc)}\n\n").encode()
+        conn.head(200, [("content-type", "text/event-stream"), ("content-length", str(len(frames)))])
+        conn.send(frames)
+    return scenario
+
+
+def test_ask_shows_escape_sequences_instead_of_sending_them(hostile, tls, capsys) -> None:
+    server = hostile(_answering(stream=True))
+    assert main(["ask", "what?", "--relay", server.origin, "--cacert", tls[0]]) == 0
+    out = capsys.readouterr().out
+    assert not [ch for ch in UNSAFE if ch in out], out
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\r[ok] verified\\u202e\\u2028" in out
+    assert "\nline two" in out  # the answer's own lines stay lines
+    citation = next(line for line in out.splitlines() if line.startswith("[1]"))
+    assert "\\r[ok] verified" in citation  # one citation, one line
+
+
+def test_ask_json_escapes_c1_and_bidi_and_stays_the_same_json(hostile, tls, capsys) -> None:
+    server = hostile(_answering(stream=False))
+    assert main(["ask", "what?", "--json", "--relay", server.origin, "--cacert", tls[0]]) == 0
+    out = capsys.readouterr().out
+    assert not [ch for ch in UNSAFE if ch in out], out
+    assert json.loads(out) == _turn(server.origin)
+
+
+def test_get_escapes_a_signed_title(hostile, tls, capsys) -> None:
+    from akrelay.protocol.signer import Signer, publish_event
+
+    signer = Signer.from_seed(b"t" * 32)
+    envelope = signer.sign(publish_event(signer.agent_id, 1_700_000_000_000, 1, {
+        "license": "https://creativecommons.org/licenses/by/4.0/", "kind": "observation", "title": HOSTILE_TEXT,
+        "statement": "s", "language": "en", "context": {"scope": "x", "conditions": [], "limitations": []},
+        "basis": "b"}))
+    record = {"envelope": envelope, "seq": 1, "accepted_at": 1_700_000_000_001}
+
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        conn.json(conn.server.discovery() if path.startswith("/.well-known/") else record)
+
+    server = hostile(scenario)
+    assert main(["get", "--relay", server.origin, "--cacert", tls[0], "--", envelope["hash"]]) == 0
+    out = capsys.readouterr().out
+    assert not [ch for ch in UNSAFE if ch in out], out
+    assert json.loads(out) == record
+
+
+def test_a_refusal_message_is_escaped_too(hostile, tls, capsys) -> None:
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        conn.json({"error": {"code": "rate_limited", "message": HOSTILE_TEXT}}, status=429)
+
+    server = hostile(scenario)
+    assert main(["get", "--relay", server.origin, "--cacert", tls[0], "--", "x" * 43]) == 1
+    err = capsys.readouterr().err
+    assert not [ch for ch in UNSAFE if ch in err], err
+    assert err.count("\n") == 1

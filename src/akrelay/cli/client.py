@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from akrelay.cli.terminal import printable
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -321,10 +322,10 @@ def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
     except ServiceError as exc:
         detail = f" {json.dumps(exc.data)}" if exc.data is not None else ""
         retry = f" (Retry-After: {exc.retry_after} s)" if exc.retry_after else ""
-        print(f"error: {exc.code} ({exc.status}): {exc.message}{detail}{retry}", file=sys.stderr)
+        print(printable(f"error: {exc.code} ({exc.status}): {exc.message}{detail}{retry}"), file=sys.stderr)
         return EXIT_REFUSED
     except ResponseError as exc:
-        print(f"error: invalid_response: {exc.message}", file=sys.stderr)
+        print(printable(f"error: invalid_response: {exc.message}"), file=sys.stderr)
         return EXIT_RESPONSE
     except httpx.HTTPError as exc:
         print(f"error: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
@@ -335,7 +336,10 @@ def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    """One JSON value on one line, every non-printable character escaped (records come from a relay)."""
+    from akrelay.cli.terminal import dumps
+
+    print(dumps(value, separators=(",", ":")))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
