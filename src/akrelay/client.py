@@ -352,8 +352,11 @@ class RelayClient:
         base = [(k, str(v)) for k, v in (params.items() if isinstance(params, dict) else (params or []))]
         if any(k == "cursor" for k, _ in base):
             raise ValueError("start an enumeration without a cursor")
-        after_seq = int(dict(base).get("after_seq", "0") or 0)
-        limit = int(dict(base).get("limit", "100") or 100)
+        try:
+            after_seq = int(dict(base).get("after_seq", "0") or 0)
+            limit = int(dict(base).get("limit", "100") or 100)
+        except ValueError:
+            raise ValueError("after_seq and limit take a decimal integer") from None
         cursor: str | None = None
         scope: tuple[int, int] | None = None
         last_seq = after_seq
