@@ -20,7 +20,7 @@ from typing import TextIO
 
 from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess
 from akrelay.node import RelayNode, check_components
-from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
+from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, record_origin
 
 APP_FACTORY = "akrelay.app:create_app_from_env"
 #: Seconds Granian waits for the workers to stop after SIGTERM before killing them (all together).
@@ -67,6 +67,7 @@ def prepare(settings: Settings, out: TextIO | None = None) -> tuple[Settings, Pa
     origin = check_origin(settings)
     settings = settings.replace(origin=origin, data=str(settings.data_dir.resolve()))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    record_origin(settings.data_dir, origin)  # what sync and reindex --kip take as this relay's origin
     # Open once in the launcher so that schema creation and the relay secret exist
     # before several workers race to create them.
     RelayNode.open(settings, components=()).stop()

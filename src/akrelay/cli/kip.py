@@ -40,7 +40,8 @@ def register(subparsers: Any) -> None:
                                           "Run it with the relay stopped.")
     r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                    help=f"the relay's data directory (default {DEFAULT_DATA})")
-    r.add_argument("--origin", help="the relay origin the Space id is derived from (default: from settings)")
+    r.add_argument("--origin", help="the relay origin the Space id is derived from "
+                                    "(default: the one `serve` recorded in --data)")
     add_store_arguments(r)
     r.set_defaults(handler=run_reindex)
 
@@ -52,7 +53,8 @@ def register(subparsers: Any) -> None:
         existing.add_argument("--kip", action="store_true",
                               help="rebuild the KIP nexus (kip-nexus.sqlite3) instead of the search index")
         try:
-            existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
+            existing.add_argument("--origin", help="with --kip: the relay origin "
+                                                   "(default: the one `serve` recorded in --data)")
         except argparse.ArgumentError:  # registered already (the parser is built more than once)
             pass
         search_handler = existing.get_default("handler")
@@ -67,34 +69,31 @@ def register(subparsers: Any) -> None:
         rr = subparsers.add_parser("reindex", help="rebuild derived indexes from the acceptance log")
         rr.add_argument("--kip", action="store_true", required=True, help="rebuild the KIP nexus")
         rr.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
-        rr.add_argument("--origin", help="the relay origin (default: from settings)")
+        rr.add_argument("--origin", help="the relay origin (default: the one `serve` recorded in --data)")
         add_store_arguments(rr)
         rr.set_defaults(handler=run_reindex)
 
 
-def origin_of(args: argparse.Namespace) -> str:
-    """``--origin`` when given, else the relay's default origin (KIP identifiers embed it)."""
-    if getattr(args, "origin", None):
-        return args.origin
-    try:
-        from akrelay.settings import defaults
-        return defaults().origin
-    except Exception:  # noqa: BLE001 # pragma: no cover - a default for help text; any failure falls back
-        return "https://localhost:8443"
-
-
 def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> Any:
-    """The data directory's relay with only its KIP component, or a clear exit if there is no store."""
+    """The data directory's relay with only its KIP component, or a clear exit if there is no store.
+
+    The KIP Space id embeds the relay's origin, so the origin is ``--origin`` or the one
+    ``serve`` recorded in the data directory; a guess would stamp or read the wrong Space.
+    """
 
     from akrelay.node import RelayNode
-    from akrelay.settings import load_settings
+    from akrelay.settings import SettingsError, load_settings, with_data_origin
 
     budget = getattr(args, "budget_ms", None)
-    settings = load_settings({"data": data, "origin": origin_of(args),
+    settings = load_settings({"data": data, "origin": getattr(args, "origin", None) or None,
                               "kip_budget_ms": budget if budget is not None else None, **store_values(args)})
     missing = missing_log(settings)
     if missing is not None:
         raise SystemExit(f"{command}: {missing}")
+    try:
+        settings = with_data_origin(settings)
+    except SettingsError as exc:
+        raise SystemExit(f"{command}: {exc}") from None
     return RelayNode.open(settings, components=("kip",))
 
 

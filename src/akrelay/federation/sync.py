@@ -145,7 +145,13 @@ class SyncEngine:
             except PeerConfigError:
                 own = None
         self.own_origin = own
+        peers = list(peers)
         self.peers = [p for p in peers if p.origin != own]
+        #: Configured peers on this relay's own origin: never synced, and said so (a mesh file may list us).
+        self.skipped_self = [p.origin for p in peers if p.origin == own]
+        for origin in self.skipped_self:
+            log.warning("sync: not syncing from %s: it is this relay's own origin (set --origin if it is not)",
+                        origin)
         #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
         self.hinted: dict[str, tuple[Peer, int]] = {}
 
