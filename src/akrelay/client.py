@@ -306,6 +306,7 @@ class RelayClient:
         from akrelay.protocol.discovery import validate_discovery
 
         doc = self._request("GET", self.origin + DISCOVERY_PATH, max_body=MAX_DISCOVERY_BYTES)
+        self._check_service(doc)
         try:
             validate_discovery(doc, self.origin)
         except ProtocolError as exc:
@@ -323,6 +324,22 @@ class RelayClient:
         self.endpoints.update({k: v for k, v in endpoints.items() if k in ("events", "query", "batch", "search")})
         self.discovery = doc
         return doc
+
+    def _check_service(self, doc: Any) -> None:
+        """A relay that names another origin than the one asked: say which is which, and the way out.
+
+        Agent Knowledge §9.2 makes ``service`` equal the origin serving the document and
+        every list response names it, so an alias (``127.0.0.1`` for ``localhost``) is
+        not accepted: the relay is reached by the origin it says it is.
+        """
+        from akrelay.protocol.discovery import is_canonical_origin
+
+        service = doc.get("service") if isinstance(doc, dict) else None
+        if isinstance(service, str) and is_canonical_origin(service) and service != self.origin:
+            raise ResponseError(
+                f"you asked for {self.origin}, but the relay there says its origin is {service}; a relay answers "
+                f"only by its own origin (Agent Knowledge §9.2)\nhint: use --relay {service} (or restart the "
+                f"relay with --origin {self.origin} if that is its public origin)")
 
     def submit(self, envelope: bytes | dict[str, Any]) -> dict[str, Any]:
         """Submit one envelope; the returned record must carry the same envelope."""

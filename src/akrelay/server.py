@@ -100,6 +100,17 @@ def check_address_free(host: str, port: int) -> None:
             raise SettingsError(f"cannot listen on {shown}: {exc.strerror}") from None
 
 
+def banner(settings: Settings) -> str:
+    """The start line: the origin clients must use, apart from the address listened on.
+
+    A relay answers only by its origin (§9.2), so the listen address is not printed as a URL:
+    ``https://127.0.0.1:8443`` would be refused by every client as another origin.
+    """
+    listen = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return (f"akrelay: serving origin {settings.origin} (clients use --relay {settings.origin}), listening on "
+            f"{listen}:{settings.port} with {settings.workers} worker(s), data in {settings.data_dir}")
+
+
 def serve(settings: Settings, out: TextIO | None = None) -> None:
     """Run Granian in the foreground until interrupted."""
     from granian import Granian
@@ -113,8 +124,7 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     from akrelay.observability.metrics import prepare_multiprocess
 
     prepare_multiprocess(settings.data_dir)  # before any worker exists: /metrics sums every worker
-    print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "
-          f"with {settings.workers} worker(s), data in {settings.data_dir}", file=out, flush=True)
+    print(banner(settings), file=out, flush=True)
     followers = None
     os.environ.pop(FOLLOWER_PROCESS_ENV, None)
     if settings.followers == "process" and not settings.core_only:

@@ -363,3 +363,38 @@ def test_a_refusal_message_is_escaped_too(hostile, tls, capsys) -> None:
     err = capsys.readouterr().err
     assert not [ch for ch in UNSAFE if ch in err], err
     assert err.count("\n") == 1
+
+
+# -- item 15: a relay reached by another name than its origin ------------------------------------
+
+
+def test_a_relay_asked_by_another_name_says_which_origin_to_use(hostile, tls, capsys) -> None:
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        conn.json({"protocol": "agent-knowledge/1.0", "service": "https://localhost:8443"})
+
+    server = hostile(scenario)
+    assert main(["get", "--relay", server.origin, "--cacert", tls[0], "--", "A" * 43]) == 3
+    err = capsys.readouterr().err
+    assert (f"you asked for {server.origin}, but the relay there says its origin is https://localhost:8443"
+            in err)
+    assert "hint: use --relay https://localhost:8443" in err
+
+
+def test_the_client_refuses_an_alias_with_the_asked_and_the_claimed_origin() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"protocol": "agent-knowledge/1.0", "service": "https://localhost:8443"})
+
+    client = RelayClient("https://127.0.0.1:8443", transport=httpx.MockTransport(handler))
+    with pytest.raises(ResponseError) as caught:
+        client.get("A" * 43)
+    assert str(caught.value).startswith("you asked for https://127.0.0.1:8443, but the relay there says its "
+                                        "origin is https://localhost:8443")
+
+
+def test_serve_prints_the_origin_to_use_not_the_listen_address_as_a_url() -> None:
+    from akrelay.server import banner
+    from akrelay.settings import load_settings
+
+    line = banner(load_settings({"data": "/tmp/d", "host": "127.0.0.1", "port": 8443}, {}))
+    assert "serving origin https://localhost:8443 (clients use --relay https://localhost:8443)" in line
+    assert "https://127.0.0.1" not in line and "listening on 127.0.0.1:8443" in line

@@ -241,7 +241,11 @@ class SyncEngine:
         doc = transport.get_json(peer.origin + DISCOVERY_PATH, max_bytes=min(peer.max_page_bytes, 1 << 20))
         if not isinstance(doc, dict) or doc.get("service") != peer.origin:
             service = doc.get("service") if isinstance(doc, dict) else None
-            raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
+            if not isinstance(service, str):
+                raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
+            raise PeerMisbehaved(f"the peer configured as {peer.origin} says its origin is {service!r}; "
+                                 "configure the peer by the origin it serves (a relay on 127.0.0.1 without "
+                                 "--origin serves https://localhost:PORT)")
         try:
             discovery = validate_discovery(doc, peer.origin)
         except ProtocolError as exc:
