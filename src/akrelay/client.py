@@ -91,6 +91,14 @@ def tls_verify(cacert: str | None) -> ssl.SSLContext | bool:
         raise ValueError(f"cannot read --cacert {cacert}: {exc.strerror or exc}") from None
 
 
+def _unverified() -> ssl.SSLContext:
+    """A context that checks nothing (``akrelay kip --insecure``, for tests only)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def _verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
     seen: set[int] = set()
     cause: BaseException | None = exc
@@ -167,12 +175,13 @@ class RelayClient:
 
     def __init__(self, relay_url: str, cacert: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None, discover: bool = True,
-                 max_body: int = MAX_BODY, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 max_body: int = MAX_BODY, monotonic: Callable[[], float] = time.monotonic,
+                 insecure: bool = False) -> None:
         self.origin = origin_of(relay_url)
         self.timeout = timeout
         self.max_body = max_body
         self._monotonic = monotonic
-        verify = tls_verify(cacert)
+        verify = _unverified() if insecure else tls_verify(cacert)
         if transport is None:  # a mock transport (tests) has no sockets to bind by the deadline
             transport = deadline_transport(verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context())
         self._http = httpx.Client(verify=verify, timeout=timeout, follow_redirects=False, transport=transport,
@@ -412,6 +421,19 @@ class RelayClient:
         with _as_response_error():
             validate_batch_response(page, requested, self.origin)
         return page
+
+    def post_json(self, path: str, value: Any, *, timeout: float | None = None) -> tuple[int, Any]:
+        """POST ``value`` to ``path`` on this origin (no discovery): the status and the parsed body,
+        or ``None`` when the body is not strict JSON. For APIs whose answers are not §8.1 errors (KIP)."""
+        url = self.origin + path
+        body = json.dumps(value, ensure_ascii=False).encode()
+        with self._exchange("POST", url, body=body, headers={"content-type": "application/json"},
+                            timeout=timeout) as (response, at, seconds):
+            raw = self._read_body(response, url, (at, seconds), self.max_body)
+        try:
+            return response.status_code, self._parse(raw)
+        except ResponseError:
+            return response.status_code, None
 
     def search_page(self, body: dict[str, Any]) -> Any:
         """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request."""

@@ -398,3 +398,36 @@ def test_serve_prints_the_origin_to_use_not_the_listen_address_as_a_url() -> Non
     line = banner(load_settings({"data": "/tmp/d", "host": "127.0.0.1", "port": 8443}, {}))
     assert "serving origin https://localhost:8443 (clients use --relay https://localhost:8443)" in line
     assert "https://127.0.0.1" not in line and "listening on 127.0.0.1:8443" in line
+
+
+# -- kip and kql --relay read through the same bounded client ------------------------------------
+
+
+def test_kip_relay_refuses_a_gzip_bomb_unread(hostile, tls, capsys) -> None:
+    bomb = gzip.compress(bytes(200 * MiB), compresslevel=9)
+
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        conn.head(200, [("content-type", "application/json"), ("content-encoding", "gzip"),
+                        ("content-length", str(len(bomb)))])
+        conn.send(bomb)
+
+    server = hostile(scenario)
+    rc, peak = peak_of(lambda: main(["kip", "DESCRIBE PRIMER", "--relay", server.origin, "--cacert", tls[0]]))
+    err = capsys.readouterr().err
+    assert rc == 1 and "content-encoding 'gzip' was not asked for" in err, err
+    assert peak < 32 * MiB
+
+
+def test_kql_relay_shows_cells_escaped_one_line_each(hostile, tls, capsys) -> None:
+    envelope = {"kip": "2.0", "status": "succeeded",
+                "results": [{"status": "succeeded", "result": {"columns": ["?c.name"], "rows": [[HOSTILE_TEXT + "\nfake row"]]}}]}
+
+    def scenario(conn: Conn, method: str, path: str) -> None:
+        conn.json(envelope)
+
+    server = hostile(scenario)
+    assert main(["kql", "FIND(?c.name) WHERE { ?c {type: \"KnowledgeCapsule\"} }", "--relay", server.origin,
+                 "--cacert", tls[0]]) == 0
+    out = capsys.readouterr().out
+    assert not [ch for ch in UNSAFE if ch in out], out
+    assert len(out.splitlines()) == 4  # header, rule, one row, footer

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
+from akrelay.cli.terminal import dumps
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 
 DEFAULT_DATA = "./akrelay-data"
@@ -163,22 +164,22 @@ def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: floa
     """POST a KIP request envelope to ``--relay``; ``(HTTP status, decoded body or None)``."""
     import httpx
 
-    from akrelay.client import connection_failure, tls_verify
+    from akrelay.cli.terminal import printable
+    from akrelay.client import RelayClient, ResponseError, connection_failure
 
-    try:
-        verify: Any = False if args.insecure else tls_verify(args.cacert)
-        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=verify, timeout=timeout,
-                              follow_redirects=False)
+    try:  # the bounded client: one deadline, identity coding only, the body capped as it arrives
+        with RelayClient(args.relay, cacert=args.cacert, insecure=args.insecure, timeout=timeout,
+                         discover=False) as client:
+            return client.post_json("/v1/kip", request)
     except httpx.HTTPError as exc:
         print(f"akrelay {args.command}: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
+        return 0, None
+    except ResponseError as exc:
+        print(printable(f"akrelay {args.command}: invalid_response: {exc.message}"), file=sys.stderr)
         return 0, None
     except (ValueError, OSError) as exc:
         print(f"akrelay {args.command}: {exc}", file=sys.stderr)
         return 0, None
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, None
 
 
 def run_kip(args: argparse.Namespace) -> int:
@@ -190,7 +191,7 @@ def run_kip(args: argparse.Namespace) -> int:
                 print(f"akrelay kip: {args.relay} answered HTTP {status} without a KIP response envelope",
                       file=sys.stderr)
             return 1
-        print(json.dumps(body, indent=2, ensure_ascii=False))
+        print(dumps(body, indent=2))
         return 0 if status == 200 and body.get("status") == "succeeded" else 1
     from akrelay.kip.errors import KipError
 
@@ -208,6 +209,5 @@ def run_kip(args: argparse.Namespace) -> int:
             status = 0 if out["status"] == "succeeded" else 1
     finally:
         node.stop()
-    json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
-    print()
+    print(dumps(out, indent=2))
     return status
