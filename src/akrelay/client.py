@@ -237,9 +237,9 @@ class RelayClient:
                                         "(the client sends accept-encoding: identity); the body was not read")
                 yield response, at, seconds
         except httpx.TimeoutException as exc:
-            if self._monotonic() >= at:
-                raise self._late(method, url, seconds) from None
-            raise ResponseError(f"{method} {url}: {type(exc).__name__}") from None
+            if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)) or self._monotonic() < at:
+                raise  # no answer at all: the caller says it cannot reach the relay
+            raise self._late(method, url, seconds) from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise ResponseError(f"{method} {url}: incomplete response ({exc})") from None
 

@@ -70,3 +70,8 @@ def test_sign_refuses_a_created_at_out_of_range(tmp_path, capsys) -> None:
 def test_query_with_a_non_integer_limit_says_so(capsys) -> None:
     assert main(["query", "limit=abc", "--relay", NOWHERE]) == 2
     assert _one_error_line(capsys) == "error: after_seq and limit take a decimal integer"
+
+
+def test_ask_names_the_relay_it_cannot_reach(capsys) -> None:
+    assert main(["ask", "what?", "--relay", NOWHERE]) == 2
+    assert _one_error_line(capsys).startswith(f"error: cannot reach {NOWHERE}: ")

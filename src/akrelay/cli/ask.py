@@ -95,7 +95,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         with RelayClient(args.relay, cacert=args.cacert) as client:
             doc = client.ask(document, on_event=show if streamed else None)
     except (ServiceError, ResponseError, httpx.HTTPError, ValueError, OSError) as exc:
-        return _refused(exc)
+        return _refused(exc, args)
     if args.json:
         print(dumps(doc, separators=(",", ":")))
         return 0 if doc.get("status") == "completed" else EXIT_FAILED
@@ -120,14 +120,18 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refused(exc: Exception) -> int:
+def _refused(exc: Exception, args: argparse.Namespace) -> int:
     """The message and exit code of a turn the relay (or the connection) refused."""
-    from akrelay.client import ResponseError, ServiceError
+    import httpx
+
+    from akrelay.client import ResponseError, ServiceError, connection_failure
 
     if isinstance(exc, ServiceError):
         message, code = f"{exc.code} ({exc.status}): {exc.message}", EXIT_REFUSED
     elif isinstance(exc, ResponseError):
         message, code = f"invalid_response: {exc}", EXIT_RESPONSE
+    elif isinstance(exc, httpx.HTTPError):
+        message, code = connection_failure(exc, args.relay, args.cacert), EXIT_USAGE
     else:
         message, code = str(exc), EXIT_USAGE
     print(printable(f"error: {message}"), file=sys.stderr)
