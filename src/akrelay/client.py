@@ -5,12 +5,21 @@ verified with the protocol core and matched against the ID that was asked for,
 every list response must name the origin we asked, and query pages must keep
 one checkpoint. Redirects are never followed (a redirect could hand an
 envelope or query to another origin) and JSON is parsed strictly (I-JSON).
+
+Nothing the service sends can make the client unbounded (``akrelay.boundedhttp``):
+every request has one deadline covering connect, TLS, headers and body; only
+``identity`` is accepted as content coding (a gzip bomb is refused unread);
+bodies, event-stream lines and events are counted in raw bytes against caps as
+they arrive, and in JSON values before they are parsed. The constructor does no
+network I/O: discovery runs before the first request that needs it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import ssl
+import time
 from dataclasses import dataclass, field
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -18,6 +27,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+from akrelay.boundedhttp import deadline, deadline_transport, json_values, unasked_coding
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.query import MAX_LIMIT as MAX_QUERY_LIMIT
 from akrelay.protocol.records import (
@@ -29,6 +39,19 @@ from akrelay.protocol.records import (
 )
 
 DISCOVERY_PATH = "/.well-known/agent-knowledge"
+
+#: Largest 200 body read (a query page of 1000 records stays far below it); more is refused.
+MAX_BODY = 64 * 1024 * 1024
+#: Largest discovery document read: a §9.2 document lists a few endpoints and at most 32 peers.
+MAX_DISCOVERY_BYTES = 1024 * 1024
+#: Bytes of a non-200 body read for its error code and message; the rest is never read.
+MAX_ERROR_BODY = 64 * 1024
+#: Largest event-stream line, and largest event (its data lines together); a longer one is refused.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+#: Bytes per JSON value allowed in a body at the least (parsed JSON costs about 80 bytes per value).
+BYTES_PER_VALUE = 64
+#: An event-stream line ends at CRLF, LF or CR (WHATWG HTML, server-sent events).
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 class ResponseError(Exception):
@@ -66,6 +89,14 @@ def tls_verify(cacert: str | None) -> ssl.SSLContext | bool:
         raise ValueError(f"--cacert {cacert} holds no PEM certificate (expected the relay's tls-cert.pem)") from None
     except OSError as exc:
         raise ValueError(f"cannot read --cacert {cacert}: {exc.strerror or exc}") from None
+
+
+def _unverified() -> ssl.SSLContext:
+    """A context that checks nothing (``akrelay kip --insecure``, for tests only)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
@@ -114,6 +145,14 @@ def _as_response_error() -> Iterator[None]:
         raise ResponseError(exc.message) from None
 
 
+def _raw(response: httpx.Response) -> Iterator[bytes]:
+    """The body's bytes as received, never decoded (a response built in memory is already whole)."""
+    if response.is_stream_consumed:  # only a mock transport's answer: it arrived complete
+        yield response.content
+        return
+    yield from response.iter_raw()
+
+
 @dataclass
 class QueryResult:
     """Every record of a completed enumeration and the checkpoint to persist."""
@@ -127,17 +166,29 @@ class QueryResult:
 
 
 class RelayClient:
-    """Talks to one service origin. ``cacert`` is a PEM file to trust (self-signed relays)."""
+    """Talks to one service origin. ``cacert`` is a PEM file to trust (self-signed relays).
+
+    ``timeout`` is the deadline of each request as a whole (connect, TLS, headers and
+    body), not of each read. ``discover=False`` skips §9.2 discovery and uses the
+    default endpoints; otherwise discovery runs before the first request.
+    """
 
     def __init__(self, relay_url: str, cacert: str | None = None, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None, discover: bool = True) -> None:
+                 transport: httpx.BaseTransport | None = None, discover: bool = True,
+                 max_body: int = MAX_BODY, monotonic: Callable[[], float] = time.monotonic,
+                 insecure: bool = False) -> None:
         self.origin = origin_of(relay_url)
-        self._http = httpx.Client(verify=tls_verify(cacert), timeout=timeout, follow_redirects=False, transport=transport,
-                                  headers={"accept": "application/json"})
+        self.timeout = timeout
+        self.max_body = max_body
+        self._monotonic = monotonic
+        verify = _unverified() if insecure else tls_verify(cacert)
+        if transport is None:  # a mock transport (tests) has no sockets to bind by the deadline
+            transport = deadline_transport(verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context())
+        self._http = httpx.Client(verify=verify, timeout=timeout, follow_redirects=False, transport=transport,
+                                  headers={"accept": "application/json", "accept-encoding": "identity"})
         self.endpoints = {key: self.origin + "/v1/knowledge/" + key for key in ("events", "query", "batch")}
         self.discovery: dict[str, Any] | None = None
-        if discover:
-            self.discover()
+        self._discover = discover
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -158,16 +209,67 @@ class RelayClient:
         if not same:
             raise ResponseError(f"endpoint {url!r} is not on the service origin {self.origin}")
 
-    def _request(self, method: str, url: str, *, body: bytes | None = None) -> Any:
-        self._check_url(url)
+    def _request(self, method: str, url: str, *, body: bytes | None = None, max_body: int | None = None) -> Any:
         headers = {"content-type": "application/json"} if body is not None else None
-        return self._checked(self._http.request(method, url, content=body, headers=headers))
+        with self._exchange(method, url, body=body, headers=headers) as (response, at, seconds):
+            return self._checked(response, self._read_body(response, url, (at, seconds), max_body or self.max_body))
 
-    def _checked(self, response: httpx.Response) -> Any:
+    @contextmanager
+    def _exchange(self, method: str, url: str, *, body: bytes | None, headers: dict[str, str] | None,
+                  timeout: float | None = None) -> Iterator[tuple[httpx.Response, float, float]]:
+        """One streamed request under one deadline; yields the response (headers read), the deadline and its seconds.
+
+        Redirects and unasked content codings are refused before the body is read; a
+        deadline or transport failure while the caller reads the body is reported here too.
+        """
+        self._check_url(url)
+        seconds = self.timeout if timeout is None else timeout
+        at = self._monotonic() + seconds
+        try:
+            with deadline(at, self._monotonic), \
+                    self._http.stream(method, url, content=body, headers=headers, timeout=seconds) as response:
+                if response.is_redirect:
+                    raise ResponseError(f"the service redirected to {response.headers.get('location')!r}; "
+                                        "redirects are not followed")
+                coding = unasked_coding(response)
+                if coding is not None:
+                    raise ResponseError(f"{method} {url}: content-encoding {coding!r} was not asked for "
+                                        "(the client sends accept-encoding: identity); the body was not read")
+                yield response, at, seconds
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)) or self._monotonic() < at:
+                raise  # no answer at all: the caller says it cannot reach the relay
+            raise self._late(method, url, seconds) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise ResponseError(f"{method} {url}: incomplete response ({exc})") from None
+
+    @staticmethod
+    def _late(method: str, url: str, seconds: float) -> ResponseError:
+        return ResponseError(f"{method} {url}: no complete response within {seconds:g} s "
+                             "(connection, headers and body)")
+
+    def _read_body(self, response: httpx.Response, url: str, limit: tuple[float, float], cap: int) -> bytearray:
+        """The raw body, up to ``cap`` bytes for a 200 (more is refused) or :data:`MAX_ERROR_BODY` otherwise."""
+        if response.status_code != 200:
+            cap = MAX_ERROR_BODY
+        declared = response.headers.get("content-length")
+        if response.status_code == 200 and declared is not None and declared.isdigit() and int(declared) > cap:
+            raise ResponseError(f"{url}: body of {declared} bytes exceeds {cap}")
+        data = bytearray()
+        for chunk in _raw(response):
+            if len(data) + len(chunk) > cap:
+                if response.status_code != 200:  # enough of an error body for its code; the rest is not read
+                    data += chunk[:cap - len(data)]
+                    break
+                raise ResponseError(f"{url}: body exceeds {cap} bytes; reading stopped there")
+            data += chunk
+            if self._monotonic() > limit[0]:
+                raise self._late(response.request.method, url, limit[1])
+        return data
+
+    def _checked(self, response: httpx.Response, content: bytes | bytearray) -> Any:
         """The parsed body of a 200 answer; anything else raises ``ServiceError`` or ``ResponseError``."""
-        if response.is_redirect:
-            raise ResponseError(f"the service redirected to {response.headers.get('location')!r}; redirects are not followed")
-        parsed = self._parse(response.content)
+        parsed = self._parse(content)
         if response.status_code != 200:
             error = parsed.get("error") if isinstance(parsed, dict) else None
             if not isinstance(error, dict) or not isinstance(error.get("code"), str):
@@ -176,12 +278,14 @@ class RelayClient:
                                response.headers.get("retry-after"))
         return parsed
 
-    @staticmethod
-    def _parse(content: bytes) -> Any:
+    def _parse(self, content: bytes | bytearray) -> Any:
         from akrelay.protocol.ijson import parse_strict
 
+        values, most = json_values(content), max(4096, self.max_body // BYTES_PER_VALUE)
+        if values > most:
+            raise ResponseError(f"response holds about {values} JSON values, more than {most}")
         try:
-            return parse_strict(content, code="invalid_response")
+            return parse_strict(bytes(content), code="invalid_response")
         except ProtocolError as exc:
             raise ResponseError(f"response is not strict I-JSON: {exc.message}") from None
 
@@ -196,11 +300,22 @@ class RelayClient:
 
     # -- operations ----------------------------------------------------------------------------
 
+    def ensure_discovery(self) -> dict[str, Any] | None:
+        """The discovery document, read once (``None`` when the client was made with ``discover=False``)."""
+        if self.discovery is None and self._discover:
+            self.discover()
+        return self.discovery
+
+    def _endpoint(self, key: str) -> str:
+        self.ensure_discovery()
+        return self.endpoints[key]
+
     def discover(self) -> dict[str, Any]:
         """Read and validate §9.2 discovery; advertised endpoints replace the defaults."""
         from akrelay.protocol.discovery import validate_discovery
 
-        doc = self._request("GET", self.origin + DISCOVERY_PATH)
+        doc = self._request("GET", self.origin + DISCOVERY_PATH, max_body=MAX_DISCOVERY_BYTES)
+        self._check_service(doc)
         try:
             validate_discovery(doc, self.origin)
         except ProtocolError as exc:
@@ -219,24 +334,40 @@ class RelayClient:
         self.discovery = doc
         return doc
 
+    def _check_service(self, doc: Any) -> None:
+        """A relay that names another origin than the one asked: say which is which, and the way out.
+
+        Agent Knowledge §9.2 makes ``service`` equal the origin serving the document and
+        every list response names it, so an alias (``127.0.0.1`` for ``localhost``) is
+        not accepted: the relay is reached by the origin it says it is.
+        """
+        from akrelay.protocol.discovery import is_canonical_origin
+
+        service = doc.get("service") if isinstance(doc, dict) else None
+        if isinstance(service, str) and is_canonical_origin(service) and service != self.origin:
+            raise ResponseError(
+                f"you asked for {self.origin}, but the relay there says its origin is {service}; a relay answers "
+                f"only by its own origin (Agent Knowledge §9.2)\nhint: use --relay {service} (or restart the "
+                f"relay with --origin {self.origin} if that is its public origin)")
+
     def submit(self, envelope: bytes | dict[str, Any]) -> dict[str, Any]:
         """Submit one envelope; the returned record must carry the same envelope."""
         from akrelay.protocol.envelope import verify_envelope
 
         raw = envelope if isinstance(envelope, bytes) else json.dumps(envelope, ensure_ascii=False).encode()
         expected = verify_envelope(raw).id
-        record = self._request("POST", self.endpoints["events"], body=raw)
+        record = self._request("POST", self._endpoint("events"), body=raw)
         return self.verify_record(record, expected)
 
     def get(self, event_id: str) -> dict[str, Any]:
         if not isinstance(event_id, str) or not event_id or "/" in event_id:
             raise ValueError(f"not an event ID: {event_id!r}")
-        record = self._request("GET", self.endpoints["events"] + "/" + event_id)
+        record = self._request("GET", self._endpoint("events") + "/" + event_id)
         return self.verify_record(record, event_id)
 
     def query_page(self, params: Sequence[tuple[str, str]] | dict[str, Any]) -> dict[str, Any]:
         pairs = list(params.items()) if isinstance(params, dict) else list(params)
-        url = self.endpoints["query"] + ("?" + urlencode(pairs) if pairs else "")
+        url = self._endpoint("query") + ("?" + urlencode(pairs) if pairs else "")
         page = self._request("GET", url)
         with _as_response_error():
             check_list_shape(page, self.origin, max_items=MAX_QUERY_LIMIT)
@@ -247,8 +378,11 @@ class RelayClient:
         base = [(k, str(v)) for k, v in (params.items() if isinstance(params, dict) else (params or []))]
         if any(k == "cursor" for k, _ in base):
             raise ValueError("start an enumeration without a cursor")
-        after_seq = int(dict(base).get("after_seq", "0") or 0)
-        limit = int(dict(base).get("limit", "100") or 100)
+        try:
+            after_seq = int(dict(base).get("after_seq", "0") or 0)
+            limit = int(dict(base).get("limit", "100") or 100)
+        except ValueError:
+            raise ValueError("after_seq and limit take a decimal integer") from None
         cursor: str | None = None
         scope: tuple[int, int] | None = None
         last_seq = after_seq
@@ -283,14 +417,27 @@ class RelayClient:
     def batch(self, hashes: Sequence[str]) -> dict[str, Any]:
         """Read up to 100 IDs; every ID comes back exactly once, partitions in request order."""
         requested = list(hashes)
-        page = self._request("POST", self.endpoints["batch"], body=json.dumps({"hashes": requested}).encode())
+        page = self._request("POST", self._endpoint("batch"), body=json.dumps({"hashes": requested}).encode())
         with _as_response_error():
             validate_batch_response(page, requested, self.origin)
         return page
 
+    def post_json(self, path: str, value: Any, *, timeout: float | None = None) -> tuple[int, Any]:
+        """POST ``value`` to ``path`` on this origin (no discovery): the status and the parsed body,
+        or ``None`` when the body is not strict JSON. For APIs whose answers are not §8.1 errors (KIP)."""
+        url = self.origin + path
+        body = json.dumps(value, ensure_ascii=False).encode()
+        with self._exchange("POST", url, body=body, headers={"content-type": "application/json"},
+                            timeout=timeout) as (response, at, seconds):
+            raw = self._read_body(response, url, (at, seconds), self.max_body)
+        try:
+            return response.status_code, self._parse(raw)
+        except ResponseError:
+            return response.status_code, None
+
     def search_page(self, body: dict[str, Any]) -> Any:
         """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request."""
-        return self._request("POST", self.endpoints["search"], body=json.dumps(body).encode())
+        return self._request("POST", self._endpoint("search"), body=json.dumps(body).encode())
 
     def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
             timeout: float = 930.0) -> dict[str, Any]:
@@ -301,30 +448,63 @@ class RelayClient:
         frame is returned. The endpoint comes from discovery's ``knowql`` member
         and must be on this origin.
         """
-        member = (self.discovery or {}).get("knowql")
+        member = (self.ensure_discovery() or {}).get("knowql")
         url = member.get("endpoint") if isinstance(member, dict) else None
         url = url if isinstance(url, str) else self.origin + "/query"
         self._check_url(url)
         body = json.dumps({**document, "stream": on_event is not None}, ensure_ascii=False).encode()
         headers = {"content-type": "application/json"}
-        if on_event is None:
-            return self._checked(self._http.post(url, content=body, headers=headers, timeout=timeout))
-        headers["accept"] = "text/event-stream"
-        with self._http.stream("POST", url, content=body, headers=headers, timeout=timeout) as response:
-            if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
-                    "text/event-stream"):
-                response.read()
-                return self._checked(response)
-            event, data = None, []
-            for line in response.iter_lines():
+        if on_event is not None:
+            headers["accept"] = "text/event-stream"
+        with self._exchange("POST", url, body=body, headers=headers, timeout=timeout) as (response, at, seconds):
+            if on_event is None or response.status_code != 200 or not response.headers.get(
+                    "content-type", "").startswith("text/event-stream"):
+                return self._checked(response, self._read_body(response, url, (at, seconds), self.max_body))
+            event, data, size = None, [], 0
+            for line in self._event_lines(response, url, (at, seconds)):
                 if line.startswith("event:"):
                     event = line[6:].strip()
                 elif line.startswith("data:"):
+                    size += len(line)
+                    if size > MAX_EVENT_BYTES:
+                        raise ResponseError(f"{url}: an event's data exceeds {MAX_EVENT_BYTES} bytes")
                     data.append(line[5:].strip())
                 elif not line and data:
                     payload = self._parse("\n".join(data).encode("utf-8"))
                     if event == "query":
                         return payload
                     on_event(payload)
-                    event, data = None, []
+                    event, data, size = None, [], 0
         raise ResponseError("the event stream ended without its query frame")
+
+    def _event_lines(self, response: httpx.Response, url: str, limit: tuple[float, float]) -> Iterator[str]:
+        """The lines of an event stream (CRLF, LF or CR ended), each and all of them capped in raw bytes."""
+        pending = bytearray()
+        total = 0
+        for chunk in _raw(response):
+            total += len(chunk)
+            if total > self.max_body:
+                raise ResponseError(f"{url}: the event stream exceeds {self.max_body} bytes; reading stopped there")
+            scan = max(0, len(pending) - 1)  # what was scanned before holds no line end (but a last CR)
+            pending += chunk
+            start = 0
+            for end in _LINE_END.finditer(pending, scan):
+                if end.group() == b"\r" and end.end() == len(pending):
+                    break  # a CR at the end of what has arrived may be the first half of CRLF
+                yield self._line(pending[start:end.start()], url)
+                start = end.end()
+            del pending[:start]
+            if len(pending) > MAX_EVENT_BYTES:
+                raise ResponseError(f"{url}: an event-stream line exceeds {MAX_EVENT_BYTES} bytes; "
+                                    "reading stopped there")
+            if self._monotonic() > limit[0]:
+                raise self._late("POST", url, limit[1])
+        if pending:
+            yield self._line(pending, url)
+
+    @staticmethod
+    def _line(raw: bytes | bytearray, url: str) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ResponseError(f"{url}: event stream is not UTF-8 at byte {exc.start} of a line") from None

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess
 from akrelay.node import RelayNode, check_components
-from akrelay.settings import RESOLVED_ENV, Settings, SettingsError
+from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, record_origin
 
 APP_FACTORY = "akrelay.app:create_app_from_env"
 #: Seconds Granian waits for the workers to stop after SIGTERM before killing them (all together).
@@ -67,6 +67,7 @@ def prepare(settings: Settings, out: TextIO | None = None) -> tuple[Settings, Pa
     origin = check_origin(settings)
     settings = settings.replace(origin=origin, data=str(settings.data_dir.resolve()))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    record_origin(settings.data_dir, origin)  # what sync and reindex --kip take as this relay's origin
     # Open once in the launcher so that schema creation and the relay secret exist
     # before several workers race to create them.
     RelayNode.open(settings, components=()).stop()
@@ -99,6 +100,17 @@ def check_address_free(host: str, port: int) -> None:
             raise SettingsError(f"cannot listen on {shown}: {exc.strerror}") from None
 
 
+def banner(settings: Settings) -> str:
+    """The start line: the origin clients must use, apart from the address listened on.
+
+    A relay answers only by its origin (§9.2), so the listen address is not printed as a URL:
+    ``https://127.0.0.1:8443`` would be refused by every client as another origin.
+    """
+    listen = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return (f"akrelay: serving origin {settings.origin} (clients use --relay {settings.origin}), listening on "
+            f"{listen}:{settings.port} with {settings.workers} worker(s), data in {settings.data_dir}")
+
+
 def serve(settings: Settings, out: TextIO | None = None) -> None:
     """Run Granian in the foreground until interrupted."""
     from granian import Granian
@@ -112,8 +124,7 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     from akrelay.observability.metrics import prepare_multiprocess
 
     prepare_multiprocess(settings.data_dir)  # before any worker exists: /metrics sums every worker
-    print(f"akrelay: serving {settings.origin} on https://{settings.host}:{settings.port} "
-          f"with {settings.workers} worker(s), data in {settings.data_dir}", file=out, flush=True)
+    print(banner(settings), file=out, flush=True)
     followers = None
     os.environ.pop(FOLLOWER_PROCESS_ENV, None)
     if settings.followers == "process" and not settings.core_only:

@@ -300,3 +300,45 @@ def licence_allow_list(settings: Settings, read_file: Callable[[str], str] | Non
             if line and not line.startswith("#"):
                 allowed.add(line)
     return frozenset(allowed)
+
+
+#: The file in a data directory naming the origin ``serve`` last served it at: the origin its data
+#: belongs to (KIP Space ids embed it, and sync must not take a peer on it for itself).
+ORIGIN_RECORD = "served-origin"
+
+
+def recorded_origin(data_dir: str | os.PathLike[str]) -> str | None:
+    """The origin ``serve`` last used for ``data_dir``, if it recorded one."""
+    try:
+        text = (Path(data_dir) / ORIGIN_RECORD).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
+def record_origin(data_dir: str | os.PathLike[str], origin: str) -> None:
+    """Remember ``origin`` as the one ``data_dir`` is served at (atomically, only when it changed)."""
+    if recorded_origin(data_dir) == origin:
+        return
+    path = Path(data_dir) / ORIGIN_RECORD
+    tmp = path.with_name(ORIGIN_RECORD + ".tmp")
+    tmp.write_text(origin + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def with_data_origin(settings: Settings) -> Settings:
+    """``settings`` with the data directory's recorded origin when no origin was given.
+
+    The default origin (``https://localhost:8443``) describes a ``serve`` on the
+    default port, not the data directory a command works on: a command that
+    needs the relay's own origin takes it from ``--origin`` (or the environment
+    or config), else from what ``serve`` recorded, else refuses.
+    """
+    if settings.sources.get("origin", "default") != "default":
+        return settings
+    recorded = recorded_origin(settings.data_dir)
+    if recorded is None:
+        raise SettingsError(f"the data directory {settings.data_dir} has no recorded origin (`akrelay serve` "
+                            f"records the origin it serves in {ORIGIN_RECORD} there): pass --origin URL, "
+                            "the relay's public origin")
+    return settings.replace(origin=recorded)

@@ -37,6 +37,14 @@ class WebComponent:
         return (explorer.routes(self.relay, self.settings) + metrics.routes(self.relay, self.settings)
                 + openapi.routes(self.relay, self.settings, self.present))
 
+    def error_page(self, path: str, status: int, allow: str | None) -> Any:
+        """The explorer's HTML page for a 404 or 405 under ``/explorer`` (see ``akrelay.http.errors``)."""
+        if getattr(self.settings, "no_explorer", False):
+            return None
+        from akrelay.explorer.routes import error_page
+
+        return error_page(path, status, allow)
+
     def discovery(self) -> dict[str, Any]:
         return {}
 

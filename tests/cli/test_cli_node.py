@@ -10,7 +10,7 @@ import pytest
 
 from akrelay.cli import main
 from akrelay.node import RelayNode
-from akrelay.settings import defaults
+from akrelay.settings import defaults, record_origin
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "agent-knowledge-1.0.vectors.json")
                      .read_text("utf-8"))
@@ -21,6 +21,7 @@ def data(tmp_path: Path) -> Path:
     directory = tmp_path / "data"
     node = RelayNode.open(defaults(data=str(directory)), components=())
     node.stop()
+    record_origin(directory, "https://relay.example.org")  # as `serve` would (reindex --kip, kip, kql need it)
     return directory
 
 

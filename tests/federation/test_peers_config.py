@@ -173,7 +173,8 @@ def test_sync_once_refuses_while_another_process_leads(tmp_path, capsys) -> None
     lock = federation_lock(tmp_path / "data")
     assert lock.acquire()
     try:
-        code = main(["sync", "--once", "--data", str(tmp_path / "data"), "--peers", str(peers)])
+        code = main(["sync", "--once", "--data", str(tmp_path / "data"), "--peers", str(peers),
+                     "--origin", "https://127.0.0.1:1"])
     finally:
         lock.release()
     assert code == 2 and "already syncing" in capsys.readouterr().err
@@ -211,6 +212,7 @@ def test_serve_and_sync_refuse_a_bad_peer_file_at_startup(tmp_path, capsys) -> N
     bad = tmp_path / "bad.toml"
     bad.write_text('[[peer]]\norigin = "http://plain.example"\n')
     assert main(["serve", "--data", str(tmp_path / "d"), "--peers", str(tmp_path / "missing.toml")]) == 2
-    assert main(["sync", "--once", "--data", str(tmp_path / "d"), "--peers", str(bad)]) == 2
+    assert main(["sync", "--once", "--data", str(tmp_path / "d"), "--peers", str(bad),
+                 "--origin", "https://127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "must use https" in err

@@ -191,10 +191,10 @@ def test_discovery_case_through_the_client(case) -> None:
 
     if case["expected"] == "valid":
         client = RelayClient(origin, transport=httpx.MockTransport(handler))
-        assert client.discovery == case["document"]
+        assert client.ensure_discovery() == case["document"]
     else:
         with pytest.raises(ResponseError):
-            RelayClient(origin, transport=httpx.MockTransport(handler))
+            RelayClient(origin, transport=httpx.MockTransport(handler)).ensure_discovery()
 
 
 def test_client_verifies_envelopes_and_refuses_foreign_service() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.search import EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
+from akrelay.cli.terminal import dumps, printable
 
 DEFAULT_SCOPE = "knowledge"
 EXIT_FAILED = 4
@@ -56,7 +57,7 @@ def format_citations(doc: dict[str, Any]) -> list[str]:
     for n, citation in enumerate(doc.get("citations") or [], start=1):
         belief = citation.get("belief", "unknown")
         title = citation.get("title") or ""
-        lines.append(f"[{n}] {belief:<12} {citation.get('source')}  {title}")
+        lines.append(printable(f"[{n}] {belief:<12} {citation.get('source')}  {title}", keep=""))
     return lines
 
 
@@ -64,11 +65,12 @@ def format_retrieval(envelope: dict[str, Any]) -> list[str]:
     lines = [f"{envelope['counts']['artifacts']} capsule(s), {envelope['counts']['chunks']} passage(s)"]
     for artifact in envelope.get("artifacts", []):
         belief = artifact.get("belief", {}).get("status", "unknown")
-        lines.append(f"  {artifact.get('rank', '?'):>3}. {belief:<12} {artifact['source']}  {artifact.get('name', '')}")
+        lines.append(printable(f"  {artifact.get('rank', '?'):>3}. {belief:<12} {artifact['source']}  "
+                               f"{artifact.get('name', '')}", keep=""))
     for chunk in envelope.get("chunks", []):
         text = " ".join(str(chunk.get("text", "")).split())
         text = text if len(text) <= 100 else text[:99] + "…"
-        lines.append(f"  - {chunk['kind']:<10} {chunk['source']}  {text}")
+        lines.append(printable(f"  - {chunk['kind']:<10} {chunk['source']}  {text}", keep=""))
     return lines
 
 
@@ -86,46 +88,51 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     def show(event: dict[str, Any]) -> None:
         if event.get("type") == "response.output_text.delta":
-            sys.stdout.write(str(event.get("delta", "")))
+            sys.stdout.write(printable(str(event.get("delta", ""))))
             sys.stdout.flush()
 
     try:
         with RelayClient(args.relay, cacert=args.cacert) as client:
             doc = client.ask(document, on_event=show if streamed else None)
     except (ServiceError, ResponseError, httpx.HTTPError, ValueError, OSError) as exc:
-        return _refused(exc)
+        return _refused(exc, args)
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+        print(dumps(doc, separators=(",", ":")))
         return 0 if doc.get("status") == "completed" else EXIT_FAILED
     if doc.get("status") != "completed":
         if streamed:
             print()
-        print(f"error: the turn {doc.get('status')}: {doc.get('error')}", file=sys.stderr)
+        print(printable(f"error: the turn {doc.get('status')}: {doc.get('error')}", keep=""), file=sys.stderr)
         return EXIT_FAILED
     if args.retrieval_only:
         print("\n".join(format_retrieval(doc.get("output_json") or {"counts": {"artifacts": 0, "chunks": 0}})))
     else:
         print()
         if doc.get("output_json") is not None:
-            print(json.dumps(doc["output_json"], ensure_ascii=False, indent=2))
+            print(dumps(doc["output_json"], indent=2))
         citations = format_citations(doc)
         if citations:
             print("\nCitations:")
             print("\n".join(citations))
     extension = doc.get("akrelay") or {}
-    print(f"\nsession {doc.get('session_id')}  query {doc.get('id')}  snapshot seq {extension.get('snapshot_seq')}")
+    print("\n" + printable(f"session {doc.get('session_id')}  query {doc.get('id')}  "
+                           f"snapshot seq {extension.get('snapshot_seq')}", keep=""))
     return 0
 
 
-def _refused(exc: Exception) -> int:
+def _refused(exc: Exception, args: argparse.Namespace) -> int:
     """The message and exit code of a turn the relay (or the connection) refused."""
-    from akrelay.client import ResponseError, ServiceError
+    import httpx
+
+    from akrelay.client import ResponseError, ServiceError, connection_failure
 
     if isinstance(exc, ServiceError):
         message, code = f"{exc.code} ({exc.status}): {exc.message}", EXIT_REFUSED
     elif isinstance(exc, ResponseError):
         message, code = f"invalid_response: {exc}", EXIT_RESPONSE
+    elif isinstance(exc, httpx.HTTPError):
+        message, code = connection_failure(exc, args.relay, args.cacert), EXIT_USAGE
     else:
         message, code = str(exc), EXIT_USAGE
-    print(f"error: {message}", file=sys.stderr)
+    print(printable(f"error: {message}"), file=sys.stderr)
     return code

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from akrelay.cli.terminal import printable
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
@@ -174,12 +175,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _guard(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Local input errors abort with exit code 2 and a message, never a traceback."""
+    """Local input errors abort with exit code 2 and a message, never a traceback.
+
+    A ``ProtocolError`` from a local check is reported with its code, as a relay would report it.
+    """
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        except ProtocolError as exc:
+            return _fail(f"{exc.code}: {exc.message}")
     run.__name__ = command.__name__
     return run
 
@@ -283,6 +289,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
         return _fail("the payload must be a JSON object")
     _apply_target(args, payload)
     created_at = args.created_at if args.created_at is not None else time.time_ns() // 1_000_000
+    if not 0 <= created_at <= 2**53 - 1:
+        return _fail(f"--created-at {created_at} is not in 0..2^53-1 (Unix milliseconds)")
     build = {"publish": signing.publish_event, "assess": signing.assess_event, "retract": signing.retract_event}
     clock, state = _nonce_clock(args.key)
     nonce = clock.next(created_at)
@@ -321,10 +329,10 @@ def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
     except ServiceError as exc:
         detail = f" {json.dumps(exc.data)}" if exc.data is not None else ""
         retry = f" (Retry-After: {exc.retry_after} s)" if exc.retry_after else ""
-        print(f"error: {exc.code} ({exc.status}): {exc.message}{detail}{retry}", file=sys.stderr)
+        print(printable(f"error: {exc.code} ({exc.status}): {exc.message}{detail}{retry}"), file=sys.stderr)
         return EXIT_REFUSED
     except ResponseError as exc:
-        print(f"error: invalid_response: {exc.message}", file=sys.stderr)
+        print(printable(f"error: invalid_response: {exc.message}"), file=sys.stderr)
         return EXIT_RESPONSE
     except httpx.HTTPError as exc:
         print(f"error: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
@@ -335,10 +343,15 @@ def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
 
 
 def _print(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    """One JSON value on one line, every non-printable character escaped (records come from a relay)."""
+    from akrelay.cli.terminal import dumps
+
+    print(dumps(value, separators=(",", ":")))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Every envelope is checked locally first, so that a bad one is reported before any is sent."""
+    from akrelay.protocol.envelope import verify_envelope
     from akrelay.protocol.ijson import parse_strict
 
     raws = []
@@ -350,6 +363,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return _fail(f"cannot read {name}: {exc.strerror}")
         except ProtocolError as exc:
             return _fail(f"{name} is not strict JSON: {exc.message}")
+        try:
+            verify_envelope(raw.strip())
+        except ProtocolError as exc:  # the code the relay would answer; nothing was sent
+            return _fail(f"{name}: {exc.code}: {exc.message} (checked locally: no envelope was submitted)")
         raws.append(raw.strip())
 
     def action(client: RelayClient) -> int:

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
+from akrelay.cli.terminal import dumps
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 
 DEFAULT_DATA = "./akrelay-data"
@@ -40,7 +41,8 @@ def register(subparsers: Any) -> None:
                                           "Run it with the relay stopped.")
     r.add_argument("--data", default=DEFAULT_DATA, metavar="DIR",
                    help=f"the relay's data directory (default {DEFAULT_DATA})")
-    r.add_argument("--origin", help="the relay origin the Space id is derived from (default: from settings)")
+    r.add_argument("--origin", help="the relay origin the Space id is derived from "
+                                    "(default: the one `serve` recorded in --data)")
     add_store_arguments(r)
     r.set_defaults(handler=run_reindex)
 
@@ -52,7 +54,8 @@ def register(subparsers: Any) -> None:
         existing.add_argument("--kip", action="store_true",
                               help="rebuild the KIP nexus (kip-nexus.sqlite3) instead of the search index")
         try:
-            existing.add_argument("--origin", help="with --kip: the relay origin (default: from settings)")
+            existing.add_argument("--origin", help="with --kip: the relay origin "
+                                                   "(default: the one `serve` recorded in --data)")
         except argparse.ArgumentError:  # registered already (the parser is built more than once)
             pass
         search_handler = existing.get_default("handler")
@@ -67,34 +70,31 @@ def register(subparsers: Any) -> None:
         rr = subparsers.add_parser("reindex", help="rebuild derived indexes from the acceptance log")
         rr.add_argument("--kip", action="store_true", required=True, help="rebuild the KIP nexus")
         rr.add_argument("--data", default=DEFAULT_DATA, metavar="DIR")
-        rr.add_argument("--origin", help="the relay origin (default: from settings)")
+        rr.add_argument("--origin", help="the relay origin (default: the one `serve` recorded in --data)")
         add_store_arguments(rr)
         rr.set_defaults(handler=run_reindex)
 
 
-def origin_of(args: argparse.Namespace) -> str:
-    """``--origin`` when given, else the relay's default origin (KIP identifiers embed it)."""
-    if getattr(args, "origin", None):
-        return args.origin
-    try:
-        from akrelay.settings import defaults
-        return defaults().origin
-    except Exception:  # noqa: BLE001 # pragma: no cover - a default for help text; any failure falls back
-        return "https://localhost:8443"
-
-
 def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> Any:
-    """The data directory's relay with only its KIP component, or a clear exit if there is no store."""
+    """The data directory's relay with only its KIP component, or a clear exit if there is no store.
+
+    The KIP Space id embeds the relay's origin, so the origin is ``--origin`` or the one
+    ``serve`` recorded in the data directory; a guess would stamp or read the wrong Space.
+    """
 
     from akrelay.node import RelayNode
-    from akrelay.settings import load_settings
+    from akrelay.settings import SettingsError, load_settings, with_data_origin
 
     budget = getattr(args, "budget_ms", None)
-    settings = load_settings({"data": data, "origin": origin_of(args),
+    settings = load_settings({"data": data, "origin": getattr(args, "origin", None) or None,
                               "kip_budget_ms": budget if budget is not None else None, **store_values(args)})
     missing = missing_log(settings)
     if missing is not None:
         raise SystemExit(f"{command}: {missing}")
+    try:
+        settings = with_data_origin(settings)
+    except SettingsError as exc:
+        raise SystemExit(f"{command}: {exc}") from None
     return RelayNode.open(settings, components=("kip",))
 
 
@@ -164,22 +164,22 @@ def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: floa
     """POST a KIP request envelope to ``--relay``; ``(HTTP status, decoded body or None)``."""
     import httpx
 
-    from akrelay.client import connection_failure, tls_verify
+    from akrelay.cli.terminal import printable
+    from akrelay.client import RelayClient, ResponseError, connection_failure
 
-    try:
-        verify: Any = False if args.insecure else tls_verify(args.cacert)
-        response = httpx.post(args.relay.rstrip("/") + "/v1/kip", json=request, verify=verify, timeout=timeout,
-                              follow_redirects=False)
+    try:  # the bounded client: one deadline, identity coding only, the body capped as it arrives
+        with RelayClient(args.relay, cacert=args.cacert, insecure=args.insecure, timeout=timeout,
+                         discover=False) as client:
+            return client.post_json("/v1/kip", request)
     except httpx.HTTPError as exc:
         print(f"akrelay {args.command}: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
+        return 0, None
+    except ResponseError as exc:
+        print(printable(f"akrelay {args.command}: invalid_response: {exc.message}"), file=sys.stderr)
         return 0, None
     except (ValueError, OSError) as exc:
         print(f"akrelay {args.command}: {exc}", file=sys.stderr)
         return 0, None
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, None
 
 
 def run_kip(args: argparse.Namespace) -> int:
@@ -191,7 +191,7 @@ def run_kip(args: argparse.Namespace) -> int:
                 print(f"akrelay kip: {args.relay} answered HTTP {status} without a KIP response envelope",
                       file=sys.stderr)
             return 1
-        print(json.dumps(body, indent=2, ensure_ascii=False))
+        print(dumps(body, indent=2))
         return 0 if status == 200 and body.get("status") == "succeeded" else 1
     from akrelay.kip.errors import KipError
 
@@ -209,6 +209,5 @@ def run_kip(args: argparse.Namespace) -> int:
             status = 0 if out["status"] == "succeeded" else 1
     finally:
         node.stop()
-    json.dump(out, sys.stdout, indent=2, ensure_ascii=False)
-    print()
+    print(dumps(out, indent=2))
     return status

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_node, parse_params, post_kip
+from akrelay.cli.terminal import dumps, printable
 
 
 
@@ -31,7 +32,12 @@ def register(subparsers: Any) -> None:
 
 
 def _cell(value: Any) -> str:
-    """A compact table cell: elements by kind and id, beliefs by status, JSON otherwise."""
+    """A compact table cell, one line, shown as stored (no control character reaches the terminal)."""
+    return printable(_cell_text(value), keep="")
+
+
+def _cell_text(value: Any) -> str:
+    """Elements by kind and id, beliefs by status, JSON otherwise."""
     if value is None:
         return "null"
     if isinstance(value, dict):
@@ -55,7 +61,7 @@ def format_table(result: dict[str, Any]) -> str:
     footer = f"({len(body)} row{'s' if len(body) != 1 else ''}"
     if result.get("next_cursor"):
         footer += "; more available, next cursor: " + result["next_cursor"]
-    lines.append(footer + ")")
+    lines.append(printable(footer + ")", keep=""))
     return "\n".join(lines)
 
 
@@ -64,22 +70,22 @@ def _print_error(error: dict[str, Any]) -> None:
     details = error.get("details") or {}
     if "line" in details:
         where = f" (line {details['line']}, column {details.get('column')})"
-    print(f"akrelay kql: {error['code']}{where}: {error['message']}", file=sys.stderr)
+    print(printable(f"akrelay kql: {error['code']}{where}: {error['message']}", keep=""), file=sys.stderr)
     if error.get("hint"):
-        print(f"  hint: {error['hint']}", file=sys.stderr)
+        print(printable(f"  hint: {error['hint']}", keep=""), file=sys.stderr)
 
 
 def _emit(entry: dict[str, Any], as_json: bool) -> int:
     if entry.get("status") != "succeeded":
         if as_json:
-            print(json.dumps({"error": entry["error"], "context": entry.get("context")}, indent=2, ensure_ascii=False))
+            print(dumps({"error": entry["error"], "context": entry.get("context")}, indent=2))
         _print_error(entry["error"])
         return 1
     result = dict(entry["result"])
     if "next_cursor" in entry:
         result["next_cursor"] = entry["next_cursor"]
     if as_json:
-        print(json.dumps({"result": result, "context": entry.get("context")}, indent=2, ensure_ascii=False))
+        print(dumps({"result": result, "context": entry.get("context")}, indent=2))
     else:
         print(format_table(result))
     return 0

@@ -189,10 +189,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from akrelay.federation.peers import PeerConfigError
-    from akrelay.settings import SettingsError, load_settings
+    from akrelay.settings import SettingsError, load_settings, with_data_origin
 
     try:
-        settings = load_settings(args)
+        settings = with_data_origin(load_settings(args))
     except SettingsError as exc:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
@@ -221,8 +221,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
         except (PeerConfigError, RuntimeError) as exc:
             print(f"akrelay sync: {exc}", file=sys.stderr)
             return 2
+        skipped = node.sync.skipped_self()
     finally:
         node.stop()
+    source = "--origin" if settings.sources.get("origin") == "flag" else f"the origin of {settings.data_dir}"
+    for origin in skipped:
+        print(f"akrelay sync: warning: not syncing from {origin}: it is this relay's own origin ({source}); "
+              "pass --origin with this relay's public origin if that is wrong", file=sys.stderr)
+    if skipped and not results:
+        print("akrelay sync: no peer to sync from", file=sys.stderr)
+        return 1
     failed = 0
     for r in results:
         if r.ok:

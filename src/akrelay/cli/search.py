@@ -16,6 +16,7 @@ from typing import Any
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
+from akrelay.cli.terminal import dumps, printable
 from akrelay.protocol.errors import ProtocolError
 
 # Exit codes, as for the other client commands: 1 refused, 2 usage/local error, 3 bad response.
@@ -92,7 +93,7 @@ def format_page(page: dict[str, Any]) -> str:
         lines.append(f"{rank:>3}. {record['envelope']['hash']}  seq {record['seq']}  {event['type']}  {label!r}")
         if "explanation" in hit:
             lines.append(f"     {hit['explanation']}")
-    return "\n".join(lines)
+    return "\n".join(printable(line, keep="") for line in lines)  # each line one line, shown as sent
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -109,7 +110,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         with RelayClient(args.relay, cacert=args.cacert) as client:
-            doc = client.discovery or {}
+            doc = client.ensure_discovery() or {}
             modes = doc.get("search_modes", []) if "ranked-search" in doc.get("features", []) else []
             if args.mode not in modes:
                 print(f"error: unsupported_search_mode: {client.origin} does not advertise ranked search "
@@ -127,10 +128,10 @@ def cmd_search(args: argparse.Namespace) -> int:
                     raise ResponseError(exc.message) from None
     except ServiceError as exc:
         detail = f" {json.dumps(exc.data)}" if exc.data is not None else ""
-        print(f"error: {exc.code} ({exc.status}): {exc.message}{detail}", file=sys.stderr)
+        print(printable(f"error: {exc.code} ({exc.status}): {exc.message}{detail}"), file=sys.stderr)
         return EXIT_REFUSED
     except ResponseError as exc:
-        print(f"error: invalid_response: {exc}", file=sys.stderr)
+        print(printable(f"error: invalid_response: {exc}"), file=sys.stderr)
         return EXIT_RESPONSE
     except httpx.HTTPError as exc:
         print(f"error: {connection_failure(exc, args.relay, args.cacert)}", file=sys.stderr)
@@ -139,7 +140,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(page, ensure_ascii=False, separators=(",", ":")))
+        print(dumps(page, separators=(",", ":")))
     else:
         print(format_page(page))
     return 0

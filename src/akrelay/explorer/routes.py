@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
-from litestar import Request, get, post
+from litestar import Request, Response, get, post
 from litestar.response.base import ASGIResponse
 
 import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
@@ -27,9 +27,10 @@ from akrelay.observability import sources
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
 
-HTML = "text/html; charset=utf-8"
+#: Litestar adds ``; charset=utf-8`` to a ``text/`` media type itself (naming it here doubled it).
+HTML = "text/html"
 #: Assets served from the package (no CDN); anything else under static/ is 404.
-STATIC = {"explorer.css": "text/css; charset=utf-8", "ask.js": "text/javascript; charset=utf-8"}
+STATIC = {"explorer.css": "text/css", "ask.js": "text/javascript"}
 RECENT = 50
 #: How far back (in seq) the Recent page looks for publications.
 RECENT_WINDOW = 2000
@@ -37,8 +38,27 @@ LIST_LIMIT = 100
 ASK_TIMEOUT_S = 60
 
 
-def html_response(body: str, status: int = 200) -> ASGIResponse:
-    return ASGIResponse(body=body.encode("utf-8"), status_code=status, media_type=HTML, headers=SECURITY_HEADERS)
+def html_response(body: str, status: int = 200, headers: dict[str, str] | None = None) -> ASGIResponse:
+    return ASGIResponse(body=body.encode("utf-8"), status_code=status, media_type=HTML,
+                        headers={**SECURITY_HEADERS, **(headers or {})})
+
+
+def error_page(path: str, status: int, allow: str | None) -> Response[bytes] | None:
+    """The HTML 404 or 405 page for a path in the explorer's URL space, with its security headers.
+
+    The app's own 404 and 405 are JSON (Identity §8.1) without a CSP; a person who
+    mistypes an explorer URL or sends a form to the wrong place gets a page instead.
+    ``None`` outside the explorer (the API keeps its JSON errors).
+    """
+    if status not in (404, 405) or not (path == BASE or path.startswith(BASE + "/")):
+        return None
+    if status == 404:
+        body = views.not_found_page("There is no explorer page at this address.")
+        headers = dict(SECURITY_HEADERS)
+    else:
+        body = views.method_not_allowed_page(allow)
+        headers = {**SECURITY_HEADERS, **({"Allow": allow} if allow else {})}
+    return Response(content=body.encode("utf-8"), status_code=status, media_type=HTML, headers=headers)
 
 
 def _records(page: Any) -> list[dict[str, Any]]:
@@ -84,7 +104,23 @@ def capsule(relay: Any, event_id: str) -> str:
     if event.get("type") == PUBLISH:
         beliefs = _beliefs(relay, event_id)
     return views.capsule_page(record, outgoing=outgoing, incoming=incoming, beliefs=beliefs,
-                              retractions=retractions, assessments=assessments)
+                              retractions=retractions, assessments=assessments,
+                              retracted=_retracted(relay, assessments))
+
+
+def _retracted(relay: Any, records: list[dict[str, Any]]) -> frozenset[str]:
+    """The IDs of ``records`` that their own author retracted (shown, but marked as withdrawn).
+
+    One indexed query per record (``target``, ``type``, ``actor``, ``limit=1``); the
+    lists shown are bounded already.
+    """
+    out = set()
+    for r in records:
+        event_id, actor = r["envelope"]["hash"], r["envelope"]["event"].get("actor", "")
+        page = relay.query([("target", event_id), ("type", RETRACT), ("actor", actor), ("limit", "1")])
+        if page.records:
+            out.add(event_id)
+    return frozenset(out)
 
 
 def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
@@ -103,6 +139,7 @@ def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
             continue
         ledger = projection.get("explanation", {}).get("ledger", {})
         ids = {aid for name in ("contributing", "opposing", "uncertain") for aid in ledger.get(name, []) or []}
+        ids |= {x.get("assertion_id") for x in ledger.get("eligibility_exclusions", []) or [] if isinstance(x, dict)}
         origins = {}
         with runtime.lock:
             for aid in ids:
@@ -117,7 +154,7 @@ def agent(relay: Any, agent_id: str) -> str:
     capsules = _records(relay.query([("actor", agent_id), ("type", PUBLISH), ("limit", str(LIST_LIMIT))]))
     assessed = _records(relay.query([("actor", agent_id), ("type", ASSESS), ("limit", str(LIST_LIMIT))]))
     more = len(capsules) >= LIST_LIMIT or len(assessed) >= LIST_LIMIT
-    return views.agent_page(agent_id, capsules, assessed, more)
+    return views.agent_page(agent_id, capsules, assessed, more, retracted=_retracted(relay, assessed))
 
 
 def search(relay: Any, raw_query: bytes) -> tuple[str, int]:

@@ -91,7 +91,7 @@ def belief_block(policy: str, projection: dict[str, Any] | None, error: str | No
     rows = [(name, ", ".join(assertion(str(x)) for x in ledger.get(name, []) or []) or '<span class="muted">none</span>')
             for name in ("contributing", "opposing", "uncertain")]
     exclusions = ledger.get("eligibility_exclusions", []) or []
-    rows.append(("exclusions", items(h(x) for x in exclusions)))
+    rows.append(("exclusions", items(_exclusion(x, assertion) for x in exclusions)))
     trust = ", ".join(f"{short(t.get('actor', ''))}: {t.get('class', '')}" for t in ledger.get("trust_decisions", []))
     rows.append(("trust", h(trust)))
     rows.append(("snapshot", h(projection.get("basis", {}).get("snapshot_seq"))))
@@ -101,12 +101,29 @@ def belief_block(policy: str, projection: dict[str, Any] | None, error: str | No
             f"{definition(rows)}<details><summary>rules</summary>{rules}</details></section>")
 
 
-def _assessments(records: Sequence[dict[str, Any]]) -> str:
+#: Why the projection left an assertion out (``akrelay.kip.projection``), in words.
+EXCLUSION_REASONS = {"retracted": "retracted by its author", "withheld": "withheld by this relay",
+                     "blocked_actor": "its signer is blocked under this policy"}
+
+
+def _exclusion(item: Any, assertion: Any) -> str:
+    """One excluded assertion: which one (linked to its event) and why, not the ledger's raw object."""
+    if not isinstance(item, dict) or not isinstance(item.get("assertion_id"), str):
+        return h(item)
+    reason = str(item.get("reason", ""))
+    return f"{assertion(item['assertion_id'])}: {h(EXCLUSION_REASONS.get(reason, reason) or 'excluded')}"
+
+
+def _assessments(records: Sequence[dict[str, Any]], retracted: frozenset[str] = frozenset()) -> str:
+    """Assessments with their verdicts; one its author retracted is struck through and marked so."""
     rows = []
     for r in records:
         event = _event(r)
         payload = event.get("payload", {})
-        rows.append(f'<span class="verdict verdict-{h(payload.get("verdict"))}">{h(payload.get("verdict"))}</span> '
+        verdict = f'<span class="verdict verdict-{h(payload.get("verdict"))}">{h(payload.get("verdict"))}</span>'
+        if r["envelope"]["hash"] in retracted:
+            verdict = f'<del class="retracted">{verdict}</del> <span class="warning">retracted by its author</span>'
+        rows.append(f'{verdict} '
                     f'by {link(agent_url(event.get("actor", "")), short(event.get("actor", "")))}: '
                     f'{h(payload.get("summary", ""))} <span class="muted">{link(capsule_url(r["envelope"]["hash"]), "event")}'
                     f" · {when(event.get('created_at'))}</span>")
@@ -115,7 +132,8 @@ def _assessments(records: Sequence[dict[str, Any]]) -> str:
 
 def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, str | None]],
                  incoming: Sequence[dict[str, Any]], beliefs: Sequence[tuple[str, dict[str, Any] | None, str | None]],
-                 retractions: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]]) -> str:
+                 retractions: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]],
+                 retracted: frozenset[str] = frozenset()) -> str:
     """A capsule (or any event) with its relations both ways, assessments and beliefs.
 
     ``outgoing`` is ``(relation, target id, target title or None)``; ``incoming`` the
@@ -159,17 +177,17 @@ def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, s
                 incoming_rows.append(f'{link(capsule_url(r["envelope"]["hash"]), _title(r), "relation")} '
                                      f'<span class="rel">{h(rel.get("relation"))}</span> this capsule')
     parts.append("<h3>To this capsule</h3>" + items(incoming_rows))
-    parts.append("<h2>Assessments</h2>" + _assessments(assessments))
+    parts.append("<h2>Assessments</h2>" + _assessments(assessments, retracted))
     if beliefs:
         parts.append("<h2>Belief</h2>" + "".join(belief_block(p, proj, err) for p, proj, err in beliefs))
     return page(_title(record) or eid, "".join(parts))
 
 
 def agent_page(agent_id: str, capsules: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]],
-               more: bool) -> str:
+               more: bool, retracted: frozenset[str] = frozenset()) -> str:
     body = (f"<h1>Agent</h1><p><code>{h(agent_id)}</code></p>"
             f"<h2>Capsules</h2>{items(record_row(r) for r in capsules)}"
-            f"<h2>Assessments</h2>{_assessments(assessments)}")
+            f"<h2>Assessments</h2>{_assessments(assessments, retracted)}")
     if more:
         body += f'<p class="muted">Showing the first ones; {link(search_url(actor=agent_id), "search for more")}.</p>'
     return page("Agent", body)
@@ -245,3 +263,8 @@ def status_page(status: Any, origin: str) -> str:
 
 def not_found_page(what: str) -> str:
     return page("Not found", f"<h1>Not found</h1><p>{h(what)}</p>")
+
+
+def method_not_allowed_page(allowed: str | None) -> str:
+    which = f"answers {h(allowed)} only" if allowed else "does not answer this request method"
+    return page("Method not allowed", f"<h1>Method not allowed</h1><p>This explorer page {which}.</p>")

@@ -145,7 +145,13 @@ class SyncEngine:
             except PeerConfigError:
                 own = None
         self.own_origin = own
+        peers = list(peers)
         self.peers = [p for p in peers if p.origin != own]
+        #: Configured peers on this relay's own origin: never synced, and said so (a mesh file may list us).
+        self.skipped_self = [p.origin for p in peers if p.origin == own]
+        for origin in self.skipped_self:
+            log.warning("sync: not syncing from %s: it is this relay's own origin (set --origin if it is not)",
+                        origin)
         #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
         self.hinted: dict[str, tuple[Peer, int]] = {}
 
@@ -235,7 +241,11 @@ class SyncEngine:
         doc = transport.get_json(peer.origin + DISCOVERY_PATH, max_bytes=min(peer.max_page_bytes, 1 << 20))
         if not isinstance(doc, dict) or doc.get("service") != peer.origin:
             service = doc.get("service") if isinstance(doc, dict) else None
-            raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
+            if not isinstance(service, str):
+                raise PeerMisbehaved(f"discovery document names service {service!r}, not {peer.origin}")
+            raise PeerMisbehaved(f"the peer configured as {peer.origin} says its origin is {service!r}; "
+                                 "configure the peer by the origin it serves (a relay on 127.0.0.1 without "
+                                 "--origin serves https://localhost:PORT)")
         try:
             discovery = validate_discovery(doc, peer.origin)
         except ProtocolError as exc:

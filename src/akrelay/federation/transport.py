@@ -17,7 +17,6 @@ import email.utils
 import ipaddress
 import socket
 import ssl
-import threading
 import time
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from akrelay.boundedhttp import DeadlineStream, budget, deadline, deadline_transport, json_values, unasked_coding
 from akrelay.federation.peers import Peer
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
@@ -40,10 +40,6 @@ MAX_ERROR_BODY = 4096
 BYTES_PER_VALUE = 64
 
 Resolver = Callable[[str, int], Iterable[str]]
-
-#: The deadline of the request running in this thread (see :class:`_DeadlineStream`).
-_request_deadline = threading.local()
-
 
 class PeerFetchError(Exception):
     """A request to a peer failed; ``kind`` says how, for status and back-off."""
@@ -99,49 +95,6 @@ def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Reso
     return addresses
 
 
-def _budget(timeout: float | None, error: type[Exception]) -> float | None:
-    """``timeout`` cut to what is left of this thread's request deadline; ``error`` once it has passed."""
-    at = getattr(_request_deadline, "at", None)
-    if at is None:
-        return timeout
-    left = at - _request_deadline.clock()
-    if left <= 0:
-        raise error("the request deadline has passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every socket operation gets only what is left of the request's deadline.
-
-    httpcore applies its timeouts to each read, so a peer sending one header byte
-    per read timeout could hold a request for as long as it likes. Below httpcore
-    the deadline is absolute: connect, TLS handshake, writes and every read of the
-    status line, headers and body share it, and once it has passed the next
-    operation fails at once. Connections are pooled across threads, so the
-    deadline is the one of the request running in the calling thread.
-    """
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _budget(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _budget(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
-                                                     _budget(timeout, httpcore.ConnectTimeout)))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
 class _CheckedBackend(httpcore.SyncBackend):
     """Connects only to addresses that passed :func:`check_addresses`, resolved once.
 
@@ -162,8 +115,8 @@ class _CheckedBackend(httpcore.SyncBackend):
         error: Exception | None = None
         for address in addresses:
             try:
-                return _DeadlineStream(super().connect_tcp(address, port, _budget(timeout, httpcore.ConnectTimeout),
-                                                           local_address, socket_options))
+                return DeadlineStream(super().connect_tcp(address, port, budget(timeout, httpcore.ConnectTimeout),
+                                                          local_address, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 error = exc
         assert error is not None
@@ -211,11 +164,8 @@ class PeerTransport:
         self._host = parts.hostname or ""
         self._port = parts.port or 443
         ssl_context = build_ssl_context(peer)
-        transport = httpx.HTTPTransport(verify=ssl_context, trust_env=False, retries=0)
-        # httpx has no option for the network backend; ours dials only the checked addresses.
-        transport._pool = httpcore.ConnectionPool(  # noqa: SLF001
-            ssl_context=ssl_context, max_connections=4, max_keepalive_connections=2, keepalive_expiry=5.0,
-            network_backend=_CheckedBackend(self._addresses))
+        # Our network backend dials only the checked addresses, each connection bound by the deadline.
+        transport = deadline_transport(ssl_context, _CheckedBackend(self._addresses))
         self._client = httpx.Client(
             transport=transport,
             verify=ssl_context,
@@ -263,11 +213,11 @@ class PeerTransport:
                  max_bytes: int | None) -> tuple[Any, int]:
         self._check_url(url)
         cap = max_bytes or self.peer.max_page_bytes
-        deadline = self._monotonic() + self.peer.read_timeout
+        deadline_at = self._monotonic() + self.peer.read_timeout
         headers = {"content-type": "application/json"} if body is not None else None
-        _request_deadline.at, _request_deadline.clock = deadline, self._monotonic
         try:
-            with self._client.stream(method, url, params=params, content=body, headers=headers) as response:
+            with deadline(deadline_at, self._monotonic), \
+                    self._client.stream(method, url, params=params, content=body, headers=headers) as response:
                 status = response.status_code
                 if 300 <= status < 400:
                     raise PeerFetchError("redirect", f"{method} {url} answered {status} "
@@ -287,14 +237,14 @@ class PeerTransport:
                             break
                         raise PeerFetchError("too_large", f"{url}: body exceeds {cap} bytes", status=status)
                     data += chunk
-                    if self._monotonic() > deadline:
+                    if self._monotonic() > deadline_at:
                         raise self._timed_out(url, status)
-                if self._monotonic() > deadline:
+                if self._monotonic() > deadline_at:
                     raise self._timed_out(url, status)
                 self.bytes_read += len(data)
                 retry_after = response.headers.get("retry-after") if status in RETRY_AFTER_STATUSES else None
         except httpx.TimeoutException as exc:
-            if self._monotonic() >= deadline:
+            if self._monotonic() >= deadline_at:
                 raise self._timed_out(url, None) from None
             raise PeerFetchError("timeout", f"{method} {url}: {type(exc).__name__}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
@@ -303,8 +253,6 @@ class PeerTransport:
             raise PeerFetchError("network", f"{method} {url}: {type(exc).__name__}: {exc}") from None
         except ssl.SSLError as exc:  # pragma: no cover - httpx wraps these as ConnectError
             raise PeerFetchError("tls", f"{method} {url}: {exc}") from None
-        finally:
-            _request_deadline.at = None
         size = len(data)
         if status != 200:
             code = _error_code(bytes(data))
@@ -319,16 +267,9 @@ class PeerTransport:
 
 
 def _refuse_content_coding(url: str, response: httpx.Response) -> None:
-    """We ask for ``identity``; any other coding is refused before a byte of the body is read.
-
-    Decoding is where a compression bomb explodes (a few KiB of nested gzip
-    inflate to gigabytes in one chunk, before any size check can run), and a
-    peer that ignores ``accept-encoding`` is not worth the risk.
-    """
-    codings = [c.strip().lower() for value in response.headers.get_list("content-encoding")
-               for c in value.split(",")]
-    if any(c and c != "identity" for c in codings):
-        shown = ", ".join(codings)[:100]
+    """We ask for ``identity``; any other coding is refused before a byte of the body is read."""
+    shown = unasked_coding(response)
+    if shown is not None:
         raise PeerFetchError("encoding", f"{url}: content-encoding {shown!r} was not asked for "
                              "(we send accept-encoding: identity)", status=response.status_code)
 
@@ -341,7 +282,7 @@ def _parse_body(url: str, data: bytearray, *, max_values: int) -> Any:
     strings count too) and a body holding more than ``max_values`` is refused.
     The buffer is released once decoded, so bytes and parsed values are not all held at once.
     """
-    values = data.count(b",") + data.count(b":") + data.count(b"[") + data.count(b"{")
+    values = json_values(data)
     if values > max_values:
         raise PeerFetchError("too_large", f"{url}: body holds about {values} JSON values, more than {max_values}")
     try:

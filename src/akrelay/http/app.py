@@ -225,6 +225,8 @@ def build_app(node: Node) -> "RelayApp":
     app.state.node = node
     app.state.relay = relay
     app.state.settings = settings
+    #: Components that answer 404/405 in their own URL space (the explorer's HTML pages).
+    app.state.error_pages = [c.error_page for c in node.components if hasattr(c, "error_page")]
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
     app.observer = RequestObserver(log_json=getattr(settings, "log_json", False), fast_path=EVENTS_PATH)

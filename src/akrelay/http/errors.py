@@ -52,6 +52,10 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response[byte
         return handle_unexpected(request, exc)
     code, message = _FRAMEWORK_CODES.get(status, ("invalid_request", "The HTTP request is malformed."))
     headers = {"Allow": exc.headers["Allow"]} if exc.headers and "Allow" in exc.headers else None
+    for page in getattr(request.app.state, "error_pages", ()):  # a component's own page for its URL space
+        answer = page(request.url.path, status, headers["Allow"] if headers else None)
+        if answer is not None:
+            return answer  # type: ignore[no-any-return]
     return Response(content=error_body(code, message), status_code=status if status >= 400 else 400,
                     media_type=JSON, headers=headers)
 

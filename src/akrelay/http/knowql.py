@@ -27,7 +27,7 @@ from akrelay.http.search import SearchComponent, data_dir_of
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
-from akrelay.knowql.request import parse_document, parse_json
+from akrelay.knowql.request import parse_document
 from akrelay.knowql.service import KnowqlService
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
@@ -49,6 +49,22 @@ def resolve_version(value: str | None) -> str:
         return value.strip()
     raise KnowqlError(400, "unsupported_api_version",
                       f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
+
+
+def parse_body(raw: bytes) -> Any:
+    """The request document under the strict JSON rules of every other endpoint (I-JSON, RFC 7493).
+
+    ``akrelay.protocol.ijson.parse_strict``, as ``POST /v1/knowledge/events`` and the
+    read endpoints parse: UTF-8 only (no UTF-16, no byte order mark), no duplicate
+    member names, no NaN or Infinity, integers within ±(2^53-1), no lone surrogates.
+    A defect is the KnowQL ``400 bad_request``, naming it.
+    """
+    from akrelay.protocol.ijson import parse_strict
+
+    try:
+        return parse_strict(raw, code="invalid_request")
+    except ProtocolError as exc:
+        raise bad_request(f"the body is not strict JSON: {exc.message}") from None
 
 
 def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
@@ -160,7 +176,7 @@ def routes(component: KnowqlComponent) -> list[Any]:
             from akrelay.http.app import _require_json
 
             _require_json(request)
-            value = parse_json(await request.body())
+            value = parse_body(await request.body())
             doc = parse_document(value)
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from akrelay.federation.peers import distinct_origins, load_peers
+from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
 from akrelay.federation.runner import BackgroundSync, sync_once
 from akrelay.federation.sync import PassResult
 from akrelay.settings import SettingsError
@@ -65,6 +65,16 @@ class SyncComponent:
     def run_once(self, *, force: bool = True) -> list[PassResult]:
         """One pass over every peer (``akrelay sync --once``), as the data directory's leader."""
         return sync_once(self.settings, self.relay, force=force)
+
+    def skipped_self(self) -> list[str]:
+        """Enabled peers on this relay's own origin: sync never takes one (a shared mesh file lists us too)."""
+        if not self.enabled:
+            return []
+        try:
+            own = canonical_https_origin(self.relay.config.origin)
+        except ValueError:
+            return []
+        return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
 
     def routes(self) -> list[Any]:
         return []

@@ -105,7 +105,8 @@ def validate_discovery(doc: Any, origin: str) -> Discovery:
     if not is_canonical_origin(service):
         raise _bad("service must be a canonical HTTPS origin")
     if service != origin:
-        raise _bad(f"discovery for {service!r} was served by {origin!r}")
+        raise _bad(f"the document fetched from {origin!r} names the service {service!r}; "
+                   "service must equal the origin serving it")
     features = tuple(_string_array(doc, "features")) if "features" in doc else ()
     ranked = RANKED_SEARCH in features
     endpoints_doc = doc.get("endpoints", {})
