@@ -828,8 +828,11 @@ class RedisStore:
         try:
             self._call(self._client.ping, probe=True)
         except StoreUnavailable as exc:
-            if redis_client.outage_kind(exc.__cause__ or exc) != redis_client.REFUSING:  # MISCONF refuses even PING
-                raise
+            if redis_client.outage_kind(exc.__cause__ or exc) == redis_client.REFUSING:  # MISCONF refuses even PING
+                return
+            # the next probe starts from a new connection: none kept from before the outage is trusted
+            self._client.connection_pool.disconnect(inuse_connections=False)
+            raise
 
     def memory(self) -> tuple[int, int]:
         """Redis's ``used_memory`` and ``maxmemory`` (0: no limit) from ``INFO memory``, for ``/metrics``."""
