@@ -152,3 +152,33 @@ def test_unavailable_maps_refusals_and_leaves_bugs_alone():
         with unavailable("the thing"):
             raise redis.exceptions.ResponseError("ERR syntax error")
     assert outage_reason(_reply("MISCONF x")).startswith("Redis cannot persist")
+
+
+def test_the_sync_lease_and_federation_state_on_a_full_redis(tmp_path) -> None:
+    """The lease is "not now" (no exception), a state write is StoreUnavailable, a state read still answers."""
+    from types import SimpleNamespace
+
+    from akrelay.federation.redis_state import RedisFederationState
+    from akrelay.federation.runner import Leadership
+    from akrelay.federation.state import PeerState
+
+    server = RedisServer(tmp_path / "redis").start()
+    admin = redis.Redis.from_url(server.url)
+    try:
+        leading = Leadership(SimpleNamespace(store=server.url, store_namespace=None, data_dir=tmp_path))
+        assert leading.acquire()
+        state = RedisFederationState(leading._client, token=leading.token, prefix=leading._prefix)
+        state.put(PeerState("https://peer.example", checkpoint=5))
+        other = Leadership(SimpleNamespace(store=server.url, store_namespace="other", data_dir=tmp_path))
+        _fill_until_full(admin)
+        assert other.acquire() is False  # its SET is refused: not leading now, retried later
+        with pytest.raises(StoreUnavailable, match="out of memory"):
+            state.put(PeerState("https://peer.example", checkpoint=6))
+        assert state.get("https://peer.example").checkpoint == 5
+        admin.config_set("maxmemory", "0")
+        assert other.acquire() is True
+        other.close()
+        leading.close()
+    finally:
+        admin.close()
+        server.kill()
