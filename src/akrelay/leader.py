@@ -182,7 +182,7 @@ class LeaseKeeper(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from akrelay.store.redis_client import OUTAGE_ERRORS
+        from akrelay.store.redis_client import is_outage
 
         confirmed = self.clock()
         while not self._halt.wait(self.lease.ttl / 3):
@@ -191,7 +191,9 @@ class LeaseKeeper(threading.Thread):
                     self.on_lost("another node holds the lease now")
                     return
                 confirmed = self.clock()
-            except OUTAGE_ERRORS as exc:
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
                 if self.clock() - confirmed >= self.lease.ttl:
                     self.lease.token = None
                     self.on_lost(f"the lease could not be renewed for {self.lease.ttl:.0f} s ({exc})")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import pytest
 from relay_harness import fixture_bytes, hash_of
 
 from akrelay.cli import main
@@ -78,3 +82,84 @@ def test_backup_and_restore_refuse_bad_inputs(tmp_path, capsys) -> None:
     code, _, err = run(capsys, "restore", str(junk), "--data", str(tmp_path / "d"))
     assert code == 2 and "not an akrelay store backup" in err
     assert not (tmp_path / "d" / "relay.sqlite3").exists()
+
+
+def test_restore_is_refused_while_the_relay_has_the_store_open(tmp_path, capsys) -> None:
+    """Issue 24 item 10: a running relay would keep writing to the replaced file; nothing is changed."""
+    data = tmp_path / "data"
+    relay = open_relay(data, ServiceConfig())
+    try:
+        relay.submit(fixture_bytes("original"))
+        backup = tmp_path / "backup.sqlite3"
+        assert run(capsys, "backup", str(backup), "--data", str(data))[0] == 0
+        relay.submit(fixture_bytes("branch_left"))
+        before = (data / "relay.sqlite3").stat().st_ino
+        code, out, err = run(capsys, "restore", str(backup), "--data", str(data))
+        assert code == 1 and out == ""
+        assert "the relay is running" in err and "stop it first" in err and "Traceback" not in err
+        assert (data / "relay.sqlite3").stat().st_ino == before and not (data / "relay.sqlite3.restore").exists()
+        record, created = relay.submit(fixture_bytes("branch_right"))  # the relay goes on, in the same file
+        assert created and record.seq == 3
+    finally:
+        relay.close()
+    code, out, _ = run(capsys, "restore", str(backup), "--data", str(data))  # stopped: allowed
+    assert code == 0 and json.loads(out)["high_water_mark"] == 3
+
+
+def test_a_seq_is_never_reused_after_restoring_where_the_store_was_lost(tmp_path, capsys) -> None:
+    """The bound kept beside the store (relay.sqlite3.hwm) survives the file: no --min-seq needed."""
+    data = tmp_path / "data"
+    relay = open_relay(data, ServiceConfig())
+    relay.submit(fixture_bytes("original"))
+    backup = tmp_path / "backup.sqlite3"
+    assert run(capsys, "backup", str(backup), "--data", str(data))[0] == 0
+    handed_out = [relay.submit(fixture_bytes(name))[0].seq for name in ("branch_left", "branch_right", "merge")]
+    relay.close()
+    assert handed_out == [2, 3, 4]
+    for suffix in ("", "-wal", "-shm"):  # the disk lost the store (not its directory)
+        (data / f"relay.sqlite3{suffix}").unlink(missing_ok=True)
+
+    code, out, _ = run(capsys, "restore", str(backup), "--data", str(data))
+    assert code == 0 and json.loads(out)["high_water_mark"] > max(handed_out)
+    relay = open_relay(data, ServiceConfig())
+    try:
+        assert relay.get(hash_of("original")).seq == 1
+        record, created = relay.submit(fixture_bytes("branch_left"))  # accepted again, after the backup's
+        assert created and record.seq > max(handed_out)
+    finally:
+        relay.close()
+
+
+@pytest.mark.slow
+def test_restore_is_refused_while_akrelay_serve_runs(tmp_path) -> None:
+    """The real command: the served relay's processes hold the store open; a restore changes nothing."""
+    import httpx
+    from relay_harness import start_relay
+
+    data = tmp_path / "node"
+    served = start_relay(data)
+    try:
+        backup = tmp_path / "backup.sqlite3"
+        assert run_cli("backup", str(backup), "--data", str(data)).returncode == 0
+        with httpx.Client(verify=served.ssl_context(), timeout=10) as client:
+            first = client.post(served.origin + "/v1/knowledge/events", content=fixture_bytes("original"),
+                                headers={"content-type": "application/json"})
+            assert first.status_code == 200, first.text
+            refused = run_cli("restore", str(backup), "--data", str(data))
+            assert refused.returncode == 1 and "the relay is running" in refused.stderr
+            assert "Traceback" not in refused.stderr
+            second = client.post(served.origin + "/v1/knowledge/events", content=fixture_bytes("branch_left"),
+                                 headers={"content-type": "application/json"})
+            assert second.status_code == 200 and second.json()["seq"] == 2
+    finally:
+        served.stop()
+    allowed = run_cli("restore", str(backup), "--data", str(data))  # stopped: the restore goes ahead
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["high_water_mark"] == 2
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``akrelay`` as its own process (the relay under test runs in others)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
+    return subprocess.run([sys.executable, "-m", "akrelay", *argv], capture_output=True, text=True, timeout=120,
+                          env=env)

@@ -119,6 +119,32 @@ def test_head_requests_are_labelled_with_their_route(tmp_path: Path) -> None:
                      method="HEAD", status="200") >= 1
 
 
+def test_made_up_methods_and_paths_do_not_grow_the_metrics(tmp_path: Path) -> None:
+    """Every label is bounded whatever the client sends (issue 24 item 16): made-up methods are ``other``."""
+    with knowql_app(tmp_path, read_rate=0.0, write_rate=0.0) as kq:
+        warm = kq.client.request("BREW", "/v1/knowledge/query")  # the first ``other`` series exists from here
+        assert warm.status_code == 405
+        kq.client.request("BREW", "/no/such/path")
+        before = kq.client.get("/metrics").text
+        for n in range(300):
+            made_up = f"M{n:04d}X"
+            assert kq.client.request(made_up, "/v1/knowledge/query").status_code == 405
+            kq.client.request(made_up, f"/no/such/path/{n}")
+            kq.client.get(f"/v1/knowledge/events/{made_up}")
+            kq.client.get(f"/explorer/static/{made_up}.css")
+            kq.client.get(f"/sessions/{made_up}")
+        after = kq.client.get("/metrics").text
+    series = {labels for (name, labels) in samples(after) if name == "akrelay_request_duration_seconds_count"}
+    methods = {dict(labels)["method"] for labels in series}
+    assert methods <= {"GET", "HEAD", "POST", "other"}, sorted(methods)[:10]
+    assert len(series) < 40, sorted(series)
+    # 1,500 more requests: the counts grow, the exposition does not (new series would each add ~1.5 KB)
+    assert len(after) < len(before) + 16 * 1024, (len(before), len(after))
+    assert value(after, "akrelay_request_duration_seconds_count", route="unmatched", method="other",
+                 status="405") - value(before, "akrelay_request_duration_seconds_count", route="unmatched",
+                                       method="other", status="405") == 300
+
+
 def test_the_launcher_starts_from_an_empty_metrics_directory(tmp_path: Path, monkeypatch) -> None:
     from akrelay.observability.metrics import MULTIPROC_ENV, prepare_multiprocess
 

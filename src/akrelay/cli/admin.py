@@ -41,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "restore", help="restore a backup into a data directory, keeping the seq high-water mark",
-        description="Replace DIR/relay.sqlite3 with BACKUP (stop the relay first). The restored sequence "
-                    "high-water mark is the largest of the backup's, the replaced store's and --min-seq, so a "
+        description="Replace DIR/relay.sqlite3 with BACKUP. Refused while the relay runs (any process with the "
+                    "store open). The restored sequence high-water mark is the largest of the backup's, the "
+                    "replaced store's, the bound kept beside it in DIR/relay.sqlite3.hwm and --min-seq, so a "
                     "seq is never reused after a restore (Knowledge §8.3).")
     parser.add_argument("backup", metavar="BACKUP", help="file written by `akrelay backup`")
     parser.add_argument("--data", default=None, metavar="DIR", help="data directory [default ./akrelay-data]")
@@ -117,11 +118,8 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    import os
-    import shutil
-    from pathlib import Path
-
-    from akrelay.store.sqlite import SqliteStore
+    """Refused while any process has the store open; the restored mark is above every seq handed out."""
+    from akrelay.store.sqlite_guard import try_exclusive_open_lock
 
     backup = Path(args.backup)
     backup_hwm = _hwm(backup)
@@ -131,27 +129,63 @@ def _restore(args: argparse.Namespace) -> int:
     data = _data_dir(args)
     data.mkdir(parents=True, exist_ok=True)
     target = data / STORE_FILE
-    hwm = max(backup_hwm, _hwm(target) or 0, args.min_seq)
-    staging = data / (STORE_FILE + ".restore")
+    guard = try_exclusive_open_lock(target)
+    if guard is None:
+        print(f"akrelay restore: the relay is running on {data} (a process has {STORE_FILE} open: `akrelay serve`, "
+              "its followers or another akrelay command); stop it first. Nothing was changed: a running relay "
+              "would keep writing to the replaced file, and what it acknowledged would be lost.", file=sys.stderr)
+        return 1
+    try:
+        return _swap_in(backup, backup_hwm, target, max(_floor(target), args.min_seq))
+    finally:
+        os.close(guard)  # a relay starting meanwhile waited for this, and opens the restored file
+
+
+def _floor(target: Path) -> int:
+    """Above every seq handed out: the replaced store's mark while it agrees with the bound kept beside it.
+
+    The bound (``relay.sqlite3.hwm``) is at most :data:`~akrelay.store.sqlite_guard.RESERVE_BLOCK`
+    above the last seq handed out; a replaced file below that (lost, unreadable, an older copy) is
+    not trusted, and the bound is used instead (a gap, never a reuse).
+    """
+    from akrelay.store.sqlite_guard import RESERVE_BLOCK, read_reserved
+
+    found, reserved = _hwm(target) or 0, read_reserved(target)
+    return found if found >= reserved - RESERVE_BLOCK else reserved
+
+
+def _swap_in(backup: Path, backup_hwm: int, target: Path, floor: int) -> int:
+    """Copy ``backup`` next to ``target``, raise its mark to ``floor`` at least, and move it into place."""
+    import shutil
+
+    from akrelay.store.sqlite import SqliteStore
+    from akrelay.store.sqlite_guard import HWM_SUFFIX, OPEN_LOCK_SUFFIX, SeqReservation
+
+    hwm = max(backup_hwm, floor)
+    staging = target.with_name(STORE_FILE + ".restore")
     shutil.copyfile(backup, staging)
     store = SqliteStore(staging)
     try:
         hwm = store.raise_high_water_mark(hwm)
     finally:
         store.close()
-    for suffix in ("-wal", "-shm"):  # the replaced store's journal must not meet the restored file
-        try:
-            os.remove(str(target) + suffix)
-        except FileNotFoundError:
-            pass
+    # the target's bound covers the restored mark too (the staging file had its own)
+    _remove(f"{staging}{HWM_SUFFIX}", f"{staging}{OPEN_LOCK_SUFFIX}", f"{staging}.write-lock")
+    SeqReservation(target).cover(hwm)
+    _remove(f"{target}-wal", f"{target}-shm")  # the replaced store's journal must not meet the restored file
     try:  # closing the staging store checkpoints its WAL; if one remains, it travels with the file
-        os.replace(str(staging) + "-wal", str(target) + "-wal")
+        os.replace(f"{staging}-wal", f"{target}-wal")
     except FileNotFoundError:
         pass
-    try:
-        os.remove(str(staging) + "-shm")
-    except FileNotFoundError:
-        pass
+    _remove(f"{staging}-shm")
     os.replace(staging, target)
     print(json.dumps({"restored": str(target), "records_checkpoint": backup_hwm, "high_water_mark": hwm}))
     return 0
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

@@ -72,13 +72,15 @@ class Leadership:
         """Whether we lead now; a Redis outage is "not now" (logged once), never an exception."""
         if not self.url:
             return self.lock.acquire()
-        from akrelay.store.redis_client import OUTAGE_ERRORS
+        from akrelay.store.redis_client import is_outage, outage_reason
 
         try:
             held = self.lock.acquire()
-        except OUTAGE_ERRORS as exc:
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
             if not self._down:
-                log.warning("akrelay sync: cannot reach Redis to elect the sync leader (%s); retrying", exc)
+                log.warning("akrelay sync: cannot use Redis to elect the sync leader (%s); retrying", outage_reason(exc))
             self._down = True
             return False
         self._down = False

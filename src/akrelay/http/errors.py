@@ -9,6 +9,9 @@ client never sees a framework-specific shape; only a genuine bug is a 500.
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from typing import Callable
 
 import msgspec
 from litestar import Request, Response
@@ -80,9 +83,46 @@ def unavailable_body(exc: StoreUnavailable) -> tuple[bytes, dict[str, str]]:
     return body, {"Retry-After": str(exc.retry_after)}
 
 
+class OutageLog:
+    """Log an outage once, not once per request: a WARNING at the first 503 for a reason, then at
+    most one every :attr:`interval` seconds while 503s for it go on, counting the ones not logged.
+
+    A node under load answers thousands of requests a second during an outage; a line for each
+    would bury the log and cost the disk exactly when the operator reads it. The reason (the
+    message) tells outages apart: a full Redis after a restart is logged at once.
+    """
+
+    #: distinct reasons remembered (the oldest is forgotten): bounds the memory, whatever the messages
+    MAX_REASONS = 64
+
+    def __init__(self, interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        #: reason -> (when it was last logged, 503s since then not logged)
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, where: str, exc: StoreUnavailable) -> None:
+        reason, now = str(exc), self._clock()
+        with self._lock:
+            last, quiet = self._seen.pop(reason, (float("-inf"), 0))
+            if now - last < self.interval:
+                self._seen[reason] = (last, quiet + 1)
+                return
+            self._seen[reason] = (now, 0)
+            while len(self._seen) > self.MAX_REASONS:
+                del self._seen[next(iter(self._seen))]
+        more = f" ({quiet} more 503s for this since the last such line)" if quiet else ""
+        log.warning("store unavailable on %s: %s%s", where, reason, more)
+
+
+#: The one outage log of this process (the Litestar handler and the ingest fast path).
+log_outage = OutageLog()
+
+
 def handle_store_unavailable(request: Request, exc: StoreUnavailable) -> Response[bytes]:
-    """An outage of the shared store, not a bug: 503 with ``Retry-After``, one WARNING line, no traceback."""
-    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    """An outage of the shared store, not a bug: 503 with ``Retry-After``, logged once (:class:`OutageLog`)."""
+    log_outage(f"{request.method} {request.url.path}", exc)
     body, headers = unavailable_body(exc)
     return Response(content=body, status_code=503, media_type=JSON, headers=headers)
 

@@ -6,7 +6,11 @@ started and its store answers :meth:`~akrelay.store.base.Store.ping`. The probe
 runs on a thread of its own, at most once per :data:`PROBE_INTERVAL`, and a
 request waits for a fresh one at most :data:`PROBE_WAIT` seconds, so a flood of
 readiness checks costs one ping per second and never blocks the event loop; an
-outage shows within about two seconds, a recovery at the next probe.
+outage shows within about two seconds, a recovery at the next probe. Nothing of a
+failure outlives it: a failed answer is kept at most :data:`PROBE_INTERVAL`, and a probe
+still running after :data:`PROBE_STUCK` is given up (its thread left to its timeouts) for a
+fresh one, so a ping stuck on a dead connection cannot keep a node out of rotation after
+Redis is back (issue 24).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ log = logging.getLogger("akrelay.http")
 PROBE_INTERVAL = 1.0
 #: A request waits this long for a fresh probe; a store slower than that is not ready.
 PROBE_WAIT = 1.5
+#: A probe running this long is given up for a fresh one on a new thread.
+PROBE_STUCK = 5.0
 
 _OK = b'{"status":"ok"}'
 
@@ -45,6 +51,7 @@ class Readiness:
         self._checked = float("-inf")
         self._problem: str | None = None
         self._probe: asyncio.Future[Any] | None = None
+        self._probe_started = 0.0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="akrelay-readyz")
 
     def _ping(self) -> str | None:
@@ -63,17 +70,26 @@ class Readiness:
         if time.monotonic() - self._checked < PROBE_INTERVAL:
             return self._problem
         loop = asyncio.get_running_loop()
+        if self._probe is not None and time.monotonic() - self._probe_started > PROBE_STUCK:
+            log.warning("readiness probe stuck for over %.0f s; starting a fresh one", PROBE_STUCK)
+            stuck, self._pool = self._pool, ThreadPoolExecutor(1, thread_name_prefix="akrelay-readyz")
+            stuck.shutdown(wait=False)
+            self._probe = None
         if self._probe is None:
-            self._probe = asyncio.ensure_future(self._refresh(loop))
+            self._probe_started = time.monotonic()
+            self._probe = asyncio.ensure_future(self._refresh(loop, self._pool))
         try:
             await asyncio.wait_for(asyncio.shield(self._probe), PROBE_WAIT)
         except asyncio.TimeoutError:
             return f"the store did not answer within {PROBE_WAIT} s"
         return self._problem
 
-    async def _refresh(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _refresh(self, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor) -> None:
+        me = asyncio.current_task()
         try:
-            problem = await loop.run_in_executor(self._pool, self._ping)
+            problem = await loop.run_in_executor(pool, self._ping)
+            if self._probe is not me:  # given up as stuck: a newer probe decides
+                return
             if problem != self._problem:
                 if problem is None:
                     log.info("ready: the store answers again")
@@ -82,7 +98,8 @@ class Readiness:
             self._problem = problem
             self._checked = time.monotonic()
         finally:
-            self._probe = None
+            if self._probe is me:
+                self._probe = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

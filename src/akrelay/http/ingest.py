@@ -16,7 +16,7 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 
 from akrelay.http.body import BodyReader
-from akrelay.http.errors import JSON, error_body, internal_error_body, send_json, unavailable_body
+from akrelay.http.errors import JSON, error_body, internal_error_body, log_outage, send_json, unavailable_body
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
@@ -156,7 +156,7 @@ class SubmitEndpoint:
             return
         except StoreUnavailable as exc:
             # outside Litestar's exception handlers: the same 503 as handle_store_unavailable, one line in the log
-            log.warning("store unavailable on POST %s: %s", EVENTS_PATH, exc)
+            log_outage(f"POST {EVENTS_PATH}", exc)
             body, headers = unavailable_body(exc)
             await send_json(send, 503, body, [(k.lower().encode(), v.encode()) for k, v in headers.items()])
             return

@@ -141,26 +141,24 @@ class RedisTokenBucket(TokenBucket):
     in one script call (:meth:`take_many`), one call at a time, so the loop never
     waits for Redis and a busy worker pays one round trip for many requests.
 
-    While Redis is unreachable (or slower than :data:`REDIS_TIMEOUT`) the process's own
+    While Redis is unreachable (or slower than :data:`REDIS_TIMEOUT`), or refuses the
+    bucket's write (out of memory, cannot persist, a read-only replica), the process's own
     bucket (the inherited one) decides: the deployment then admits at most the
     per-process rate times the number of processes, as without Redis, and no request
     fails or waits on the outage. Redis is tried again after :data:`RETRY_FIRST` seconds,
     backing off to :data:`RETRY_MAX` while it stays away; the change both ways is logged once.
     """
 
-    __slots__ = ("name", "_key_prefix", "_script", "_outages", "_down_until", "_backoff", "_lock",
+    __slots__ = ("name", "_key_prefix", "_script", "_down_until", "_backoff", "_lock",
                  "_pending", "_flushing", "_tasks", "_executor")
 
     def __init__(self, client: "redis.Redis", name: str, rate: float, burst: int, *,
                  clock: Callable[[], float] = time.monotonic, max_keys: int = 65536,
                  prefix: str = KEY_PREFIX) -> None:
-        from akrelay.store.redis_client import OUTAGE_ERRORS
-
         super().__init__(rate, burst, clock=clock, max_keys=max_keys)
         self.name = name
         self._key_prefix = f"{prefix}{name}:"
         self._script = client.register_script(_TAKE)
-        self._outages = OUTAGE_ERRORS
         self._down_until = 0.0
         self._backoff = 0.0
         #: the local fallback is used from the loop and from the bucket's thread
@@ -194,11 +192,16 @@ class RedisTokenBucket(TokenBucket):
             return self._local(keys)
         try:
             reply = self._script(keys=[self._key_prefix + key for key in keys], args=[repr(self.rate), self.burst])
-        except self._outages as exc:
+        except Exception as exc:
+            from akrelay.store.redis_client import DOWN, outage_kind, outage_reason
+
+            kind = outage_kind(exc)
+            if kind is None:  # a bug; a full Redis (OOM), one that cannot persist or a replica is an outage
+                raise
             self._backoff = min(RETRY_MAX, self._backoff * 2) if self._backoff else RETRY_FIRST
             if self._backoff == RETRY_FIRST:
-                log.warning("rate limit %r: Redis unreachable (%s); each worker limits on its own for now",
-                            self.name, exc)
+                log.warning("rate limit %r: Redis %s (%s); each worker limits on its own for now", self.name,
+                            "unreachable" if kind == DOWN else "refuses the bucket's write", outage_reason(exc))
             self._down_until = now + self._backoff
             return self._local(keys)
         if self._backoff:

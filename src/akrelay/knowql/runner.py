@@ -21,6 +21,7 @@ from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.shape import ShapeFailure, require_conforming
+from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -68,6 +69,12 @@ class TurnRunner:
         except (ShapeFailure, ComposerError) as exc:
             late = self.clock() >= turn.deadline
             self._fail(turn, f"timed out after {turn.timeout} s" if late else str(exc))
+        except StoreUnavailable as exc:  # Redis down or refusing writes: an outage, not a bug (no traceback)
+            log.warning("KnowQL turn %s stopped: %s", turn.query_id, exc)
+            try:
+                self._fail(turn, f"the session store is unavailable: {exc}")
+            except StoreUnavailable:
+                pass  # the outage goes on; the turn ends at its deadline
         except Exception:  # a bug: the turn fails, the worker goes on answering
             log.exception("KnowQL turn %s failed", turn.query_id)
             self._fail(turn, "internal error while running the turn")

@@ -71,7 +71,7 @@ class _Metrics:
                                          "Calls to a network store that failed as an outage (answered 503)",
                                          registry=registry)
         self.rate_local = Counter("akrelay_rate_limit_local_decisions",
-                                  "Tokens decided by a worker's own bucket while the shared one (Redis) was unreachable",
+                                  "Tokens decided by a worker's own bucket while Redis was unreachable or refused writes",
                                   ["bucket"], registry=registry)
         self._accepted: dict[str, Any] = {}
         self._store_calls: dict[str, Any] = {}

@@ -25,10 +25,11 @@ Why it is shaped this way (docs/architecture.md, "The Redis store", has the key 
 * **A namespace.** Every key starts with ``<namespace>:``, so several deployments
   can share a database; a format-version key is checked on open, and a log written
   by a newer akrelay is refused (as :mod:`akrelay.store.schema` does for SQLite).
-* **Outages are 503s.** Every call goes through
-  :func:`akrelay.store.redis_client.unavailable`: a Redis that is down, loading its
-  AOF, out of memory or unable to persist raises :class:`StoreUnavailable`, never a
-  redis-py exception.
+* **Outages are 503s.** Every call goes through :meth:`RedisStore._call`, which asks
+  :func:`akrelay.store.redis_client.outage_kind`: a Redis that is down, loading its
+  AOF, out of memory, unable to persist or a read-only replica raises
+  :class:`StoreUnavailable`, never a redis-py exception. Only "down" puts calls on hold:
+  a Redis that refuses writes still answers reads.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import redis.exceptions
 from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
 from akrelay.store import redis_client
-from akrelay.store.redis_client import RETRY_AFTER, connect, describe, unavailable
+from akrelay.store.redis_client import RETRY_AFTER, connect, describe
 from akrelay.store.redis_text import TextIndex, TextIndexer, fts_query, indexable
 from akrelay.store.sqlite_planner import COUNT_CAP
 from akrelay.store.schema import SchemaVersionError
@@ -71,11 +72,6 @@ WATCH_COALESCE = 0.02
 
 #: The shared metadata key holding the log's random ID (node-local text indexes check they follow this log).
 LOG_ID_KEY = "text-index.log-id"
-
-#: Server-side replies that mean "Redis cannot take this now" rather than a bug of ours:
-#: out of memory, persistence failing, still loading the AOF, not enough replicas.
-_OPERATIONAL_REPLIES = ("OOM", "MISCONF", "LOADING", "NOREPLICAS", "READONLY", "MASTERDOWN", "BUSY ")
-
 
 class RedisFormatError(SchemaVersionError):
     """The namespace holds a log in a layout this akrelay does not read."""
@@ -529,17 +525,16 @@ class RedisStore:
             raise StoreUnavailable(self._down_reason, RETRY_AFTER)
         started = time.perf_counter()
         try:
-            with unavailable(f"the Redis store at {describe(self.url)}"):
-                value = fn()
-        except StoreUnavailable as exc:
-            self._down_reason, self._down_until = str(exc), time.monotonic() + OUTAGE_HOLD
+            value = fn()
+        except Exception as exc:
+            kind = redis_client.outage_kind(exc)
+            if kind is None:
+                raise
             redis_client.observer.outage()
-            raise
-        except redis.exceptions.ResponseError as exc:
-            if isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith(_OPERATIONAL_REPLIES):
-                redis_client.observer.outage()
-                raise StoreUnavailable(f"the Redis store at {describe(self.url)} refused: {exc}", RETRY_AFTER) from exc
-            raise
+            error = redis_client.unavailable_error(f"the Redis store at {describe(self.url)}", exc)
+            if kind == redis_client.DOWN:  # a server that refuses writes (OOM, MISCONF, READONLY) still serves reads
+                self._down_reason, self._down_until = str(error), time.monotonic() + OUTAGE_HOLD
+            raise error from exc
         redis_client.observer.call(name, time.perf_counter() - started)
         self._down_until = 0.0
         return value
@@ -829,7 +824,15 @@ class RedisStore:
 
     # -- operations ----------------------------------------------------------------
     def ping(self) -> None:
-        self._call(self._client.ping, probe=True)
+        """Whether Redis answers (``/readyz``); one that refuses writes (OOM, MISCONF, READONLY) still serves reads."""
+        try:
+            self._call(self._client.ping, probe=True)
+        except StoreUnavailable as exc:
+            if redis_client.outage_kind(exc.__cause__ or exc) == redis_client.REFUSING:  # MISCONF refuses even PING
+                return
+            # the next probe starts from a new connection: none kept from before the outage is trusted
+            self._client.connection_pool.disconnect(inuse_connections=False)
+            raise
 
     def memory(self) -> tuple[int, int]:
         """Redis's ``used_memory`` and ``maxmemory`` (0: no limit) from ``INFO memory``, for ``/metrics``."""
@@ -898,7 +901,7 @@ class _Watcher:
     def _run(self) -> None:
         delay = 0.2
         while not self._halt.is_set():
-            client = connect(self.url)
+            client = connect(self.url, health_check_interval=15)  # a silently dropped subscription shows
             pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(self.channel)

@@ -50,6 +50,7 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.store.base import Record, indexed_facts
 from akrelay.store.schema import ensure_schema
 from akrelay.store.sqlite_background import BackgroundWork
+from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_schema import SCHEMA
 
@@ -113,12 +114,16 @@ class SqliteStore(BackgroundWork):
         # SQLite's busy handler, which sleeps 1, 2, 5, 10 … ms between retries:
         # a blocked flock wakes the moment the other writer commits.
         self._lock_fd = os.open(f"{self.path}.write-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        # held while open: `akrelay restore` refuses to replace a file someone has open (sqlite_guard)
+        self._open_fd = hold_open_lock(self.path)
+        self._reservation = SeqReservation(self.path)
         writer = self._connect()
         try:
             self._retry_busy(lambda: ensure_schema(writer, SCHEMA, self.path), writer)
         except BaseException:
             writer.close()
             os.close(self._lock_fd)
+            os.close(self._open_fd)
             raise
         self._writer = writer
         self._stop = threading.Event()
@@ -336,6 +341,7 @@ class SqliteStore(BackgroundWork):
                 results.append((record, True))
             if fresh:
                 conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
+                self._reservation.cover(hwm)  # durable outside the file before any of these seqs is acknowledged
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
             conn.execute("COMMIT")
         except BaseException:
@@ -417,7 +423,9 @@ class SqliteStore(BackgroundWork):
 
         def run(c: sqlite3.Connection) -> int:
             c.execute("UPDATE sequence SET hwm = MAX(hwm, ?) WHERE id = 1", (int(seq),))
-            return cast("int", c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
+            mark = cast("int", c.execute("SELECT hwm FROM sequence WHERE id = 1").fetchone()[0])
+            self._reservation.cover(mark)
+            return mark
 
         return self._write(run)
 
@@ -461,3 +469,6 @@ class SqliteStore(BackgroundWork):
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
+            if self._open_fd >= 0:
+                os.close(self._open_fd)
+                self._open_fd = -1
