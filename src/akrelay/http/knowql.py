@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, delete, get, post
@@ -39,6 +40,8 @@ if TYPE_CHECKING:  # annotations only
 JSON = "application/json"
 SSE = "text/event-stream"
 QUERY_PATH = "/query"
+#: Query Documents checked at once per worker (a shape check may take up to ~1 s of CPU).
+SHAPE_CHECKS = 2
 
 
 
@@ -113,6 +116,14 @@ class KnowqlComponent:
         self.kip = kip
         self._service: KnowqlService | None = None
         self._create = threading.Lock()
+        self._checks: anyio.CapacityLimiter | None = None
+
+    @property
+    def checks(self) -> anyio.CapacityLimiter:
+        """The threads Query Document checks (``shape``) may use at once in this worker."""
+        if self._checks is None:
+            self._checks = anyio.CapacityLimiter(SHAPE_CHECKS)
+        return self._checks
 
     def _search(self) -> Any:
         found = self.search.service
@@ -161,7 +172,9 @@ def routes(component: KnowqlComponent) -> list[Any]:
 
             _require_json(request)
             value = parse_json(await request.body())
-            doc = parse_document(value)
+            # Off the loop: checking a shape is bounded (knowql.shape) but not free, and a
+            # hostile one must not stall /healthz; at most SHAPE_CHECKS run at once per worker.
+            doc = await anyio.to_thread.run_sync(parse_document, value, limiter=component.checks)
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):
                 doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept

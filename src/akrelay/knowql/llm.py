@@ -200,7 +200,8 @@ class ChatCompletionsComposer:
                 value = json.loads(text) if isinstance(text, str) else None
             except ValueError:
                 value = None
-            found = ["the reply is not a JSON object"] if not isinstance(value, dict) else problems(value, turn.shape)
+            found = ["the reply is not a JSON object"] if not isinstance(value, dict) else problems(value, turn.shape,
+                                                                                             deadline=turn.deadline)
             if not found:
                 return Composition("", [], self._cited(text, sources, _ID), output_json=value, usage=total, model=self.id)
             ask = ask + [{"role": "assistant", "content": str(text)},

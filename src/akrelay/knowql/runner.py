@@ -150,7 +150,7 @@ class TurnRunner:
             if doc.shape is not None:
                 if not isinstance(output_json, dict):
                     raise ShapeFailure("the composer produced no JSON object for the shape")
-                require_conforming(output_json, doc.shape)
+                require_conforming(output_json, doc.shape, deadline=turn.deadline)
             else:
                 output_json = None
             self._step(turn, steps, "compose", [turn.model.id],
