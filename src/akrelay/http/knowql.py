@@ -29,7 +29,7 @@ from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
 from akrelay.knowql.request import parse_document, parse_json
-from akrelay.knowql.service import KnowqlService
+from akrelay.knowql.service import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlService
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings, SettingsError
@@ -97,7 +97,8 @@ class KnowqlComponent:
     """
 
     name = "knowql"
-    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
+    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout",
+                                 "knowql_llm_max_tokens", "knowql_llm_max_chars")
 
     @staticmethod
     def check(settings: Settings) -> None:
@@ -219,12 +220,33 @@ def routes(component: KnowqlComponent) -> list[Any]:
     resources = [
         _resource(get, "/queries/{id:str}", lambda *a: current().query(*a)),
         _resource(post, "/queries/{id:str}/cancel", lambda *a: current().cancel(*a)),
-        _resource(get, "/sessions/{id:str}", lambda *a: current().session(*a)),
         _resource(delete, "/sessions/{id:str}", lambda *a: current().delete_session(*a)),
         _resource(get, "/models", lambda *a: current().models(*a)),
         _resource(get, "/contexts", lambda *a: current().context_list(*a)),
     ]
-    return [query, query_events, *resources]
+    @get("/sessions/{session_id:str}", status_code=200, name="knowql get /sessions/{id:str}")
+    async def session(request: Request) -> ASGIResponse:
+        session_id = request.path_params["session_id"]
+
+        async def work(version: str) -> Any:
+            offset = _page_param(request, "offset", 0, 0, None)
+            limit = _page_param(request, "limit", SESSION_PAGE, 1, SESSION_PAGE_MAX)
+            return 200, await anyio.to_thread.run_sync(current().session, session_id, offset, limit)
+
+        return await _answer(request, work)
+
+    return [query, query_events, session, *resources]
+
+
+def _page_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    """A paging query parameter: ASCII digits within ``low``..``high``, else 400."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 10) or int(raw) < low or (high is not None and int(raw) > high):
+        bound = f"{low} to {high}" if high is not None else f"at least {low}"
+        raise bad_request(f"{name} must be an integer, {bound}")
+    return int(raw)
 
 
 def _resource(method: Any, path: str, call: Callable[..., Any]) -> Any:

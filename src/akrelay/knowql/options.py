@@ -20,3 +20,6 @@ option("knowql_llm_base_url", _str, "",
        "(key from env AKRELAY_KNOWQL_LLM_API_KEY)", metavar="URL")
 option("knowql_llm_model", _str, "", "model name sent to --knowql-llm-base-url", metavar="NAME")
 option("knowql_llm_timeout", _positive_int, 60, "seconds one LLM composer request may take at most", metavar="S")
+option("knowql_llm_max_tokens", _positive_int, 1024, "max_tokens sent with every LLM composer request", metavar="N")
+option("knowql_llm_max_chars", _positive_int, 100_000,
+       "longest LLM composer answer kept, in characters; a longer one fails the turn", metavar="N")

@@ -253,6 +253,20 @@ class RedisTurnStore:
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's last ``limit`` queries, oldest first."""
+        ids = [qid.decode() for qid in self._r.lrange(self._queries(session_id), -limit, -1)]
+        return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    @_outage_is_503
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The session's query count and ``limit`` of its queries from position ``offset`` (0-based)."""
+        key = self._queries(session_id)
+        total = int(self._r.llen(key))
+        ids = [qid.decode() for qid in self._r.lrange(key, offset, offset + limit - 1)] if limit > 0 else []
+        return total, [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    @_outage_is_503
     def session_of_query(self, query_id: str) -> str | None:
         return _text(self._r.hget(self._query(query_id), "session"))
 

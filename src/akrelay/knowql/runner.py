@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
-from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
+from akrelay.knowql.models import ComposerError, HistoryEntry, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.shape import ShapeFailure, require_conforming
@@ -40,7 +40,7 @@ class Turn:
     scope: list[Context]
     policy: str
     model: ModelEntry | None          # None: a retrieval-only turn
-    history: tuple[tuple[str, str], ...]
+    history: tuple[HistoryEntry, ...]
     system_prompt: str | None
     guardrails: str | None
     deadline: float
@@ -118,7 +118,7 @@ class TurnRunner:
             # With both kinds, each capsule's artifact and its best passage tie in the one
             # ranking the cap applies to: half the cap (plus one) in capsules fills it.
             limit = cap // 2 + 1 if mode[1] == "both" else cap
-        history_asks = [ask for ask, _ in turn.history]
+        history_asks = [entry.ask for entry in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
             store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
@@ -181,13 +181,26 @@ def _usage(usage: dict[str, int] | None) -> dict[str, Any]:
             "cost_usd": 0}
 
 
-def history_of(queries: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """(ask, answer) pairs of a session's terminal turns, oldest first."""
+#: The bounded summary of a session's history a turn reads: its last completed turns, clipped.
+HISTORY_TURNS = 8
+HISTORY_ANSWER_CHARS = 2000
+HISTORY_SOURCES = 16
+
+
+def history_of(queries: Sequence[dict[str, Any]]) -> tuple[HistoryEntry, ...]:
+    """The last :data:`HISTORY_TURNS` completed turns of ``queries`` (oldest first), each clipped.
+
+    Bounded so that turn 200 of a session costs what turn 9 does: the store hands over
+    only the most recent turns (``recent_queries``) and each answer is cut to
+    :data:`HISTORY_ANSWER_CHARS` characters and :data:`HISTORY_SOURCES` cited sources.
+    """
     out = []
     for q in queries:
         if q.get("status") != "completed":
             continue
         ask = q["input"][0]["content"] if q.get("input") else ""
         answer = "".join(part.get("text", "") for item in q.get("output", []) for part in item.get("content", []))
-        out.append((ask, answer))
-    return tuple(out)
+        sources = tuple(dict.fromkeys(c["source"] for c in q.get("citations") or []
+                                      if isinstance(c, dict) and isinstance(c.get("source"), str)))
+        out.append(HistoryEntry(ask, answer[:HISTORY_ANSWER_CHARS], sources[:HISTORY_SOURCES]))
+    return tuple(out[-HISTORY_TURNS:])

@@ -21,7 +21,7 @@ from akrelay.knowql.errors import KnowqlError, bad_request, not_found
 from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.request import QueryDocument
-from akrelay.knowql.runner import Turn, TurnRunner, history_of
+from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
 from akrelay.knowql.redis_store import RedisTurnStore
 from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
 from akrelay.store.base import StoreUnavailable
@@ -33,6 +33,9 @@ TURN_THREADS = 8
 PROJECT_ID = "akrelay"
 CREATED_BY = "anonymous"
 TITLE_CHARS = 80
+#: Queries in one page of ``GET /sessions/{id}`` (``?limit=`` up to SESSION_PAGE_MAX).
+SESSION_PAGE = 20
+SESSION_PAGE_MAX = 100
 
 
 def new_id(prefix: str) -> str:
@@ -156,7 +159,9 @@ class KnowqlService:
             "_started": now, "_timeout": doc.timeout_seconds,
         }
         deadline = now + doc.timeout_seconds
-        history = history_of(self.store.session_queries(session_id)) if new_session is None else ()
+        # Only the last turns (with margin for failed ones): the cost of a turn does not grow with the session.
+        history = (history_of(self.store.recent_queries(session_id, 2 * HISTORY_TURNS))
+                   if new_session is None else ())
         _session, stored = self.store.create_turn(new_session, session_id, query, deadline)
         with self._open_lock:
             self._open.add(query_id)
@@ -207,11 +212,20 @@ class KnowqlService:
                           {"type": "response.cancelled", "error": "cancelled by client"})
         return self.query(query_id)
 
-    def session(self, session_id: str) -> dict[str, Any]:
+    def session(self, session_id: str, offset: int = 0, limit: int = SESSION_PAGE) -> dict[str, Any]:
+        """The session with one page of its queries (oldest first): ``limit`` from position ``offset``.
+
+        ``akrelay.queries`` says where the page lies (``total``, ``offset``, ``limit``, ``next_offset``),
+        so a long session is read in pages instead of one unbounded document.
+        """
         session = self.store.get_session(session_id)
         if session is None:
             raise not_found("session_not_found", f"no session {session_id!r}")
-        return {**session, "queries": [public(q) for q in self.store.session_queries(session_id)]}
+        total, page = self.store.session_page(session_id, offset, limit)
+        following = offset + len(page)
+        return {**session, "queries": [public(q) for q in page],
+                "akrelay": {"queries": {"total": total, "offset": offset, "limit": limit,
+                                        "next_offset": following if following < total else None}}}
 
     def delete_session(self, session_id: str) -> dict[str, Any]:
         return {"deleted": self.store.delete_session(session_id)}

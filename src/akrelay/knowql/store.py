@@ -55,6 +55,8 @@ class TurnStore(Protocol):
     def get_query(self, query_id: str) -> dict[str, Any] | None: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
     def session_queries(self, session_id: str) -> list[dict[str, Any]]: ...
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]: ...
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]: ...
     def delete_session(self, session_id: str) -> bool: ...
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None: ...
     def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
@@ -259,6 +261,19 @@ class SqliteTurnStore:
         ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position",
                                         (session_id,))]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's last ``limit`` queries, oldest first (one bounded read, however long the session)."""
+        rows = self._read("SELECT doc FROM queries WHERE session_id = ? ORDER BY position DESC LIMIT ?",
+                          (session_id, limit))
+        return [json.loads(doc) for (doc,) in reversed(rows)]
+
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The session's query count and ``limit`` of its queries from position ``offset`` (0-based), oldest first."""
+        total = self._read("SELECT COUNT(*) FROM queries WHERE session_id = ?", (session_id,))[0][0]
+        ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position LIMIT ? OFFSET ?",
+                                        (session_id, limit, offset))]
+        return total, [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     def session_of_query(self, query_id: str) -> str | None:
         rows = self._read("SELECT session_id FROM queries WHERE id = ?", (query_id,))
