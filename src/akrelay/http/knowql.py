@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
@@ -23,6 +23,7 @@ from litestar.response.base import ASGIResponse
 from litestar.exceptions import HTTPException
 from litestar.response.streaming import ASGIStreamingResponse
 
+from akrelay.http.ingest import client_ip
 from akrelay.http.kip import KipComponent
 from akrelay.http.search import SearchComponent, data_dir_of
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
@@ -54,9 +55,9 @@ def resolve_version(value: str | None) -> str:
                       f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
 
 
-def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
+def _json_response(body: Any, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
     return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
-                        headers={VERSION_HEADER: version})
+                        headers={VERSION_HEADER: version, **(headers or {})})
 
 
 async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
@@ -66,7 +67,7 @@ async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> AS
         version = resolve_version(request.headers.get(VERSION_HEADER))
         result = await work(version)
     except KnowqlError as exc:
-        return _json_response(exc.to_wire(), exc.status, version)
+        return _json_response(exc.to_wire(), exc.status, version, exc.headers)
     except ProtocolError as exc:  # the shared Content-Type rule
         return _json_response(bad_request(exc.message).to_wire(), 400, version)
     except HTTPException as exc:
@@ -98,6 +99,7 @@ class KnowqlComponent:
 
     name = "knowql"
     options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout",
+                                 "knowql_rate", "knowql_burst", "knowql_inflight", "knowql_queue", "knowql_tails",
                                  "knowql_llm_max_tokens", "knowql_llm_max_chars")
 
     @staticmethod
@@ -166,7 +168,9 @@ def routes(component: KnowqlComponent) -> list[Any]:
     def current() -> KnowqlService:
         return component.service
 
-    @post(QUERY_PATH, status_code=200)
+    # The turn's own token bucket (``knowql``, per client; shared in Redis with --store), charged
+    # by the rate-limit middleware instead of the read bucket.
+    @post(QUERY_PATH, status_code=200, opt={"rate": "knowql"})
     async def query(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
             from akrelay.http.app import _require_json
@@ -180,7 +184,7 @@ def routes(component: KnowqlComponent) -> list[Any]:
                     and SSE in (request.headers.get("accept") or "")):
                 doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
             service = current()
-            accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version)
+            accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version, client_ip(request.scope))
             if doc.background:
                 service.start(turn)
                 return 202, accepted
@@ -213,7 +217,9 @@ def routes(component: KnowqlComponent) -> list[Any]:
             last = (request.headers.get("last-event-id") or "").strip()
             # isdigit() alone admits "²", which int() refuses: ASCII digits only.
             start = int(last) if last.isascii() and last.isdigit() and len(last) < 12 else 1
-            return _sse(tail(service.store, query_id, start), version)
+            client = client_ip(request.scope)
+            service.admission.enter_tail(client)  # 429 past the client's open streams
+            return _sse(_counted_tail(service, client, tail(service.store, query_id, start)), version)
 
         return await _answer(request, work)
 
@@ -236,6 +242,15 @@ def routes(component: KnowqlComponent) -> list[Any]:
         return await _answer(request, work)
 
     return [query, query_events, session, *resources]
+
+
+async def _counted_tail(service: KnowqlService, client: str, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``frames``, giving the client's stream slot back when the stream ends (or the client leaves)."""
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        service.admission.leave_tail(client)
 
 
 def _page_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

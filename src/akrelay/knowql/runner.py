@@ -45,6 +45,8 @@ class Turn:
     guardrails: str | None
     deadline: float
     timeout: int
+    #: who asked (the client IP): the admission slot the turn holds until it ends
+    client: str = ""
     #: progress events not yet written, and when the runner last wrote them
     pending: list[dict[str, Any]] = field(default_factory=list)
     flushed_at: float = 0.0

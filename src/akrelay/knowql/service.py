@@ -15,6 +15,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
@@ -95,6 +96,9 @@ class KnowqlService:
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
                                  clock=clock)
         self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
+        self.admission = Admission(per_client=int(getattr(settings, "knowql_inflight", 4)), threads=TURN_THREADS,
+                                   queue=int(getattr(settings, "knowql_queue", 32)),
+                                   tails=int(getattr(settings, "knowql_tails", 8)))
         #: turns this process accepted and has not finished running: failed at close, so a
         #: restart does not leave their sessions busy (409) until their deadlines
         self._open: set[str] = set()
@@ -126,8 +130,20 @@ class KnowqlService:
 
     # ---- a turn ---------------------------------------------------------------------------
 
-    def accept(self, doc: QueryDocument, api_version: str) -> tuple[dict[str, Any], Turn]:
-        """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn."""
+    def accept(self, doc: QueryDocument, api_version: str, client: str = "") -> tuple[dict[str, Any], Turn]:
+        """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn.
+
+        The turn takes one of ``client``'s slots (:class:`Admission`: 429/503 when none is
+        free), given back when :meth:`run` ends or when the turn is refused here.
+        """
+        self.admission.enter_turn(client)
+        try:
+            return self._accept(doc, api_version, client)
+        except BaseException:
+            self.admission.leave_turn(client)
+            raise
+
+    def _accept(self, doc: QueryDocument, api_version: str, client: str) -> tuple[dict[str, Any], Turn]:
         now = self.clock()
         if doc.continues:
             session_id = self._continued_session(doc)
@@ -166,7 +182,7 @@ class KnowqlService:
         with self._open_lock:
             self._open.add(query_id)
         turn = Turn(query_id, session_id, doc, scope, policy, model, history, pinned.get("system_prompt"),
-                    pinned.get("guardrails"), deadline, doc.timeout_seconds)
+                    pinned.get("guardrails"), deadline, doc.timeout_seconds, client=client)
         return public(stored), turn
 
     def _continued_session(self, doc: QueryDocument) -> str:
@@ -193,6 +209,7 @@ class KnowqlService:
         finally:
             with self._open_lock:
                 self._open.discard(turn.query_id)
+            self.admission.leave_turn(turn.client)
 
     def start(self, turn: Turn) -> Future:
         return self._pool.submit(self.run, turn)

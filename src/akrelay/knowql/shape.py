@@ -280,6 +280,8 @@ def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None
     try:
         validator = ShapeValidator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except ShapeBudgetExceeded:
+        raise
     # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
     except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
             RecursionError, ValueError, TypeError, KeyError, re2.error) as exc:
