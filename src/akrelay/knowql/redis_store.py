@@ -24,6 +24,8 @@ A Redis outage is :class:`~akrelay.store.base.StoreUnavailable` (503 with ``Retr
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -33,6 +35,7 @@ import redis.exceptions
 
 from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql.store import _EVENT_OF, TERMINAL, _dump, rfc3339
+from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.redis_client import connect, unavailable
 
 KEY_PREFIX = "akrelay:knowql:"
@@ -40,6 +43,7 @@ KEY_PREFIX = "akrelay:knowql:"
 MAX_RETRIES = 64
 
 #: Methods wrapped in this answer a Redis outage as StoreUnavailable (503 with Retry-After upstream).
+log = logging.getLogger("akrelay.knowql")
 _outage_is_503 = unavailable("the KnowQL session store (Redis)")
 
 
@@ -56,6 +60,8 @@ class RedisTurnStore:
         self._r = client
         self.clock = clock
         self.prefix = prefix
+        #: every change is published on ``<p>wake`` (the query id); tails of every node wake on it
+        self.wakeups = _RedisWakeups(client, f"{prefix}wake")
 
     @classmethod
     def connect(cls, url: str, **kwargs: Any) -> "RedisTurnStore":
@@ -63,7 +69,12 @@ class RedisTurnStore:
         return cls(connect(url), **kwargs)
 
     def close(self) -> None:
+        self.wakeups.stop()
         self._r.close()
+
+    @property
+    def _wake(self) -> str:
+        return f"{self.prefix}wake"
 
     # ---- keys -------------------------------------------------------------------------------
 
@@ -207,9 +218,13 @@ class RedisTurnStore:
             pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
             pipe.hincrby(self._counts, "in_progress", -1)
             pipe.hincrby(self._counts, status, 1)
+            pipe.publish(self._wake, query_id)
             return True
 
-        return self._transaction([qkey, skey], body)  # type: ignore[no-any-return]
+        done: bool = self._transaction([qkey, skey], body)
+        if done:
+            self.wakeups.notify(query_id)
+        return done
 
     @_outage_is_503
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
@@ -222,10 +237,14 @@ class RedisTurnStore:
             if not events:
                 return 0
             pipe.multi()
+            pipe.publish(self._wake, query_id)  # delivered after EXEC: a woken tail reads the push
             pipe.rpush(ekey, *(_dump(dict(e, query_id=query_id)) for e in events))
             return lambda replies: int(replies[-1])  # the list's length after the push: the last seq
 
-        return self._transaction([qkey], body)  # type: ignore[no-any-return]
+        last: int | None = self._transaction([qkey], body)
+        if last:
+            self.wakeups.notify(query_id)
+        return last
 
     @_outage_is_503
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
@@ -288,3 +307,58 @@ class RedisTurnStore:
             return existed
 
         return self._transaction([skey, lkey], body)  # type: ignore[no-any-return]
+
+
+class _RedisWakeups(Wakeups):
+    """:class:`Wakeups` fed also by what every node publishes on the store's ``wake`` channel.
+
+    One listener thread per store, started by the first tail. While Redis is away it logs
+    once (no traceback) and retries with back-off; tails meanwhile fall back to their slow poll.
+    """
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        super().__init__()
+        self._client, self._channel = client, channel
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._start = threading.Lock()
+
+    def watch(self, query_id: str) -> None:
+        super().watch(query_id)
+        if self._thread is None and not self._stopped.is_set():
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._listen, name="akrelay-knowql-wake", daemon=True)
+                    self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+
+    def _listen(self) -> None:
+        backoff = 0.0
+        while not self._stopped.is_set():
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self._channel)
+                if backoff:
+                    log.warning("KnowQL wake-ups: Redis is back; streams wake on events again")
+                    backoff = 0.0
+                while not self._stopped.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        data = message["data"]
+                        self.notify(data.decode() if isinstance(data, bytes) else str(data))
+            except (redis.exceptions.RedisError, OSError) as exc:
+                if not backoff:
+                    log.warning("KnowQL wake-ups: Redis unreachable (%s); streams poll until it is back",
+                                type(exc).__name__)
+                backoff = min(8.0, backoff * 2 or 0.5)
+                self._stopped.wait(backoff)
+            finally:
+                try:
+                    pubsub.close()
+                except (redis.exceptions.RedisError, OSError):
+                    pass

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from akrelay.knowql.errors import conflict, not_found
+from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.schema import Schema, ensure_schema, script
 
 FILE_NAME = "knowql.sqlite3"
@@ -90,6 +91,8 @@ class SqliteTurnStore:
         target = str(self.path) if self.path is not None else ":memory:"
         self._db = sqlite3.connect(target, timeout=10.0, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
+        #: tails of this process wake on every change this process commits
+        self.wakeups = Wakeups()
         with self._lock:
             self._db.execute("PRAGMA busy_timeout=10000")
             if self.path is not None:
@@ -215,7 +218,10 @@ class SqliteTurnStore:
             self._append(db, query_id, terminal)
             return True
 
-        return self._write(tx)
+        done: bool = self._write(tx)
+        if done:
+            self.wakeups.notify(query_id)
+        return done
 
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
         """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
@@ -228,7 +234,10 @@ class SqliteTurnStore:
                 seq = self._append(db, query_id, dict(event, query_id=query_id))
             return seq
 
-        return self._write(tx)
+        last: int | None = self._write(tx)
+        if last:
+            self.wakeups.notify(query_id)
+        return last
 
     @staticmethod
     def _append(db: sqlite3.Connection, query_id: str, event: dict[str, Any]) -> int:
