@@ -76,6 +76,23 @@ class RedisTurnStore:
     def _wake(self) -> str:
         return f"{self.prefix}wake"
 
+    @property
+    def _running(self) -> str:
+        """The set of query ids in progress (added with the turn, removed with its terminal state)."""
+        return f"{self.prefix}in-progress"
+
+    @_outage_is_503
+    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` stored documents of turns still ``in_progress``."""
+        out = []
+        for qid in list(self._r.sscan_iter(self._running, count=256))[:limit]:
+            status, doc = self._r.hmget(self._query(qid.decode()), "status", "doc")
+            if status == b"in_progress" and doc is not None:
+                out.append(json.loads(doc))
+            elif status is None or status != b"in_progress":
+                self._r.srem(self._running, qid)  # its query was deleted or ended: forget it
+        return out
+
     # ---- keys -------------------------------------------------------------------------------
 
     def _session(self, session_id: str) -> str:
@@ -151,6 +168,7 @@ class RedisTurnStore:
             pipe.hset(self._query(doc["id"]), mapping={
                 "session": session_id, "status": "in_progress", "deadline": repr(float(deadline)), "doc": _dump(doc)})
             pipe.hincrby(self._counts, "in_progress", 1)
+            pipe.sadd(self._running, doc["id"])
             session_doc.update(last_query_id=doc["id"], created_at=created.decode(), updated_at=stamp)
             return session_doc, doc
 
@@ -218,6 +236,7 @@ class RedisTurnStore:
             pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
             pipe.hincrby(self._counts, "in_progress", -1)
             pipe.hincrby(self._counts, status, 1)
+            pipe.srem(self._running, query_id)
             pipe.publish(self._wake, query_id)
             return True
 

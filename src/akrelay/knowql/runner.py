@@ -20,7 +20,9 @@ from akrelay.knowql.contexts import Context
 from akrelay.knowql.models import ComposerError, HistoryEntry, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
+from akrelay.knowql.recovery import Deferred
 from akrelay.knowql.shape import ShapeFailure, require_conforming
+from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -54,8 +56,10 @@ class Turn:
 
 class TurnRunner:
     def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
-                 origin: str, clock: Callable[[], float] = time.time) -> None:
+                 origin: str, clock: Callable[[], float] = time.time, deferred: Deferred | None = None) -> None:
         self.store = store
+        #: terminal writes the store refused during an outage, written once it is back
+        self.deferred = deferred if deferred is not None else Deferred()
         self.search = search
         self.runtime = runtime
         self.records = records  # the relay's store (acceptance records)
@@ -70,6 +74,10 @@ class TurnRunner:
         except (ShapeFailure, ComposerError) as exc:
             late = self.clock() >= turn.deadline
             self._fail(turn, f"timed out after {turn.timeout} s" if late else str(exc))
+        except StoreUnavailable as exc:  # Redis went away mid-turn: fail it once it is back (no traceback)
+            late = self.clock() >= turn.deadline
+            self._fail(turn, f"timed out after {turn.timeout} s" if late else
+                       "the turn store was unreachable while the turn ran", exc)
         except Exception:  # a bug: the turn fails, the worker goes on answering
             log.exception("KnowQL turn %s failed", turn.query_id)
             self._fail(turn, "internal error while running the turn")
@@ -164,12 +172,27 @@ class TurnRunner:
                           "by_category": {}, "total_hits": len(retrieval.chunks), "duration_ms": duration})
         fields.update(steps=steps, akrelay=extension, error=None)
         pending, turn.pending = turn.pending, []
-        self.store.finish(turn.query_id, "completed", fields, pending=pending)
+        self._finish(turn, "completed", fields, None, pending)
 
-    def _fail(self, turn: Turn, message: str) -> None:
+    def _fail(self, turn: Turn, message: str, outage: StoreUnavailable | None = None) -> None:
         pending, turn.pending = turn.pending, []
-        self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message},
-                          pending=pending)
+        event = {"type": "response.failed", "error": message}
+        if outage is not None:
+            self.deferred.add(turn.query_id, lambda: self.store.finish(turn.query_id, "failed", {"error": message},
+                                                                       event, pending=pending), outage)
+            return
+        self._finish(turn, "failed", {"error": message}, event, pending)
+
+    def _finish(self, turn: Turn, status: str, fields: dict[str, Any], event: dict[str, Any] | None,
+                pending: list[dict[str, Any]]) -> None:
+        """The terminal compare-and-set; kept for later when the store is away (never a traceback)."""
+        def write() -> Any:
+            return self.store.finish(turn.query_id, status, fields, event, pending=pending)
+
+        try:
+            write()
+        except StoreUnavailable as exc:
+            self.deferred.add(turn.query_id, write, exc)
 
 
 def _text(text: str) -> dict[str, Any]:

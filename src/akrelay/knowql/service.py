@@ -21,6 +21,7 @@ from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
 from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
+from akrelay.knowql.recovery import Deferred, fail_orphans, owner
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
 from akrelay.knowql.redis_store import RedisTurnStore
@@ -93,8 +94,9 @@ class KnowqlService:
         self.clock = clock
         self.default_policy = default_policy
         self.catalog: Catalog = build_catalog(settings, ExtractiveComposer())
+        self.deferred = Deferred()
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
-                                 clock=clock)
+                                 clock=clock, deferred=self.deferred)
         self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
         self.admission = Admission(per_client=int(getattr(settings, "knowql_inflight", 4)), threads=TURN_THREADS,
                                    queue=int(getattr(settings, "knowql_queue", 32)),
@@ -108,8 +110,17 @@ class KnowqlService:
     def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
              runtime: Callable[[], Any]) -> "KnowqlService":
         contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
-        return cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
-                   search=search, runtime=runtime)
+        service = cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
+                      search=search, runtime=runtime)
+        service.recover()
+        return service
+
+    def recover(self) -> None:
+        """Fail the turns a dead process of this host left in progress (later, if the store is away now)."""
+        try:
+            fail_orphans(self.store)
+        except StoreUnavailable as exc:
+            self.deferred.add("orphans", lambda: fail_orphans(self.store), exc)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel queued turns, give running ones ``timeout`` seconds to end, then close the store."""
@@ -123,9 +134,10 @@ class KnowqlService:
         try:
             for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
                 self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
-        except StoreUnavailable as exc:  # Redis away at shutdown: those turns fail at their deadlines instead
+        except StoreUnavailable as exc:  # Redis away at shutdown: the next start (or their deadlines) fails them
             log.warning("KnowQL: could not fail %d unfinished turn(s) at shutdown: %s", len(unfinished), exc)
         finally:
+            self.deferred.close()
             self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------
@@ -172,7 +184,7 @@ class KnowqlService:
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_usd": 0}, "runtime_ms": 0,
             "akrelay": {"api_version": api_version, "policy": policy, "scope": [c.slug for c in scope],
                         "warnings": list(doc.warnings)},
-            "_started": now, "_timeout": doc.timeout_seconds,
+            "_started": now, "_timeout": doc.timeout_seconds, "_owner": owner(),
         }
         deadline = now + doc.timeout_seconds
         # Only the last turns (with margin for failed ones): the cost of a turn does not grow with the session.

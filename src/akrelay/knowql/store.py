@@ -65,6 +65,7 @@ class TurnStore(Protocol):
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
     def session_of_query(self, query_id: str) -> str | None: ...
     def status_counts(self) -> dict[str, int]: ...
+    def in_progress(self, limit: int) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
 
@@ -168,6 +169,11 @@ class SqliteTurnStore:
         rows = self._read("SELECT inflight FROM sessions WHERE id = ?", (session_id,))
         if rows and rows[0][0] is not None:
             self.get_query(rows[0][0], now=now)
+
+    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` stored documents of turns still ``in_progress`` (orphans are looked for at start)."""
+        rows = self._read("SELECT doc FROM queries WHERE status = 'in_progress' LIMIT ?", (limit,))
+        return [json.loads(doc) for (doc,) in rows]
 
     def status_counts(self) -> dict[str, int]:
         """Turns per status (``/metrics``): one shared count for every worker."""
