@@ -92,3 +92,20 @@ def _until(condition, seconds: float = 30.0) -> None:
 
 def _wait_terminal(kq, query_id: str) -> None:
     _until(lambda: kq.client.get(f"/queries/{query_id}").json()["status"] != "in_progress")
+
+
+def test_a_stream_that_never_starts_gives_its_slot_back() -> None:
+    from akrelay.http.knowql import _counted_tail, _TailSlot
+    from akrelay.knowql.admission import Admission
+
+    class Service:
+        admission = Admission(per_client=1, threads=1, queue=0, tails=1)
+
+    async def frames():
+        yield b": ping\n\n"
+
+    service = Service()
+    service.admission.enter_tail("client")
+    stream = _counted_tail(_TailSlot(service, "client"), frames())  # the client left before the first byte
+    del stream
+    service.admission.enter_tail("client")  # the slot is free again (no 429)

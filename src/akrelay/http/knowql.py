@@ -219,7 +219,7 @@ def routes(component: KnowqlComponent) -> list[Any]:
             start = int(last) if last.isascii() and last.isdigit() and len(last) < 12 else 1
             client = client_ip(request.scope)
             service.admission.enter_tail(client)  # 429 past the client's open streams
-            return _sse(_counted_tail(service, client, tail(service.store, query_id, start)), version)
+            return _sse(_counted_tail(_TailSlot(service, client), tail(service.store, query_id, start)), version)
 
         return await _answer(request, work)
 
@@ -244,13 +244,32 @@ def routes(component: KnowqlComponent) -> list[Any]:
     return [query, query_events, session, *resources]
 
 
-async def _counted_tail(service: KnowqlService, client: str, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+class _TailSlot:
+    """One of a client's open-stream slots, given back once, however the stream ends.
+
+    Also when the stream never starts (the client left before the first byte): the
+    generator holding the slot is then dropped unstarted, and so is the slot.
+    """
+
+    def __init__(self, service: KnowqlService, client: str) -> None:
+        self.admission, self.client, self.held = service.admission, client, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.admission.leave_tail(self.client)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+async def _counted_tail(slot: _TailSlot, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """``frames``, giving the client's stream slot back when the stream ends (or the client leaves)."""
     try:
         async for frame in frames:
             yield frame
     finally:
-        service.admission.leave_tail(client)
+        slot.release()
 
 
 def _page_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
