@@ -6,7 +6,8 @@ sends keep-alives but no text, or an endless answer), publishes a few capsules, 
 
 1. quiet: the *other* client (connecting from 127.0.0.2, so it is a different client IP)
    asks ``--asks`` synchronous turns one after the other: its quiet p50/p99;
-2. hostile: ``--hostile`` loops from 127.0.0.1 for ``--duration`` seconds, in rotation:
+2. hostile: ``--hostile`` loops for ``--duration`` seconds, in rotation, each attack from a
+   client IP of its own (127.0.1.<n>, so that every attack gets a full per-client budget):
    ``$ref`` fan-out shapes (18 and 30 levels), a 45 KB ``allOf`` of 15,000 items, a turn
    flood, background bursts, event-stream tails held open, LLM turns against the
    keep-alive and the endless upstream, a long session continued and read back, and
@@ -31,6 +32,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import itertools
 import json
 import os
@@ -53,6 +55,10 @@ from soak import Relay, log_findings, stop_relay, tree_rss_bytes  # noqa: E402
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 HOSTILE_IP, OTHER_IP = "127.0.0.1", "127.0.0.2"
+CLASSES = ("fan_out", "all_of", "flood", "background", "tails", "llm_keepalive", "llm_endless", "long_session",
+           "malformed")
+HOSTILE_IPS = {name: f"127.0.1.{n + 1}" for n, name in enumerate(CLASSES)}
+_current_class: contextvars.ContextVar[str] = contextvars.ContextVar("soak_class", default="")
 ASK = {"ask": "cache restart", "scope": ["knowledge"]}
 UPSTREAM_SECONDS = 60.0
 
@@ -205,12 +211,16 @@ class Hostile:
     def __init__(self, relay: Relay, args: argparse.Namespace) -> None:
         self.relay, self.args = relay, args
         self.session: str | None = None
-        self.classes = [name for name in ("fan_out", "all_of", "flood", "background", "tails", "llm_keepalive",
-                                          "llm_endless", "long_session", "malformed")]
+        self.classes = list(CLASSES)
         self.turns = itertools.count()
 
+    @staticmethod
+    def source() -> str:
+        """The class's own client IP (127.0.1.<n>): every attack gets its own per-client budget."""
+        return HOSTILE_IPS.get(_current_class.get(), HOSTILE_IP)
+
     async def send(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return await call(self.relay, method, path, body, self.args.request_timeout, HOSTILE_IP)
+        return await call(self.relay, method, path, body, self.args.request_timeout, self.source())
 
     async def fan_out(self) -> int:
         return (await self.send("POST", "/query", {**ASK, "shape": fan_out(18 if next(self.turns) % 2 else 30)}))[0]
@@ -233,7 +243,7 @@ class Hostile:
                                                          "timeout_seconds": 4})
         if status != 202:
             return status
-        held = await asyncio.gather(*(hold_tail(self.relay, doc["id"], 3.0, HOSTILE_IP) for _ in range(20)),
+        held = await asyncio.gather(*(hold_tail(self.relay, doc["id"], 3.0, self.source()) for _ in range(20)),
                                     return_exceptions=True)
         return max((s for s in held if isinstance(s, int)), default=0)
 
@@ -267,6 +277,7 @@ async def hostile_loop(hostile: Hostile, tally: dict[str, collections.Counter], 
         if time.monotonic() >= stop_at:
             return
         name = hostile.classes[n % len(hostile.classes)]
+        _current_class.set(name)
         try:
             outcome = str(await getattr(hostile, name)())
         except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as exc:

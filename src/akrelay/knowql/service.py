@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable
 
 from akrelay.knowql.admission import Admission
@@ -21,6 +21,7 @@ from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
 from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
+from akrelay.knowql.pool import FairPool
 from akrelay.knowql.recovery import Deferred, fail_orphans, owner
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
@@ -30,8 +31,9 @@ from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
 
-#: Turns running at once in one worker; more wait in the pool's queue.
-TURN_THREADS = 8
+#: Turns running at once in one worker; more wait in the pool's queues (fair between clients).
+#: Many turns wait on I/O (an LLM upstream), all are bounded by their deadline and CPU steps.
+TURN_THREADS = 16
 PROJECT_ID = "akrelay"
 CREATED_BY = "anonymous"
 TITLE_CHARS = 80
@@ -97,7 +99,7 @@ class KnowqlService:
         self.deferred = Deferred()
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
                                  clock=clock, deferred=self.deferred)
-        self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
+        self._pool = FairPool(TURN_THREADS)
         self.admission = Admission(per_client=int(getattr(settings, "knowql_inflight", 4)), threads=TURN_THREADS,
                                    queue=int(getattr(settings, "knowql_queue", 32)),
                                    tails=int(getattr(settings, "knowql_tails", 8)))
@@ -124,9 +126,9 @@ class KnowqlService:
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel queued turns, give running ones ``timeout`` seconds to end, then close the store."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(cancel_futures=True)
         deadline = time.monotonic() + timeout
-        for thread in list(getattr(self._pool, "_threads", ())):  # the executor's own workers
+        for thread in list(self._pool.threads):
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._open_lock:
             unfinished, self._open = sorted(self._open), set()
@@ -224,7 +226,8 @@ class KnowqlService:
             self.admission.leave_turn(turn.client)
 
     def start(self, turn: Turn) -> Future:
-        return self._pool.submit(self.run, turn)
+        """Queue ``turn`` behind its client's earlier ones (:class:`FairPool`)."""
+        return self._pool.submit(turn.client, self.run, turn)
 
     # ---- resources ------------------------------------------------------------------------
 
