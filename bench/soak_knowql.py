@@ -61,6 +61,8 @@ HOSTILE_IPS = {name: f"127.0.1.{n + 1}" for n, name in enumerate(CLASSES)}
 _current_class: contextvars.ContextVar[str] = contextvars.ContextVar("soak_class", default="")
 ASK = {"ask": "cache restart", "scope": ["knowledge"]}
 UPSTREAM_SECONDS = 60.0
+#: The other client starts a turn at most every PACE seconds (an interactive user, within any sane rate).
+PACE = 0.5
 
 
 # -- a fake LLM upstream ----------------------------------------------------------------------------
@@ -101,11 +103,11 @@ def fake_upstream() -> ThreadingHTTPServer:
 # -- the relay --------------------------------------------------------------------------------------
 
 
-def start_relay(root: Path, workers: int, llm: str) -> Relay:
+def start_relay(root: Path, workers: int, llm: str, extra: list[str]) -> Relay:
     data, port, log = root / "data", free_port(), root / "serve.log"
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(workers), "--write-rate", "0", "--read-rate", "0",
-            "--knowql-llm-base-url", llm, "--knowql-llm-model", "fake"]
+            "--knowql-llm-base-url", llm, "--knowql-llm-model", "fake", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -286,12 +288,12 @@ async def hostile_loop(hostile: Hostile, tally: dict[str, collections.Counter], 
 
 
 async def other_client(relay: Relay, count: int, timeout: float, stop_at: float | None = None) -> list[float]:
-    """Sequential synchronous turns from another client IP, at most 4 a second (within its own
+    """Sequential synchronous turns from another client IP, one per PACE seconds (within its own
     ``--knowql-rate``): their latencies (seconds)."""
     latencies: list[float] = []
     for _ in range(count):
         if latencies:
-            await asyncio.sleep(max(0.0, 0.25 - latencies[-1]))
+            await asyncio.sleep(max(0.0, PACE - latencies[-1]))
         if stop_at is not None and time.monotonic() >= stop_at:
             break
         started = time.monotonic()
@@ -362,11 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hostile", type=int, default=6, help="concurrent hostile loops (default 6)")
     parser.add_argument("--asks", type=int, default=40, help="the other client's quiet turns (default 40)")
     parser.add_argument("--workers", type=int, default=1, help="relay workers (default 1)")
+    parser.add_argument("--serve-args", default="", help="more `akrelay serve` options, e.g. '--knowql-rate 2'")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="client deadline per request")
     args = parser.parse_args(argv)
     upstream = fake_upstream()
     root = Path(tempfile.mkdtemp(prefix="akrelay-soak-knowql-"))
-    relay = start_relay(root, args.workers, f"http://127.0.0.1:{upstream.server_address[1]}/v1")
+    relay = start_relay(root, args.workers, f"http://127.0.0.1:{upstream.server_address[1]}/v1",
+                        args.serve_args.split())
     try:
         result = asyncio.run(run(relay, args))
     finally:
