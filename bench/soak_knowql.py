@@ -297,10 +297,13 @@ async def other_client(relay: Relay, count: int, timeout: float, stop_at: float 
         if stop_at is not None and time.monotonic() >= stop_at:
             break
         started = time.monotonic()
-        status, doc = await call(relay, "POST", "/query", ASK, timeout, OTHER_IP)
-        if status != 200 or doc.get("status") != "completed":
-            raise SystemExit(f"the other client's turn answered {status}: {doc}")
-        latencies.append(time.monotonic() - started)
+        try:
+            status, doc = await call(relay, "POST", "/query", ASK, timeout, OTHER_IP)
+            ok = status == 200 and isinstance(doc, dict) and doc.get("status") == "completed"
+        except (OSError, asyncio.TimeoutError, ConnectionError, ValueError):
+            ok = False
+        # A turn that failed or got no answer counts as the whole client deadline (and as a failure).
+        latencies.append(time.monotonic() - started if ok else -timeout)
     return latencies
 
 
@@ -348,7 +351,7 @@ async def run(relay: Relay, args: argparse.Namespace) -> dict[str, Any]:
     hostile = Hostile(relay, args)
     sampler = asyncio.ensure_future(sample())
     loops = [hostile_loop(hostile, tally, stop_at, n) for n in range(args.hostile)]
-    hostile_task = asyncio.ensure_future(asyncio.gather(*loops))
+    hostile_task = asyncio.ensure_future(asyncio.gather(*loops, return_exceptions=True))
     await asyncio.sleep(1.0)  # the loaded figures start once the hostile loops run
     loaded = await loop.run_in_executor(pool, other_client_process, *other, 10 ** 6, args.request_timeout,
                                         max(1.0, stop_at - time.monotonic()))
@@ -383,12 +386,14 @@ def main(argv: list[str] | None = None) -> int:
         for outcome, n in outcomes.items():
             if outcome.isdigit() and int(outcome) >= 500 and int(outcome) != 503:
                 fivexx[outcome] += n
-    quiet, loaded = result["quiet"], result["loaded"]
+    failures = sum(1 for v in result["quiet"] + result["loaded"] if v < 0)
+    quiet, loaded = [abs(v) for v in result["quiet"]], [abs(v) for v in result["loaded"]]
     q50, q99, l50, l99 = (percentile(quiet, 0.5), percentile(quiet, 0.99), percentile(loaded, 0.5),
                           percentile(loaded, 0.99))
     print(f"other client: quiet p50 {q50 * 1000:.0f} ms p99 {q99 * 1000:.0f} ms ({len(quiet)} turns); "
           f"loaded p50 {l50 * 1000:.0f} ms p99 {l99 * 1000:.0f} ms ({len(loaded)} turns); "
-          f"p99 ratio {l99 / q99:.2f} (goal <= 3); mean loaded {statistics.mean(loaded) * 1000:.0f} ms")
+          f"p99 ratio {l99 / q99:.2f} (goal <= 3); mean loaded {statistics.mean(loaded) * 1000:.0f} ms; "
+          f"{failures} turn(s) failed or unanswered within {args.request_timeout:g} s")
     print(f"relay RSS: {result['rss_start'] / 2**20:.1f} MiB before the hostile phase, "
           f"max {result['rss_max'] / 2**20:.1f} MiB during it")
     print(f"relay log: {tracebacks} traceback(s), {answered_500} answered 500(s), {errors} ERROR line(s)")
