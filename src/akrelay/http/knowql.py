@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # annotations only
 JSON = "application/json"
 SSE = "text/event-stream"
 QUERY_PATH = "/query"
-#: Query Documents checked at once per worker (a shape check may take up to ~1 s of CPU).
+#: Query Documents checked at once per worker (a shape within the caps takes up to ~0.2 s of CPU).
 SHAPE_CHECKS = 2
 
 
@@ -230,9 +230,10 @@ def routes(component: KnowqlComponent) -> list[Any]:
         _resource(get, "/models", lambda *a: current().models(*a)),
         _resource(get, "/contexts", lambda *a: current().context_list(*a)),
     ]
-    @get("/sessions/{session_id:str}", status_code=200, name="knowql get /sessions/{id:str}")
+
+    @get("/sessions/{id:str}", status_code=200, name="knowql get /sessions/{id:str}")
     async def session(request: Request) -> ASGIResponse:
-        session_id = request.path_params["session_id"]
+        session_id = request.path_params["id"]
 
         async def work(version: str) -> Any:
             offset = _page_param(request, "offset", 0, 0, None)
