@@ -177,9 +177,12 @@ def routes(component: KnowqlComponent) -> list[Any]:
 
             _require_json(request)
             value = parse_json(await request.body())
-            # Off the loop: checking a shape is bounded (knowql.shape) but not free, and a
-            # hostile one must not stall /healthz; at most SHAPE_CHECKS run at once per worker.
-            doc = await anyio.to_thread.run_sync(parse_document, value, limiter=component.checks)
+            if isinstance(value, dict) and value.get("shape") is not None:
+                # Off the loop: checking a shape is bounded (knowql.shape) but not free, and a
+                # hostile one must not stall /healthz; at most SHAPE_CHECKS run at once per worker.
+                doc = await anyio.to_thread.run_sync(parse_document, value, limiter=component.checks)
+            else:  # the other checks are cheap (bounded sizes): no thread hop
+                doc = parse_document(value)
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):
                 doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
