@@ -3,7 +3,7 @@
 A plain FIFO pool lets one client's burst (300 background turns, or LLM turns that wait
 on a slow upstream) sit in front of every other client's turn. Here each client has its
 own queue, and a free thread takes the next turn of the client with the fewest turns
-running (the longest-waiting such client first): a client asking one turn at a time is
+running (among those, the one served least recently): a client asking one turn at a time is
 served as soon as any thread frees, however many turns another client has queued.
 How many a client may queue at all is :class:`akrelay.knowql.admission.Admission`'s job.
 """
@@ -22,6 +22,9 @@ class FairPool:
         self.threads: list[threading.Thread] = []
         self._queues: OrderedDict[str, deque[tuple[Future[Any], Callable[[], Any]]]] = OrderedDict()
         self._running: Counter[str] = Counter()
+        #: when each client with turns queued or running was last served (a newcomer: never, first)
+        self._served: dict[str, int] = {}
+        self._tick = 0
         self._cond = threading.Condition()
         self._closed = False
 
@@ -42,13 +45,13 @@ class FairPool:
         """The next job (called with the lock held): the least-served client's oldest turn."""
         if not self._queues:
             return None
-        client = min(self._queues, key=lambda c: self._running[c])  # OrderedDict: ties go to the earliest
+        client = min(self._queues, key=lambda c: (self._running[c], self._served.get(c, -1)))
         queue = self._queues[client]
         future, job = queue.popleft()
-        if queue:
-            self._queues.move_to_end(client)  # round robin among clients with as many running
-        else:
+        if not queue:
             del self._queues[client]
+        self._tick += 1
+        self._served[client] = self._tick
         return client, future, job
 
     def _work(self) -> None:
@@ -73,6 +76,8 @@ class FairPool:
                     self._running[client] -= 1
                     if self._running[client] <= 0:
                         del self._running[client]
+                        if client not in self._queues:
+                            self._served.pop(client, None)  # bounded: only clients with work are remembered
 
     def shutdown(self, *, cancel_futures: bool = True) -> None:
         """Refuse new turns, cancel queued ones (when asked) and let the threads end after their turn."""
