@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from akrelay.http.ratelimit import RedisTokenBucket, open_rate_limits
+from akrelay.knowql.models import EXTRA_COMPOSERS, ModelEntry
 from akrelay.knowql.service import TURN_THREADS
 from akrelay.settings import defaults
 
+from .conftest import SlowComposer
 from .kq_harness import knowql_app
+
+
+@pytest.fixture
+def slow():
+    """Turns that hold their thread until the test opens the gate (at most 120 s: a loaded machine)."""
+    composer = SlowComposer(limit=120.0)
+    EXTRA_COMPOSERS["test/slow"] = lambda settings: ModelEntry("test/slow", "Slow (tests)", "tests", composer)
+    try:
+        yield composer
+    finally:
+        composer.gate.set()
+        EXTRA_COMPOSERS.pop("test/slow", None)
 
 ASK = {"ask": "cache restart", "scope": ["knowledge"]}
 
