@@ -125,3 +125,12 @@ def test_a_stream_that_never_starts_gives_its_slot_back() -> None:
     stream = _counted_tail(_TailSlot(service, "client"), frames())  # the client left before the first byte
     del stream
     service.admission.enter_tail("client")  # the slot is free again (no 429)
+
+
+def test_two_nodes_on_one_redis_share_a_clients_turn_budget(redis_url) -> None:
+    settings = {"store": redis_url, "knowql_rate": 0.001, "knowql_burst": 2}
+    with knowql_app(**settings) as first, knowql_app(**settings) as second:
+        assert first.ask(ASK).status_code == 200
+        assert second.ask(ASK).status_code == 200
+        _refused(first.ask(ASK), 429, "rate_limited")  # the budget was spent on both nodes together
+        _refused(second.ask(ASK), 429, "rate_limited")
