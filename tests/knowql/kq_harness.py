@@ -80,7 +80,7 @@ class KQ:
 
 @contextlib.contextmanager
 def knowql_app(data: Path | None = None, **overrides: Any) -> Iterator[KQ]:
-    settings = defaults(**({"write_rate": 0.0, "read_rate": 0.0} | overrides))
+    settings = defaults(**({"write_rate": 0.0, "read_rate": 0.0, "knowql_rate": 0.0} | overrides))
     config = ServiceConfig(origin=ORIGIN)
     if data is None:
         relay = Relay(MemoryStore(), config, clock=lambda: NOW, cursor_secret=b"k" * 32)

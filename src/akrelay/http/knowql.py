@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
+import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, delete, get, post
@@ -22,13 +23,14 @@ from litestar.response.base import ASGIResponse
 from litestar.exceptions import HTTPException
 from litestar.response.streaming import ASGIStreamingResponse
 
+from akrelay.http.ingest import client_ip
 from akrelay.http.kip import KipComponent
 from akrelay.http.search import SearchComponent, data_dir_of
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
 from akrelay.knowql.request import parse_document
-from akrelay.knowql.service import KnowqlService
+from akrelay.knowql.service import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlService
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings, SettingsError
@@ -39,6 +41,8 @@ if TYPE_CHECKING:  # annotations only
 JSON = "application/json"
 SSE = "text/event-stream"
 QUERY_PATH = "/query"
+#: Query Documents checked at once per worker (a shape within the caps takes up to ~0.2 s of CPU).
+SHAPE_CHECKS = 2
 
 
 
@@ -67,9 +71,9 @@ def parse_body(raw: bytes) -> Any:
         raise bad_request(f"the body is not strict JSON: {exc.message}") from None
 
 
-def _json_response(body: Any, status: int, version: str) -> ASGIResponse:
+def _json_response(body: Any, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
     return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
-                        headers={VERSION_HEADER: version})
+                        headers={VERSION_HEADER: version, **(headers or {})})
 
 
 async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
@@ -79,7 +83,7 @@ async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> AS
         version = resolve_version(request.headers.get(VERSION_HEADER))
         result = await work(version)
     except KnowqlError as exc:
-        return _json_response(exc.to_wire(), exc.status, version)
+        return _json_response(exc.to_wire(), exc.status, version, exc.headers)
     except ProtocolError as exc:  # the shared Content-Type rule
         return _json_response(bad_request(exc.message).to_wire(), 400, version)
     except HTTPException as exc:
@@ -110,7 +114,9 @@ class KnowqlComponent:
     """
 
     name = "knowql"
-    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout")
+    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout",
+                                 "knowql_rate", "knowql_burst", "knowql_inflight", "knowql_queue", "knowql_tails",
+                                 "knowql_llm_max_tokens", "knowql_llm_max_chars")
 
     @staticmethod
     def check(settings: Settings) -> None:
@@ -129,6 +135,14 @@ class KnowqlComponent:
         self.kip = kip
         self._service: KnowqlService | None = None
         self._create = threading.Lock()
+        self._checks: anyio.CapacityLimiter | None = None
+
+    @property
+    def checks(self) -> anyio.CapacityLimiter:
+        """The threads Query Document checks (``shape``) may use at once in this worker."""
+        if self._checks is None:
+            self._checks = anyio.CapacityLimiter(SHAPE_CHECKS)
+        return self._checks
 
     def _search(self) -> Any:
         found = self.search.service
@@ -170,19 +184,26 @@ def routes(component: KnowqlComponent) -> list[Any]:
     def current() -> KnowqlService:
         return component.service
 
-    @post(QUERY_PATH, status_code=200)
+    # The turn's own token bucket (``knowql``, per client; shared in Redis with --store), charged
+    # by the rate-limit middleware instead of the read bucket.
+    @post(QUERY_PATH, status_code=200, opt={"rate": "knowql"})
     async def query(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
             from akrelay.http.app import _require_json
 
             _require_json(request)
             value = parse_body(await request.body())
-            doc = parse_document(value)
+            if isinstance(value, dict) and value.get("shape") is not None:
+                # Off the loop: checking a shape is bounded (knowql.shape) but not free, and a
+                # hostile one must not stall /healthz; at most SHAPE_CHECKS run at once per worker.
+                doc = await anyio.to_thread.run_sync(parse_document, value, limiter=component.checks)
+            else:  # the other checks are cheap (bounded sizes): no thread hop
+                doc = parse_document(value)
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):
                 doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
             service = current()
-            accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version)
+            accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version, client_ip(request.scope))
             if doc.background:
                 service.start(turn)
                 return 202, accepted
@@ -215,19 +236,71 @@ def routes(component: KnowqlComponent) -> list[Any]:
             last = (request.headers.get("last-event-id") or "").strip()
             # isdigit() alone admits "²", which int() refuses: ASCII digits only.
             start = int(last) if last.isascii() and last.isdigit() and len(last) < 12 else 1
-            return _sse(tail(service.store, query_id, start), version)
+            client = client_ip(request.scope)
+            service.admission.enter_tail(client)  # 429 past the client's open streams
+            return _sse(_counted_tail(_TailSlot(service, client), tail(service.store, query_id, start)), version)
 
         return await _answer(request, work)
 
     resources = [
         _resource(get, "/queries/{id:str}", lambda *a: current().query(*a)),
         _resource(post, "/queries/{id:str}/cancel", lambda *a: current().cancel(*a)),
-        _resource(get, "/sessions/{id:str}", lambda *a: current().session(*a)),
         _resource(delete, "/sessions/{id:str}", lambda *a: current().delete_session(*a)),
         _resource(get, "/models", lambda *a: current().models(*a)),
         _resource(get, "/contexts", lambda *a: current().context_list(*a)),
     ]
-    return [query, query_events, *resources]
+
+    @get("/sessions/{id:str}", status_code=200, name="knowql get /sessions/{id:str}")
+    async def session(request: Request) -> ASGIResponse:
+        session_id = request.path_params["id"]
+
+        async def work(version: str) -> Any:
+            offset = _page_param(request, "offset", 0, 0, None)
+            limit = _page_param(request, "limit", SESSION_PAGE, 1, SESSION_PAGE_MAX)
+            return 200, await anyio.to_thread.run_sync(current().session, session_id, offset, limit)
+
+        return await _answer(request, work)
+
+    return [query, query_events, session, *resources]
+
+
+class _TailSlot:
+    """One of a client's open-stream slots, given back once, however the stream ends.
+
+    Also when the stream never starts (the client left before the first byte): the
+    generator holding the slot is then dropped unstarted, and so is the slot.
+    """
+
+    def __init__(self, service: KnowqlService, client: str) -> None:
+        self.admission, self.client, self.held = service.admission, client, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.admission.leave_tail(self.client)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+async def _counted_tail(slot: _TailSlot, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``frames``, giving the client's stream slot back when the stream ends (or the client leaves)."""
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        slot.release()
+
+
+def _page_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    """A paging query parameter: ASCII digits within ``low``..``high``, else 400."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 10) or int(raw) < low or (high is not None and int(raw) > high):
+        bound = f"{low} to {high}" if high is not None else f"at least {low}"
+        raise bad_request(f"{name} must be an integer, {bound}")
+    return int(raw)
 
 
 def _resource(method: Any, path: str, call: Callable[..., Any]) -> Any:

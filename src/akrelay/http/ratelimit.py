@@ -287,7 +287,8 @@ def open_rate_limits(settings: Any) -> RateLimits:
     No connection is made here: the Redis client connects on the first request.
     """
     limits = {"write": (settings.write_rate, settings.write_burst),
-              "read": (settings.read_rate, settings.read_burst)}
+              "read": (settings.read_rate, settings.read_burst),
+              "knowql": (getattr(settings, "knowql_rate", 0.0), getattr(settings, "knowql_burst", 1))}
     url = getattr(settings, "store", "")
     if not url:
         return RateLimits({kind: TokenBucket(rate, burst) for kind, (rate, burst) in limits.items()})

@@ -15,6 +15,8 @@ class KnowqlError(Exception):
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+        #: response headers the refusal adds (``Retry-After`` on a 429 or 503)
+        self.headers: dict[str, str] = {}
 
     def to_wire(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}

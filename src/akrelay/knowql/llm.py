@@ -9,8 +9,14 @@ The model receives the retrieved capsules and passages with their event IDs
 and belief statuses and is asked to cite IDs in square brackets; only IDs that
 lie in the turn's retrieved set become citations (an invented one is dropped).
 Free-form answers stream as deltas; with a ``shape`` the reply must be JSON
-that validates, with one retry; a second failure fails the turn. Every request
-is bounded by the turn's remaining deadline.
+that validates, with one retry; a second failure fails the turn.
+
+Every request is bounded from outside the read: a watchdog shuts the socket at
+the turn's deadline, so an upstream that sends keep-alives but no text cannot
+hold a turn thread past it. Replies are read raw (``Accept-Encoding:
+identity``), a line and an answer at a time under caps, so no upstream can
+make a worker store or buffer more than ``--knowql-llm-max-chars``; and every
+request asks for at most ``--knowql-llm-max-tokens`` tokens.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -35,6 +43,11 @@ _CITED = re.compile(r"\[([A-Za-z0-9_-]{43})\]")
 _ID = re.compile(r"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]{43})(?![A-Za-z0-9_-])")
 MAX_ITEMS = 12
 MAX_ITEM_CHARS = 1200
+#: Defaults of ``--knowql-llm-max-tokens`` and ``--knowql-llm-max-chars``.
+MAX_TOKENS = 1024
+MAX_ANSWER_CHARS = 100_000
+#: Longest stream line read (one SSE ``data:`` chunk); a longer one fails the turn.
+MAX_LINE_BYTES = 1 << 16
 
 SYSTEM = (
     "You answer questions using only the knowledge items provided. Each item has an event ID and a belief "
@@ -52,6 +65,8 @@ def llm_entry(settings: Any, *, transport: httpx.BaseTransport | None = None) ->
         return None
     composer = ChatCompletionsComposer(base, model, os.environ.get(API_KEY_ENV),
                                        timeout=float(getattr(settings, "knowql_llm_timeout", 60)),
+                                       max_tokens=int(getattr(settings, "knowql_llm_max_tokens", MAX_TOKENS)),
+                                       max_chars=int(getattr(settings, "knowql_llm_max_chars", MAX_ANSWER_CHARS)),
                                        transport=transport)
     return ModelEntry(composer.id, f"{model} (OpenAI-compatible)", PROVIDER, composer)
 
@@ -91,9 +106,9 @@ def messages_for(turn: TurnInput, retrieval: Retrieval) -> list[dict[str, str]]:
     if turn.guardrails:
         system += "\n\nGuardrails (always obey):\n" + turn.guardrails
     messages = [{"role": "system", "content": system}]
-    for ask, answer in turn.history[-6:]:
-        messages.append({"role": "user", "content": ask})
-        messages.append({"role": "assistant", "content": answer})
+    for entry in turn.history[-6:]:
+        messages.append({"role": "user", "content": entry.ask})
+        messages.append({"role": "assistant", "content": entry.answer})
     messages.append({"role": "user", "content": f"Knowledge items:\n{_knowledge_block(retrieval)}\n\n"
                                                 f"Question: {turn.ask}"})
     return messages
@@ -101,13 +116,17 @@ def messages_for(turn: TurnInput, retrieval: Retrieval) -> list[dict[str, str]]:
 
 class ChatCompletionsComposer:
     def __init__(self, base_url: str, model: str, api_key: str | None, *, timeout: float = 60.0,
+                 max_tokens: int = MAX_TOKENS, max_chars: int = MAX_ANSWER_CHARS,
                  transport: httpx.BaseTransport | None = None, clock: Callable[[], float] = time.time) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.id = f"{PROVIDER}/{model}"
         self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.max_chars = max_chars
         self.clock = clock
-        headers = {"content-type": "application/json"}
+        # identity: the caps count the bytes the upstream sends, not what a gzip body inflates to
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.Client(headers=headers, transport=transport, follow_redirects=False)
@@ -128,10 +147,12 @@ class ChatCompletionsComposer:
             raise ComposerError("the turn's deadline passed before the model was asked")
         return min(self.timeout, remaining)
 
-    def _call(self, body: dict[str, Any], turn: TurnInput, stream: bool) -> Any:
+    def _call(self, body: dict[str, Any], turn: TurnInput) -> Any:
+        """The streamed 200 response to ``body`` (the caller reads it under a :class:`_Watchdog`)."""
+        body = {**body, "max_tokens": self.max_tokens}
         try:
             request = self._http.build_request("POST", self.url, json=body, timeout=self._timeout(turn))
-            response = self._http.send(request, stream=stream)
+            response = self._http.send(request, stream=True)
         except httpx.TimeoutException:
             raise ComposerError(f"the model endpoint did not answer within {self._timeout_text(turn)}") from None
         except httpx.HTTPError as exc:
@@ -139,7 +160,39 @@ class ChatCompletionsComposer:
         if response.status_code != 200:
             response.close()
             raise ComposerError(f"the model endpoint answered HTTP {response.status_code}")
+        coding = response.headers.get("content-encoding", "identity").strip().lower()
+        if coding not in ("", "identity"):
+            response.close()
+            raise ComposerError(f"the model endpoint used a content coding it was not asked for ({coding[:32]!r})")
         return response
+
+    def _lines(self, response: Any, watchdog: "_Watchdog") -> Iterator[str]:
+        """The response's lines, each at most :data:`MAX_LINE_BYTES`, until the deadline."""
+        buffer = b""
+        for chunk in response.iter_raw():
+            watchdog.check()
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                yield line.rstrip(b"\r").decode("utf-8", "replace")
+            if len(buffer) > MAX_LINE_BYTES:
+                raise ComposerError(f"the model endpoint sent a line longer than {MAX_LINE_BYTES} bytes")
+        watchdog.check()
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+
+    def _body(self, response: Any, watchdog: "_Watchdog") -> bytes:
+        """A whole non-streamed reply, at most the answer cap (plus room for the JSON around it)."""
+        limit = 4 * self.max_chars + MAX_LINE_BYTES
+        parts, size = [], 0
+        for chunk in response.iter_raw():
+            watchdog.check()
+            size += len(chunk)
+            if size > limit:
+                raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
+            parts.append(chunk)
+        watchdog.check()
+        return b"".join(parts)
 
     def _timeout_text(self, turn: TurnInput) -> str:
         return f"{self.timeout:g} s" if turn.deadline - self.clock() > 0 else "the turn's deadline"
@@ -148,11 +201,13 @@ class ChatCompletionsComposer:
                 turn: TurnInput) -> tuple[str, dict[str, int]]:
         body = {"model": self.model, "messages": messages, "stream": True,
                 "stream_options": {"include_usage": True}}
-        response = self._call(body, turn, stream=True)
+        response = self._call(body, turn)
         parts: list[str] = []
+        size = 0
         usage: dict[str, int] = {}
+        watchdog = _Watchdog(response, turn.deadline, self.clock)
         try:
-            for line in response.iter_lines():
+            for line in self._lines(response, watchdog):
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -166,13 +221,18 @@ class ChatCompletionsComposer:
                 for choice in chunk.get("choices") or []:
                     delta = ((choice or {}).get("delta") or {}).get("content")
                     if isinstance(delta, str) and delta:
+                        size += len(delta)
+                        if size > self.max_chars:
+                            raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
                         parts.append(delta)
                         emit(delta)
         except httpx.TimeoutException:
             raise ComposerError(f"the model endpoint stalled beyond {self._timeout_text(turn)}") from None
         except httpx.HTTPError as exc:
+            watchdog.check()
             raise ComposerError(f"the model endpoint's stream broke: {type(exc).__name__}") from None
         finally:
+            watchdog.stop()
             response.close()
         return "".join(parts), usage
 
@@ -188,19 +248,33 @@ class ChatCompletionsComposer:
             body = {"model": self.model, "messages": ask, "stream": False,
                     "response_format": {"type": "json_schema",
                                         "json_schema": {"name": "shape", "schema": turn.shape, "strict": False}}}
-            response = self._call(body, turn, stream=False)
+            response = self._call(body, turn)
+            watchdog = _Watchdog(response, turn.deadline, self.clock)
             try:
-                reply = response.json()
+                raw = self._body(response, watchdog)
+            except httpx.TimeoutException:
+                raise ComposerError(f"the model endpoint stalled beyond {self._timeout_text(turn)}") from None
+            except httpx.HTTPError as exc:
+                watchdog.check()
+                raise ComposerError(f"the model endpoint's reply broke: {type(exc).__name__}") from None
+            finally:
+                watchdog.stop()
+                response.close()
+            try:
+                reply = json.loads(raw)
                 text = reply["choices"][0]["message"]["content"]
             except (ValueError, KeyError, IndexError, TypeError):
                 raise ComposerError("the model endpoint's reply has no message content") from None
+            if isinstance(text, str) and len(text) > self.max_chars:
+                raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
             for key, value in _usage(reply.get("usage")).items():
                 total[key] += value
             try:
                 value = json.loads(text) if isinstance(text, str) else None
             except ValueError:
                 value = None
-            found = ["the reply is not a JSON object"] if not isinstance(value, dict) else problems(value, turn.shape)
+            found = ["the reply is not a JSON object"] if not isinstance(value, dict) else problems(value, turn.shape,
+                                                                                             deadline=turn.deadline)
             if not found:
                 return Composition("", [], self._cited(text, sources, _ID), output_json=value, usage=total, model=self.id)
             ask = ask + [{"role": "assistant", "content": str(text)},
@@ -216,6 +290,37 @@ class ChatCompletionsComposer:
             if event_id in sources:
                 out.append(sources[event_id])
         return out
+
+
+class _Watchdog:
+    """Shuts the response's socket at ``deadline``: a read blocked on a silent or trickling upstream wakes."""
+
+    def __init__(self, response: Any, deadline: float, clock: Callable[[], float]) -> None:
+        self.deadline, self.clock, self.fired = deadline, clock, False
+        self._response = response
+        self._timer = threading.Timer(max(0.0, deadline - clock()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        stream = self._response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread; close() would not
+            else:
+                self._response.close()
+        except (OSError, RuntimeError):  # already closed
+            pass
+
+    def check(self) -> None:
+        """:class:`ComposerError` once the deadline has passed (between reads)."""
+        if self.fired or self.clock() >= self.deadline:
+            raise ComposerError("the model endpoint did not finish by the turn's deadline")
+
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 def _usage(raw: Any) -> dict[str, int]:

@@ -24,11 +24,20 @@ TIERS = ("lite", "standard", "pro")
 
 
 @dataclass(frozen=True)
+class HistoryEntry:
+    """One earlier turn of the session, as a later turn sees it (bounded: see ``runner.history_of``)."""
+
+    ask: str
+    answer: str                               # the answer text, clipped
+    sources: tuple[str, ...]                  # event IDs the answer cited
+
+
+@dataclass(frozen=True)
 class TurnInput:
     """What a composer may read about the turn."""
 
     ask: str
-    history: tuple[tuple[str, str], ...]      # (ask, answer text) of earlier turns, oldest first
+    history: tuple[HistoryEntry, ...]         # earlier completed turns, oldest first
     system_prompt: str | None
     guardrails: str | None
     shape: dict[str, Any] | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from akrelay.optionkit import _positive_int, _str, option
+from akrelay.optionkit import _positive_int, _rate, _str, option
 
 
 def _contexts_file(text: Any) -> str:
@@ -20,3 +20,17 @@ option("knowql_llm_base_url", _str, "",
        "(key from env AKRELAY_KNOWQL_LLM_API_KEY)", metavar="URL")
 option("knowql_llm_model", _str, "", "model name sent to --knowql-llm-base-url", metavar="NAME")
 option("knowql_llm_timeout", _positive_int, 60, "seconds one LLM composer request may take at most", metavar="S")
+option("knowql_llm_max_tokens", _positive_int, 1024, "max_tokens sent with every LLM composer request", metavar="N")
+option("knowql_llm_max_chars", _positive_int, 100_000,
+       "longest LLM composer answer kept, in characters; a longer one fails the turn", metavar="N")
+option("knowql_rate", _rate, 10.0,
+       "KnowQL turns (POST /query) per second per client IP, shared in Redis with --store (0 disables)",
+       metavar="RPS", serve_only=True)
+option("knowql_burst", _positive_int, 20, "token-bucket burst for KnowQL turns per client IP", metavar="N",
+       serve_only=True)
+option("knowql_inflight", _positive_int, 4, "KnowQL turns one client IP may have in progress per worker (429 past it)",
+       metavar="N")
+option("knowql_queue", _positive_int, 32,
+       "KnowQL turns a worker queues beyond its running ones (503 with Retry-After past it)", metavar="N")
+option("knowql_tails", _positive_int, 8, "KnowQL event streams one client IP may hold open per worker (429 past it)",
+       metavar="N")

@@ -24,6 +24,8 @@ A Redis outage is :class:`~akrelay.store.base.StoreUnavailable` (503 with ``Retr
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from typing import Any, Callable
 
@@ -33,6 +35,7 @@ import redis.exceptions
 
 from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql.store import _EVENT_OF, TERMINAL, _dump, rfc3339
+from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.redis_client import connect, unavailable
 
 KEY_PREFIX = "akrelay:knowql:"
@@ -40,6 +43,7 @@ KEY_PREFIX = "akrelay:knowql:"
 MAX_RETRIES = 64
 
 #: Methods wrapped in this answer a Redis outage as StoreUnavailable (503 with Retry-After upstream).
+log = logging.getLogger("akrelay.knowql")
 _outage_is_503 = unavailable("the KnowQL session store (Redis)")
 
 
@@ -56,6 +60,8 @@ class RedisTurnStore:
         self._r = client
         self.clock = clock
         self.prefix = prefix
+        #: every change is published on ``<p>wake`` (the query id); tails of every node wake on it
+        self.wakeups = _RedisWakeups(client, f"{prefix}wake")
 
     @classmethod
     def connect(cls, url: str, **kwargs: Any) -> "RedisTurnStore":
@@ -63,7 +69,29 @@ class RedisTurnStore:
         return cls(connect(url), **kwargs)
 
     def close(self) -> None:
+        self.wakeups.stop()
         self._r.close()
+
+    @property
+    def _wake(self) -> str:
+        return f"{self.prefix}wake"
+
+    @property
+    def _running(self) -> str:
+        """The set of query ids in progress (added with the turn, removed with its terminal state)."""
+        return f"{self.prefix}in-progress"
+
+    @_outage_is_503
+    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` stored documents of turns still ``in_progress``."""
+        out = []
+        for qid in list(self._r.sscan_iter(self._running, count=256))[:limit]:
+            status, doc = self._r.hmget(self._query(qid.decode()), "status", "doc")
+            if status == b"in_progress" and doc is not None:
+                out.append(json.loads(doc))
+            elif status is None or status != b"in_progress":
+                self._r.srem(self._running, qid)  # its query was deleted or ended: forget it
+        return out
 
     # ---- keys -------------------------------------------------------------------------------
 
@@ -140,6 +168,7 @@ class RedisTurnStore:
             pipe.hset(self._query(doc["id"]), mapping={
                 "session": session_id, "status": "in_progress", "deadline": repr(float(deadline)), "doc": _dump(doc)})
             pipe.hincrby(self._counts, "in_progress", 1)
+            pipe.sadd(self._running, doc["id"])
             session_doc.update(last_query_id=doc["id"], created_at=created.decode(), updated_at=stamp)
             return session_doc, doc
 
@@ -207,9 +236,14 @@ class RedisTurnStore:
             pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
             pipe.hincrby(self._counts, "in_progress", -1)
             pipe.hincrby(self._counts, status, 1)
+            pipe.srem(self._running, query_id)
+            pipe.publish(self._wake, query_id)
             return True
 
-        return self._transaction([qkey, skey], body)  # type: ignore[no-any-return]
+        done: bool = self._transaction([qkey, skey], body)
+        if done:
+            self.wakeups.notify(query_id)
+        return done
 
     @_outage_is_503
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
@@ -222,10 +256,14 @@ class RedisTurnStore:
             if not events:
                 return 0
             pipe.multi()
+            pipe.publish(self._wake, query_id)  # delivered after EXEC: a woken tail reads the push
             pipe.rpush(ekey, *(_dump(dict(e, query_id=query_id)) for e in events))
             return lambda replies: int(replies[-1])  # the list's length after the push: the last seq
 
-        return self._transaction([qkey], body)  # type: ignore[no-any-return]
+        last: int | None = self._transaction([qkey], body)
+        if last:
+            self.wakeups.notify(query_id)
+        return last
 
     @_outage_is_503
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
@@ -253,6 +291,20 @@ class RedisTurnStore:
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's last ``limit`` queries, oldest first."""
+        ids = [qid.decode() for qid in self._r.lrange(self._queries(session_id), -limit, -1)]
+        return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    @_outage_is_503
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The session's query count and ``limit`` of its queries from position ``offset`` (0-based)."""
+        key = self._queries(session_id)
+        total = int(self._r.llen(key))
+        ids = [qid.decode() for qid in self._r.lrange(key, offset, offset + limit - 1)] if limit > 0 else []
+        return total, [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    @_outage_is_503
     def session_of_query(self, query_id: str) -> str | None:
         return _text(self._r.hget(self._query(query_id), "session"))
 
@@ -274,3 +326,58 @@ class RedisTurnStore:
             return existed
 
         return self._transaction([skey, lkey], body)  # type: ignore[no-any-return]
+
+
+class _RedisWakeups(Wakeups):
+    """:class:`Wakeups` fed also by what every node publishes on the store's ``wake`` channel.
+
+    One listener thread per store, started by the first tail. While Redis is away it logs
+    once (no traceback) and retries with back-off; tails meanwhile fall back to their slow poll.
+    """
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        super().__init__()
+        self._client, self._channel = client, channel
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._start = threading.Lock()
+
+    def watch(self, query_id: str) -> None:
+        super().watch(query_id)
+        if self._thread is None and not self._stopped.is_set():
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._listen, name="akrelay-knowql-wake", daemon=True)
+                    self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+
+    def _listen(self) -> None:
+        backoff = 0.0
+        while not self._stopped.is_set():
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self._channel)
+                if backoff:
+                    log.warning("KnowQL wake-ups: Redis is back; streams wake on events again")
+                    backoff = 0.0
+                while not self._stopped.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        data = message["data"]
+                        self.notify(data.decode() if isinstance(data, bytes) else str(data))
+            except (redis.exceptions.RedisError, OSError) as exc:
+                if not backoff:
+                    log.warning("KnowQL wake-ups: Redis unreachable (%s); streams poll until it is back",
+                                type(exc).__name__)
+                backoff = min(8.0, backoff * 2 or 0.5)
+                self._stopped.wait(backoff)
+            finally:
+                try:
+                    pubsub.close()
+                except (redis.exceptions.RedisError, OSError):
+                    pass

@@ -17,9 +17,10 @@ from typing import Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
-from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
+from akrelay.knowql.models import ComposerError, HistoryEntry, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
+from akrelay.knowql.recovery import Deferred
 from akrelay.knowql.shape import ShapeFailure, require_conforming
 from akrelay.store.base import StoreUnavailable
 
@@ -41,11 +42,13 @@ class Turn:
     scope: list[Context]
     policy: str
     model: ModelEntry | None          # None: a retrieval-only turn
-    history: tuple[tuple[str, str], ...]
+    history: tuple[HistoryEntry, ...]
     system_prompt: str | None
     guardrails: str | None
     deadline: float
     timeout: int
+    #: who asked (the client IP): the admission slot the turn holds until it ends
+    client: str = ""
     #: progress events not yet written, and when the runner last wrote them
     pending: list[dict[str, Any]] = field(default_factory=list)
     flushed_at: float = 0.0
@@ -53,8 +56,10 @@ class Turn:
 
 class TurnRunner:
     def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
-                 origin: str, clock: Callable[[], float] = time.time) -> None:
+                 origin: str, clock: Callable[[], float] = time.time, deferred: Deferred | None = None) -> None:
         self.store = store
+        #: terminal writes the store refused during an outage, written once it is back
+        self.deferred = deferred if deferred is not None else Deferred()
         self.search = search
         self.runtime = runtime
         self.records = records  # the relay's store (acceptance records)
@@ -69,12 +74,10 @@ class TurnRunner:
         except (ShapeFailure, ComposerError) as exc:
             late = self.clock() >= turn.deadline
             self._fail(turn, f"timed out after {turn.timeout} s" if late else str(exc))
-        except StoreUnavailable as exc:  # Redis down or refusing writes: an outage, not a bug (no traceback)
-            log.warning("KnowQL turn %s stopped: %s", turn.query_id, exc)
-            try:
-                self._fail(turn, f"the session store is unavailable: {exc}")
-            except StoreUnavailable:
-                pass  # the outage goes on; the turn ends at its deadline
+        except StoreUnavailable as exc:  # Redis went away mid-turn: fail it once it is back (no traceback)
+            late = self.clock() >= turn.deadline
+            self._fail(turn, f"timed out after {turn.timeout} s" if late else
+                       "the turn store was unreachable while the turn ran", exc)
         except Exception:  # a bug: the turn fails, the worker goes on answering
             log.exception("KnowQL turn %s failed", turn.query_id)
             self._fail(turn, "internal error while running the turn")
@@ -125,7 +128,7 @@ class TurnRunner:
             # With both kinds, each capsule's artifact and its best passage tie in the one
             # ranking the cap applies to: half the cap (plus one) in capsules fills it.
             limit = cap // 2 + 1 if mode[1] == "both" else cap
-        history_asks = [ask for ask, _ in turn.history]
+        history_asks = [entry.ask for entry in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
             store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
@@ -157,7 +160,7 @@ class TurnRunner:
             if doc.shape is not None:
                 if not isinstance(output_json, dict):
                     raise ShapeFailure("the composer produced no JSON object for the shape")
-                require_conforming(output_json, doc.shape)
+                require_conforming(output_json, doc.shape, deadline=turn.deadline)
             else:
                 output_json = None
             self._step(turn, steps, "compose", [turn.model.id],
@@ -169,12 +172,27 @@ class TurnRunner:
                           "by_category": {}, "total_hits": len(retrieval.chunks), "duration_ms": duration})
         fields.update(steps=steps, akrelay=extension, error=None)
         pending, turn.pending = turn.pending, []
-        self.store.finish(turn.query_id, "completed", fields, pending=pending)
+        self._finish(turn, "completed", fields, None, pending)
 
-    def _fail(self, turn: Turn, message: str) -> None:
+    def _fail(self, turn: Turn, message: str, outage: StoreUnavailable | None = None) -> None:
         pending, turn.pending = turn.pending, []
-        self.store.finish(turn.query_id, "failed", {"error": message}, {"type": "response.failed", "error": message},
-                          pending=pending)
+        event = {"type": "response.failed", "error": message}
+        if outage is not None:
+            self.deferred.add(turn.query_id, lambda: self.store.finish(turn.query_id, "failed", {"error": message},
+                                                                       event, pending=pending), outage)
+            return
+        self._finish(turn, "failed", {"error": message}, event, pending)
+
+    def _finish(self, turn: Turn, status: str, fields: dict[str, Any], event: dict[str, Any] | None,
+                pending: list[dict[str, Any]]) -> None:
+        """The terminal compare-and-set; kept for later when the store is away (never a traceback)."""
+        def write() -> Any:
+            return self.store.finish(turn.query_id, status, fields, event, pending=pending)
+
+        try:
+            write()
+        except StoreUnavailable as exc:
+            self.deferred.add(turn.query_id, write, exc)
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -188,13 +206,26 @@ def _usage(usage: dict[str, int] | None) -> dict[str, Any]:
             "cost_usd": 0}
 
 
-def history_of(queries: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """(ask, answer) pairs of a session's terminal turns, oldest first."""
+#: The bounded summary of a session's history a turn reads: its last completed turns, clipped.
+HISTORY_TURNS = 8
+HISTORY_ANSWER_CHARS = 2000
+HISTORY_SOURCES = 16
+
+
+def history_of(queries: Sequence[dict[str, Any]]) -> tuple[HistoryEntry, ...]:
+    """The last :data:`HISTORY_TURNS` completed turns of ``queries`` (oldest first), each clipped.
+
+    Bounded so that turn 200 of a session costs what turn 9 does: the store hands over
+    only the most recent turns (``recent_queries``) and each answer is cut to
+    :data:`HISTORY_ANSWER_CHARS` characters and :data:`HISTORY_SOURCES` cited sources.
+    """
     out = []
     for q in queries:
         if q.get("status") != "completed":
             continue
         ask = q["input"][0]["content"] if q.get("input") else ""
         answer = "".join(part.get("text", "") for item in q.get("output", []) for part in item.get("content", []))
-        out.append((ask, answer))
-    return tuple(out)
+        sources = tuple(dict.fromkeys(c["source"] for c in q.get("citations") or []
+                                      if isinstance(c, dict) and isinstance(c.get("source"), str)))
+        out.append(HistoryEntry(ask, answer[:HISTORY_ANSWER_CHARS], sources[:HISTORY_SOURCES]))
+    return tuple(out[-HISTORY_TURNS:])

@@ -12,27 +12,34 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable
 
+from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
 from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
+from akrelay.knowql.pool import FairPool
+from akrelay.knowql.recovery import Deferred, fail_orphans, owner
 from akrelay.knowql.request import QueryDocument
-from akrelay.knowql.runner import Turn, TurnRunner, history_of
+from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
 from akrelay.knowql.redis_store import RedisTurnStore
 from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
 from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
 
-#: Turns running at once in one worker; more wait in the pool's queue.
-TURN_THREADS = 8
+#: Turns running at once in one worker; more wait in the pool's queues (fair between clients).
+#: Many turns wait on I/O (an LLM upstream), all are bounded by their deadline and CPU steps.
+TURN_THREADS = 16
 PROJECT_ID = "akrelay"
 CREATED_BY = "anonymous"
 TITLE_CHARS = 80
+#: Queries in one page of ``GET /sessions/{id}`` (``?limit=`` up to SESSION_PAGE_MAX).
+SESSION_PAGE = 20
+SESSION_PAGE_MAX = 100
 
 
 def new_id(prefix: str) -> str:
@@ -89,9 +96,13 @@ class KnowqlService:
         self.clock = clock
         self.default_policy = default_policy
         self.catalog: Catalog = build_catalog(settings, ExtractiveComposer())
+        self.deferred = Deferred()
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
-                                 clock=clock)
-        self._pool = ThreadPoolExecutor(TURN_THREADS, thread_name_prefix="akrelay-knowql")
+                                 clock=clock, deferred=self.deferred)
+        self._pool = FairPool(TURN_THREADS)
+        self.admission = Admission(per_client=int(getattr(settings, "knowql_inflight", 4)), threads=TURN_THREADS,
+                                   queue=int(getattr(settings, "knowql_queue", 32)),
+                                   tails=int(getattr(settings, "knowql_tails", 8)))
         #: turns this process accepted and has not finished running: failed at close, so a
         #: restart does not leave their sessions busy (409) until their deadlines
         self._open: set[str] = set()
@@ -101,14 +112,23 @@ class KnowqlService:
     def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
              runtime: Callable[[], Any]) -> "KnowqlService":
         contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
-        return cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
-                   search=search, runtime=runtime)
+        service = cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
+                      search=search, runtime=runtime)
+        service.recover()
+        return service
+
+    def recover(self) -> None:
+        """Fail the turns a dead process of this host left in progress (later, if the store is away now)."""
+        try:
+            fail_orphans(self.store)
+        except StoreUnavailable as exc:
+            self.deferred.add("orphans", lambda: fail_orphans(self.store), exc)
 
     def close(self, timeout: float = 10.0) -> None:
         """Cancel queued turns, give running ones ``timeout`` seconds to end, then close the store."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(cancel_futures=True)
         deadline = time.monotonic() + timeout
-        for thread in list(getattr(self._pool, "_threads", ())):  # the executor's own workers
+        for thread in list(self._pool.threads):
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._open_lock:
             unfinished, self._open = sorted(self._open), set()
@@ -116,15 +136,28 @@ class KnowqlService:
         try:
             for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
                 self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
-        except StoreUnavailable as exc:  # Redis away at shutdown: those turns fail at their deadlines instead
+        except StoreUnavailable as exc:  # Redis away at shutdown: the next start (or their deadlines) fails them
             log.warning("KnowQL: could not fail %d unfinished turn(s) at shutdown: %s", len(unfinished), exc)
         finally:
+            self.deferred.close()
             self.store.close()
 
     # ---- a turn ---------------------------------------------------------------------------
 
-    def accept(self, doc: QueryDocument, api_version: str) -> tuple[dict[str, Any], Turn]:
-        """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn."""
+    def accept(self, doc: QueryDocument, api_version: str, client: str = "") -> tuple[dict[str, Any], Turn]:
+        """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn.
+
+        The turn takes one of ``client``'s slots (:class:`Admission`: 429/503 when none is
+        free), given back when :meth:`run` ends or when the turn is refused here.
+        """
+        self.admission.enter_turn(client)
+        try:
+            return self._accept(doc, api_version, client)
+        except BaseException:
+            self.admission.leave_turn(client)
+            raise
+
+    def _accept(self, doc: QueryDocument, api_version: str, client: str) -> tuple[dict[str, Any], Turn]:
         now = self.clock()
         if doc.continues:
             session_id = self._continued_session(doc)
@@ -153,15 +186,17 @@ class KnowqlService:
             "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_usd": 0}, "runtime_ms": 0,
             "akrelay": {"api_version": api_version, "policy": policy, "scope": [c.slug for c in scope],
                         "warnings": list(doc.warnings)},
-            "_started": now, "_timeout": doc.timeout_seconds,
+            "_started": now, "_timeout": doc.timeout_seconds, "_owner": owner(),
         }
         deadline = now + doc.timeout_seconds
-        history = history_of(self.store.session_queries(session_id)) if new_session is None else ()
+        # Only the last turns (with margin for failed ones): the cost of a turn does not grow with the session.
+        history = (history_of(self.store.recent_queries(session_id, 2 * HISTORY_TURNS))
+                   if new_session is None else ())
         _session, stored = self.store.create_turn(new_session, session_id, query, deadline)
         with self._open_lock:
             self._open.add(query_id)
         turn = Turn(query_id, session_id, doc, scope, policy, model, history, pinned.get("system_prompt"),
-                    pinned.get("guardrails"), deadline, doc.timeout_seconds)
+                    pinned.get("guardrails"), deadline, doc.timeout_seconds, client=client)
         return public(stored), turn
 
     def _continued_session(self, doc: QueryDocument) -> str:
@@ -188,9 +223,11 @@ class KnowqlService:
         finally:
             with self._open_lock:
                 self._open.discard(turn.query_id)
+            self.admission.leave_turn(turn.client)
 
     def start(self, turn: Turn) -> Future:
-        return self._pool.submit(self.run, turn)
+        """Queue ``turn`` behind its client's earlier ones (:class:`FairPool`)."""
+        return self._pool.submit(turn.client, self.run, turn)
 
     # ---- resources ------------------------------------------------------------------------
 
@@ -207,11 +244,20 @@ class KnowqlService:
                           {"type": "response.cancelled", "error": "cancelled by client"})
         return self.query(query_id)
 
-    def session(self, session_id: str) -> dict[str, Any]:
+    def session(self, session_id: str, offset: int = 0, limit: int = SESSION_PAGE) -> dict[str, Any]:
+        """The session with one page of its queries (oldest first): ``limit`` from position ``offset``.
+
+        ``akrelay.queries`` says where the page lies (``total``, ``offset``, ``limit``, ``next_offset``),
+        so a long session is read in pages instead of one unbounded document.
+        """
         session = self.store.get_session(session_id)
         if session is None:
             raise not_found("session_not_found", f"no session {session_id!r}")
-        return {**session, "queries": [public(q) for q in self.store.session_queries(session_id)]}
+        total, page = self.store.session_page(session_id, offset, limit)
+        following = offset + len(page)
+        return {**session, "queries": [public(q) for q in page],
+                "akrelay": {"queries": {"total": total, "offset": offset, "limit": limit,
+                                        "next_offset": following if following < total else None}}}
 
     def delete_session(self, session_id: str) -> dict[str, Any]:
         return {"deleted": self.store.delete_session(session_id)}

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Iterator
+import threading
+import time
+from typing import Any, Callable, Iterator
 
 import jsonschema
 import re2
@@ -67,8 +69,67 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
         yield ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras))} unexpected)")
 
 
+# ---- bounded work ------------------------------------------------------------------------------
+# A shape is attacker-chosen: ``$ref``s that fan out (each ``anyOf`` of two refs to the next) make
+# validation exponential, and a long keyword array makes even the schema check slow. The check
+# refuses what cannot be evaluated cheaply (node and array caps, a ``$ref`` expansion bound), and
+# every validation still runs under a step budget and the turn's deadline, so no thread runs on
+# past a turn's end and no error tree grows without bound.
+
+#: Most JSON nodes (objects, arrays and scalars) in one shape.
+MAX_SHAPE_NODES = 4096
+#: Most objects (subschemas) in one shape: the 2020-12 metaschema check costs ~1.5 ms each.
+MAX_SHAPE_OBJECTS = 128
+#: Most items in any one array of a shape (``allOf``, ``enum``, ``required``, ``prefixItems``…).
+MAX_SHAPE_ARRAY = 256
+#: Most subschemas a shape may stand for once its ``$ref``s are expanded (recursion counted once).
+MAX_SHAPE_EXPANSION = 20_000
+#: Most keyword evaluations one validation may make (each ~50 µs and ~2 KB of error tree in the worst
+#: case: about 1 s and 40 MB); a deadline is checked every :data:`_CHECK_EVERY`.
+MAX_VALIDATION_STEPS = 20_000
+_CHECK_EVERY = 512
+
+
+class ShapeFailure(Exception):
+    """No value conforming to the shape could be produced; the turn fails with this message."""
+
+
+class ShapeBudgetExceeded(ShapeFailure):
+    """Validation ran out of steps or past the turn's deadline; it is abandoned, not finished."""
+
+
+class _Budget(threading.local):
+    steps = 0
+    limit = 0            # 0: no validation under way in this thread (no bound applies)
+    deadline: float | None = None
+    clock: Callable[[], float] = time.time
+
+
+_budget = _Budget()
+
+
+def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _budget
+        if budget.limit:
+            budget.steps += 1
+            if budget.steps > budget.limit:
+                raise ShapeBudgetExceeded(f"checking the output against the shape took more than {budget.limit} "
+                                          "steps (simplify the shape: fewer $ref branches)")
+            if budget.deadline is not None and budget.steps % _CHECK_EVERY == 0 and budget.clock() >= budget.deadline:
+                raise ShapeBudgetExceeded("the turn's deadline passed while checking the output against the shape")
+        errors = keyword(validator, value, instance, schema)
+        if errors is not None:
+            yield from errors
+
+    return run
+
+
 ShapeValidator = validators.extend(Draft202012Validator, {
-    "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+    name: _counted(fn) for name, fn in {
+        **Draft202012Validator.VALIDATORS,
+        "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+    }.items()
 })
 
 
@@ -96,12 +157,94 @@ def _patterns(value: Any) -> list[str]:
     return found
 
 
-class ShapeFailure(Exception):
-    """No value conforming to the shape could be produced; the turn fails with this message."""
+def _census(shape: Any) -> None:
+    """400 past the node, object or array-item caps, before any costly check."""
+    nodes = objects = 0
+    stack = [shape]
+    while stack:
+        item = stack.pop()
+        nodes += 1
+        if nodes > MAX_SHAPE_NODES:
+            raise bad_request(f"shape has more than {MAX_SHAPE_NODES} JSON nodes")
+        if isinstance(item, dict):
+            objects += 1
+            if objects > MAX_SHAPE_OBJECTS:
+                raise bad_request(f"shape has more than {MAX_SHAPE_OBJECTS} objects (subschemas)")
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            if len(item) > MAX_SHAPE_ARRAY:
+                raise bad_request(f"shape has an array of {len(item)} items (at most {MAX_SHAPE_ARRAY})")
+            stack.extend(item)
+
+
+def _target(shape: dict[str, Any], ref: str) -> Any:
+    """The subschema a local ``#/json/pointer`` ref names; None for anchors and unresolvable refs."""
+    if ref == "#":
+        return shape
+    if not ref.startswith("#/"):
+        return None
+    node: Any = shape
+    for raw in ref[2:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _expansion(shape: dict[str, Any]) -> int:
+    """How many subschemas ``shape`` stands for with every ``$ref`` expanded (memoized; a cycle counts once).
+
+    This is what a validation may visit per instance value: a chain of ``anyOf``s of two refs
+    to the next doubles it at every level. Stops counting past :data:`MAX_SHAPE_EXPANSION`.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:  # recursion: bounded by the instance's depth, counted once
+            return 1
+        active.add(key)
+        total = 1
+        children: list[Any] = []
+        if isinstance(node, dict):
+            children = list(node.values())
+            for name in ("$ref", "$dynamicRef"):
+                ref = node.get(name)
+                if isinstance(ref, str):
+                    target = _target(shape, ref)
+                    if target is not None:
+                        children.append(target)
+        elif isinstance(node, list):
+            children = node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                total += size(child)
+                if total > MAX_SHAPE_EXPANSION:
+                    break
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(shape)
 
 
 def check_shape(shape: dict[str, Any]) -> None:
-    """400 unless ``shape`` is a valid Draft 2020-12 schema whose ``$ref``s stay inside it."""
+    """400 unless ``shape`` is a valid Draft 2020-12 schema, small enough to evaluate, whose ``$ref``s stay inside it.
+
+    Bounded: the node, object and array caps and the ``$ref`` fan-out bound run first (linear
+    walks), so the costly metaschema check (~1.5 ms an object) only sees shapes within them.
+    """
+    _census(shape)
+    if _expansion(shape) > MAX_SHAPE_EXPANSION:
+        raise bad_request(f"shape's $refs fan out to more than {MAX_SHAPE_EXPANSION} subschemas "
+                          "(each branch repeating the next costs twice as much to check)")
     try:
         Draft202012Validator.check_schema(shape)
     except jsonschema.SchemaError as exc:
@@ -127,20 +270,31 @@ def _refs(value: Any) -> list[str]:
     return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
-def problems(value: Any, shape: dict[str, Any]) -> list[str]:
-    """Validation problems of ``value`` against ``shape`` (empty: it conforms)."""
+def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None,
+             steps: int = MAX_VALIDATION_STEPS) -> list[str]:
+    """Validation problems of ``value`` against ``shape`` (empty: it conforms).
+
+    :class:`ShapeBudgetExceeded` past ``steps`` keyword evaluations or ``deadline`` (a ``time.time()`` value).
+    """
+    budget = _budget
+    outer = (budget.steps, budget.limit, budget.deadline)
+    budget.steps, budget.limit, budget.deadline = 0, steps, deadline
     try:
         validator = ShapeValidator(shape, format_checker=Draft202012Validator.FORMAT_CHECKER)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except ShapeBudgetExceeded:
+        raise
     # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
     except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
             RecursionError, ValueError, TypeError, KeyError, re2.error) as exc:
         return [f"the shape cannot be evaluated: {exc}"]
+    finally:
+        budget.steps, budget.limit, budget.deadline = outer
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
 
 
-def require_conforming(value: Any, shape: dict[str, Any]) -> Any:
-    found = problems(value, shape)
+def require_conforming(value: Any, shape: dict[str, Any], *, deadline: float | None = None) -> Any:
+    found = problems(value, shape, deadline=deadline)
     if found:
         raise ShapeFailure("the output does not conform to the shape: " + "; ".join(found))
     return value

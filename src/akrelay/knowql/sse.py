@@ -23,7 +23,10 @@ from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
 
-#: How often a tail looks for new events, and when it sends a keep-alive comment.
+#: A tail waits for a wake-up (:mod:`akrelay.knowql.wakeup`) and looks at the store at least this
+#: often anyway (writes by another worker process of a SQLite store wake nobody here).
+FALLBACK_SECONDS = 0.25
+#: How often a tail looks for new events when its store offers no wake-ups.
 POLL_SECONDS = 0.015
 KEEPALIVE_SECONDS = 15.0
 #: A tail ends after this long even if the turn never ends (bounded loops).
@@ -48,8 +51,12 @@ async def tail(store: Any, query_id: str, from_seq: int = 1, *,
     """Frames of ``query_id`` from ``from_seq`` (inclusive) until its ``query`` frame."""
     next_seq = max(1, from_seq)
     started = last_sent = clock()
+    wakeups = getattr(store, "wakeups", None)
+    if wakeups is not None:
+        wakeups.watch(query_id)
     try:
         while True:
+            mark = wakeups.mark(query_id) if wakeups is not None else 0
             events = await anyio.to_thread.run_sync(store.events, query_id, next_seq)
             ended = False
             for seq, kind, event in events:
@@ -74,8 +81,14 @@ async def tail(store: Any, query_id: str, from_seq: int = 1, *,
             if now - last_sent >= KEEPALIVE_SECONDS:
                 yield b": ping\n\n"
                 last_sent = now
-            await anyio.sleep(POLL_SECONDS)
+            if wakeups is None:
+                await anyio.sleep(POLL_SECONDS)
+            else:
+                await wakeups.wait(query_id, mark, min(FALLBACK_SECONDS, KEEPALIVE_SECONDS - (now - last_sent)))
     except StoreUnavailable as exc:
         # The shared store went away mid-stream: end the stream (no traceback); the client
         # resumes with Last-Event-ID once it answers again.
         log.warning("KnowQL stream of %s ended early: %s", query_id, exc)
+    finally:
+        if wakeups is not None:
+            wakeups.unwatch(query_id)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from akrelay.knowql.errors import conflict, not_found
+from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.schema import Schema, ensure_schema, script
 
 FILE_NAME = "knowql.sqlite3"
@@ -55,6 +56,8 @@ class TurnStore(Protocol):
     def get_query(self, query_id: str) -> dict[str, Any] | None: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
     def session_queries(self, session_id: str) -> list[dict[str, Any]]: ...
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]: ...
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]: ...
     def delete_session(self, session_id: str) -> bool: ...
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None: ...
     def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
@@ -62,6 +65,7 @@ class TurnStore(Protocol):
     def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
     def session_of_query(self, query_id: str) -> str | None: ...
     def status_counts(self) -> dict[str, int]: ...
+    def in_progress(self, limit: int) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
 
@@ -88,6 +92,8 @@ class SqliteTurnStore:
         target = str(self.path) if self.path is not None else ":memory:"
         self._db = sqlite3.connect(target, timeout=10.0, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
+        #: tails of this process wake on every change this process commits
+        self.wakeups = Wakeups()
         with self._lock:
             self._db.execute("PRAGMA busy_timeout=10000")
             if self.path is not None:
@@ -164,6 +170,11 @@ class SqliteTurnStore:
         if rows and rows[0][0] is not None:
             self.get_query(rows[0][0], now=now)
 
+    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` stored documents of turns still ``in_progress`` (orphans are looked for at start)."""
+        rows = self._read("SELECT doc FROM queries WHERE status = 'in_progress' LIMIT ?", (limit,))
+        return [json.loads(doc) for (doc,) in rows]
+
     def status_counts(self) -> dict[str, int]:
         """Turns per status (``/metrics``): one shared count for every worker."""
         return {status: count for status, count in self._read("SELECT status, COUNT(*) FROM queries GROUP BY status", ())}
@@ -213,7 +224,10 @@ class SqliteTurnStore:
             self._append(db, query_id, terminal)
             return True
 
-        return self._write(tx)
+        done: bool = self._write(tx)
+        if done:
+            self.wakeups.notify(query_id)
+        return done
 
     def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
         """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
@@ -226,7 +240,10 @@ class SqliteTurnStore:
                 seq = self._append(db, query_id, dict(event, query_id=query_id))
             return seq
 
-        return self._write(tx)
+        last: int | None = self._write(tx)
+        if last:
+            self.wakeups.notify(query_id)
+        return last
 
     @staticmethod
     def _append(db: sqlite3.Connection, query_id: str, event: dict[str, Any]) -> int:
@@ -259,6 +276,19 @@ class SqliteTurnStore:
         ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position",
                                         (session_id,))]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
+
+    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's last ``limit`` queries, oldest first (one bounded read, however long the session)."""
+        rows = self._read("SELECT doc FROM queries WHERE session_id = ? ORDER BY position DESC LIMIT ?",
+                          (session_id, limit))
+        return [json.loads(doc) for (doc,) in reversed(rows)]
+
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The session's query count and ``limit`` of its queries from position ``offset`` (0-based), oldest first."""
+        total = self._read("SELECT COUNT(*) FROM queries WHERE session_id = ?", (session_id,))[0][0]
+        ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position LIMIT ? OFFSET ?",
+                                        (session_id, limit, offset))]
+        return total, [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     def session_of_query(self, query_id: str) -> str | None:
         rows = self._read("SELECT session_id FROM queries WHERE id = ?", (query_id,))
