@@ -91,9 +91,9 @@ def messages_for(turn: TurnInput, retrieval: Retrieval) -> list[dict[str, str]]:
     if turn.guardrails:
         system += "\n\nGuardrails (always obey):\n" + turn.guardrails
     messages = [{"role": "system", "content": system}]
-    for ask, answer in turn.history[-6:]:
-        messages.append({"role": "user", "content": ask})
-        messages.append({"role": "assistant", "content": answer})
+    for entry in turn.history[-6:]:
+        messages.append({"role": "user", "content": entry.ask})
+        messages.append({"role": "assistant", "content": entry.answer})
     messages.append({"role": "user", "content": f"Knowledge items:\n{_knowledge_block(retrieval)}\n\n"
                                                 f"Question: {turn.ask}"})
     return messages

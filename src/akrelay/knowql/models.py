@@ -24,11 +24,20 @@ TIERS = ("lite", "standard", "pro")
 
 
 @dataclass(frozen=True)
+class HistoryEntry:
+    """One earlier completed turn of a session, as later turns read it."""
+
+    ask: str
+    answer: str
+    sources: tuple[str, ...]                  # event IDs the answer cited, in citation order
+
+
+@dataclass(frozen=True)
 class TurnInput:
     """What a composer may read about the turn."""
 
     ask: str
-    history: tuple[tuple[str, str], ...]      # (ask, answer text) of earlier turns, oldest first
+    history: tuple[HistoryEntry, ...]         # earlier completed turns, oldest first
     system_prompt: str | None
     guardrails: str | None
     shape: dict[str, Any] | None

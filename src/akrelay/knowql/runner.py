@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
-from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
+from akrelay.knowql.models import ComposerError, HistoryEntry, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.shape import ShapeFailure, require_conforming
@@ -40,7 +40,7 @@ class Turn:
     scope: list[Context]
     policy: str
     model: ModelEntry | None          # None: a retrieval-only turn
-    history: tuple[tuple[str, str], ...]
+    history: tuple[HistoryEntry, ...]
     system_prompt: str | None
     guardrails: str | None
     deadline: float
@@ -118,10 +118,11 @@ class TurnRunner:
             # With both kinds, each capsule's artifact and its best passage tie in the one
             # ranking the cap applies to: half the cap (plus one) in capsules fills it.
             limit = cap // 2 + 1 if mode[1] == "both" else cap
-        history_asks = [ask for ask, _ in turn.history]
+        history_asks = [entry.ask for entry in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
-            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
+            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin,
+            previous=turn.history[-1].sources if turn.history else ())
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
@@ -155,6 +156,8 @@ class TurnRunner:
                 output_json = None
             self._step(turn, steps, "compose", [turn.model.id],
                        f"{len(citations)} citation(s) from the retrieved set")
+            if doc.shape is not None and composition.provenance:
+                extension["provenance"] = composition.provenance
             fields = {"model": composition.model, "output": [_text(composition.text)], "output_json": output_json,
                       "citations": citations, "usage": _usage(composition.usage)}
         duration = int(round((self.clock() - started) * 1000))
@@ -181,13 +184,15 @@ def _usage(usage: dict[str, int] | None) -> dict[str, Any]:
             "cost_usd": 0}
 
 
-def history_of(queries: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """(ask, answer) pairs of a session's terminal turns, oldest first."""
+def history_of(queries: Sequence[dict[str, Any]]) -> tuple[HistoryEntry, ...]:
+    """A session's completed turns, oldest first: ask, answer text and the sources they cited."""
     out = []
     for q in queries:
         if q.get("status") != "completed":
             continue
         ask = q["input"][0]["content"] if q.get("input") else ""
         answer = "".join(part.get("text", "") for item in q.get("output", []) for part in item.get("content", []))
-        out.append((ask, answer))
+        sources = tuple(c["source"] for c in q.get("citations") or () if isinstance(c, dict)
+                        and isinstance(c.get("source"), str))
+        out.append(HistoryEntry(ask, answer, sources))
     return tuple(out)

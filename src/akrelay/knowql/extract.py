@@ -1,0 +1,314 @@
+"""Sentence-level reading for the extractive composer: question types, terms, sentences and quantities.
+
+Everything here is a pure function of text, so an answer stays deterministic
+per snapshot. The rules are general (a question's type from its opening words,
+a unit grammar for quantities, light suffix stemming) rather than tuned to any
+one corpus: the composer must answer questions nobody wrote a rule for.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from akrelay.search.analysis import fold
+from akrelay.search.question import STOP_WORDS
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+#: Words that shape a question but say nothing about its topic.
+FILLER = frozenset("""
+happen happens happened happening known say says said thing things kind sort exactly actually really typically
+usually generally currently long often anything something someone
+""".split())
+_NEGATIONS = frozenset("""not no never none neither nor cannot without isn aren doesn don didn wasn weren won hasn
+haven shouldn couldn wouldn""".split())
+_YESNO_OPENERS = frozenset("""
+is are was were do does did can could should will would has have had must may might shall isn aren doesn don
+didn wasn weren won
+""".split())
+_CAUSAL = re.compile(r"\b(because|due to|caused by|causes?|since|as a result|so that|leads? to|results? in|"
+                     r"reason|owing to|triggers?|therefore)\b", re.IGNORECASE)
+
+
+# ---- question types ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Question:
+    """What kind of answer an ask wants, and which unit class (``time``, ``size``, ...) if it asks a quantity."""
+
+    kind: str                 # duration, count, quantity, why, yesno, which
+    unit_class: str | None    # the expected unit class, when the ask names or implies one
+    unit: str | None          # the expected unit itself (canonical), when the ask names one
+    counted: str | None       # "how many <counted>": the stem of the counted noun
+
+
+def question_type(ask: str) -> Question:
+    words = [w.lower() for w in _WORD.findall(fold(ask))]
+    text = " ".join(words)
+    unit_class, unit = _asked_unit(words)
+    if re.search(r"\bhow (long|much time)\b", text) or re.search(r"\bhow many (ms|milliseconds?|seconds?|minutes?|"
+                                                                  r"hours?|days?|weeks?|months?|years?)\b", text):
+        return Question("duration", "time", unit if unit_class == "time" else None, None)
+    match = re.search(r"\bhow many (\w+)", text)
+    if match:
+        counted = match.group(1)
+        if unit_class is not None and _UNITS.get(counted, (None,))[0] == unit_class:
+            return Question("quantity", unit_class, unit, None)
+        return Question("count", None, None, stem(counted))
+    if re.search(r"\b(how (much|big|large|fast|high|low|far|old|often|small|heavy|hot|cold|many)|what "
+                 r"(size|percentage|percent|rate|temperature|value|number|amount|limit|threshold|ratio|speed|"
+                 r"latency|length|interval|timeout|duration|age|version)|at what|which (size|value|version|"
+                 r"temperature|number))\b", text) or unit_class is not None:
+        if re.search(r"\btemperature\b", text) and unit_class is None:
+            unit_class = "temperature"
+        if re.search(r"\b(percentage|percent)\b", text) and unit_class is None:
+            unit_class = "percent"
+        if re.search(r"\b(latency|timeout|interval|duration|age)\b", text) and unit_class is None:
+            unit_class = "time"
+        return Question("quantity", unit_class, unit, None)
+    if re.search(r"\b(why|what (causes|caused|makes|made)|reason)\b", text):
+        return Question("why", None, None, None)
+    if words and words[0] in _YESNO_OPENERS:
+        return Question("yesno", None, None, None)
+    return Question("which", None, None, None)
+
+
+def _asked_unit(words: Sequence[str]) -> tuple[str | None, str | None]:
+    """A unit the ask names ("in bytes", "how many seconds"), as (class, canonical unit)."""
+    for word in words:
+        known = _UNITS.get(word)
+        if known is not None and word not in ("s", "b", "h", "m", "c", "f"):
+            return known[0], known[2]
+    return None, None
+
+
+# ---- terms ------------------------------------------------------------------------------------
+
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ied", "ies", "ed", "es", "s", "ly")
+
+
+def stem(word: str) -> str:
+    """A light suffix stemmer: ``restarting``/``restarts`` -> ``restart``, ``caches``/``cache`` -> ``cach``."""
+    word = word.lower()
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+            break
+    if word.endswith("e") and len(word) > 3:
+        word = word[:-1]
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    """Folded word runs of ``text`` (for positions and proximity)."""
+    return [w.lower() for w in _WORD.findall(fold(text))]
+
+
+def content_stems(text: str) -> list[str]:
+    """The topic stems of ``text``: stop and filler words dropped, duplicates kept once, in order."""
+    seen: dict[str, None] = {}
+    for word in tokens(text):
+        if len(word) < 3 or word in STOP_WORDS or word in FILLER:
+            continue
+        if word.isdigit():
+            continue
+        seen.setdefault(stem(word), None)
+    return list(seen)
+
+
+def same_stem(a: str, b: str) -> bool:
+    return a == b or (min(len(a), len(b)) >= 5 and (a.startswith(b) or b.startswith(a)))
+
+
+def matched(term: str, stems: Iterable[str]) -> bool:
+    return any(same_stem(term, s) for s in stems)
+
+
+def weights(terms: Sequence[str], documents: Sequence[set[str]]) -> dict[str, float]:
+    """Local IDF of each ask term over the candidate documents: a word every candidate shares counts least,
+    one that no candidate holds counts most (it is what an answer would have to mention)."""
+    n = len(documents)
+    out = {}
+    for term in terms:
+        df = sum(1 for doc in documents if matched(term, doc))
+        out[term] = 1.0 + math.log(1.0 + (n + 1) / (df + 0.5))
+    return out
+
+
+# ---- sentences ----------------------------------------------------------------------------------
+
+_BOUNDARY = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])")
+_ABBREV = re.compile(r"\b(e\.g|i\.e|etc|vs|approx|cf|fig|no|ca|e\.g\.,|i\.e\.,)\.$", re.IGNORECASE)
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences (not after common abbreviations or inside decimals)."""
+    text = " ".join(str(text).split())
+    if not text:
+        return []
+    out: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        piece = text[start:match.start()]
+        if _ABBREV.search(piece):
+            continue
+        out.append(piece)
+        start = match.end()
+    out.append(text[start:])
+    return [s.strip() for s in out if s.strip()]
+
+
+def negated(text: str) -> bool:
+    """Whether ``text`` says "not" an odd number of times (a yes/no answer's polarity)."""
+    return sum(1 for w in tokens(text) if w in _NEGATIONS) % 2 == 1
+
+
+def causal(text: str) -> bool:
+    return _CAUSAL.search(text) is not None
+
+
+# ---- quantities ---------------------------------------------------------------------------------
+
+#: unit word -> (class, factor to the class's base unit, canonical unit name)
+_UNITS: dict[str, tuple[str, float, str]] = {}
+for _names, _cls, _factor, _canon in (
+        (("ms", "msec", "millisecond", "milliseconds"), "time", 0.001, "ms"),
+        (("us", "microsecond", "microseconds", "µs"), "time", 0.000001, "us"),
+        (("s", "sec", "secs", "second", "seconds"), "time", 1.0, "s"),
+        (("min", "mins", "minute", "minutes"), "time", 60.0, "min"),
+        (("h", "hr", "hrs", "hour", "hours"), "time", 3600.0, "h"),
+        (("day", "days"), "time", 86400.0, "day"),
+        (("week", "weeks"), "time", 604800.0, "week"),
+        (("month", "months"), "time", 2592000.0, "month"),
+        (("year", "years"), "time", 31536000.0, "year"),
+        (("b", "byte", "bytes"), "size", 1.0, "B"),
+        (("kb", "kilobyte", "kilobytes"), "size", 1000.0, "kB"),
+        (("kib",), "size", 1024.0, "KiB"),
+        (("mb", "megabyte", "megabytes"), "size", 1e6, "MB"),
+        (("mib",), "size", 1024.0 ** 2, "MiB"),
+        (("gb", "gigabyte", "gigabytes"), "size", 1e9, "GB"),
+        (("gib",), "size", 1024.0 ** 3, "GiB"),
+        (("tb", "terabyte", "terabytes"), "size", 1e12, "TB"),
+        (("percent", "%", "pct"), "percent", 1.0, "%"),
+        (("c", "celsius", "°c", "degc"), "temperature", 1.0, "°C"),
+        (("degree", "degrees"), "temperature", 1.0, "°C"),
+        (("f", "fahrenheit", "°f"), "temperature", 1.0, "°F"),
+        (("hz", "hertz"), "frequency", 1.0, "Hz"),
+        (("khz",), "frequency", 1e3, "kHz"),
+        (("mhz",), "frequency", 1e6, "MHz"),
+        (("ghz",), "frequency", 1e9, "GHz"),
+        (("v", "volt", "volts"), "voltage", 1.0, "V"),
+        (("w", "watt", "watts"), "power", 1.0, "W"),
+        (("m", "meter", "meters", "metre", "metres"), "length", 1.0, "m"),
+        (("km", "kilometer", "kilometers"), "length", 1000.0, "km"),
+        (("cm",), "length", 0.01, "cm"),
+        (("mm",), "length", 0.001, "mm"),
+        (("rps", "qps"), "rate", 1.0, "/s"),
+        (("x",), "ratio", 1.0, "x")):
+    for _name in _names:
+        _UNITS[_name] = (_cls, _factor, _canon)
+
+_NUMBER_WORDS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+                      "ninety": 90, "hundred": 100, "dozen": 12, "once": 1, "twice": 2})
+_QUANTITY = re.compile(
+    r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|(?:%s))(?![\w.]*\d)"
+    r"(?:\s?(?P<unit>%%|°\s?[CF]\b|[A-Za-zµ]+))?" % "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)),
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    value: float
+    unit: str | None          # canonical unit (None: a bare number)
+    unit_class: str | None    # time, size, percent, temperature, ... or None
+    noun: str | None          # the word after the number when it is not a unit ("12 retries")
+    text: str                 # the span as written ("about 40 seconds" -> "40 seconds")
+
+    def base(self) -> float:
+        """The value in its class's base unit (seconds, bytes)."""
+        if self.unit is None:
+            return self.value
+        for cls, factor, canon in _UNITS.values():
+            if canon == self.unit and cls == self.unit_class:
+                return self.value * factor
+        return self.value
+
+
+def quantities(sentence: str) -> list[Quantity]:
+    out = []
+    for match in _QUANTITY.finditer(sentence):
+        raw, unit_word = match.group("num"), match.group("unit")
+        low = raw.lower()
+        if low in _NUMBER_WORDS:
+            if not unit_word:
+                continue  # a bare "one" is rarely a quantity
+            value = float(_NUMBER_WORDS[low])
+        else:
+            value = float(raw.replace(",", ""))
+        unit = cls = noun = None
+        span = raw
+        if unit_word:
+            key = unit_word.lower().replace(" ", "")
+            known = _UNITS.get(key)
+            if known is not None:
+                cls, _, unit = known
+                span = match.group(0)
+            elif key.isalpha() and key not in STOP_WORDS:
+                noun = key
+                span = match.group(0)
+        out.append(Quantity(value, unit, cls, noun, span.strip()))
+    return out
+
+
+def convert(quantity: Quantity, unit: str) -> float | None:
+    """``quantity`` expressed in ``unit`` (same class), or None when the classes differ."""
+    target = next(((cls, factor) for cls, factor, canon in _UNITS.values() if canon == unit), None)
+    if target is None or quantity.unit_class != target[0]:
+        return None
+    if target[0] == "temperature":
+        return quantity.value if quantity.unit == unit else None
+    return quantity.base() / target[1]
+
+
+def unit_of_name(name: str, description: str = "") -> tuple[str | None, str | None]:
+    """A unit named by a shape property (``timeout_ms``, ``mtu_bytes``, "in seconds"), as (class, unit)."""
+    words = [w for w in re.split(r"[^a-z0-9%°]+", (name + " " + description).lower()) if w]
+    for word in reversed(words):  # a suffix ("_ms") names the unit more often than a prefix
+        known = _UNITS.get(word)
+        if known is not None and (len(word) > 1 or word in ("s", "h")):
+            return known[0], known[2]
+    return None, None
+
+
+def answer_quantity(sentence: str, question: Question) -> Quantity | None:
+    """The quantity of ``sentence`` that answers ``question``: the expected unit first, then any unit-bearing
+    number, then (for counts) a number followed by the counted noun."""
+    found = quantities(sentence)
+    if not found:
+        return None
+    if question.unit_class is not None:
+        typed = [q for q in found if q.unit_class == question.unit_class]
+        if typed:
+            return typed[0]
+        if question.kind == "duration":
+            return None
+    if question.kind == "count":
+        if question.counted:
+            for q in found:
+                if q.noun and same_stem(stem(q.noun), question.counted):
+                    return q
+        bare = [q for q in found if q.unit_class is None]
+        return bare[0] if bare else found[0]
+    with_unit = [q for q in found if q.unit_class is not None]
+    return with_unit[0] if with_unit else found[0]
+
+
+def format_number(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
