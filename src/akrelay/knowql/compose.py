@@ -113,32 +113,47 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
     assert best is not None
     claim_negative = extract.negated(best.text) != extract.negated(ask)
     if group == "rejected":
-        who = (f"{_COUNT_WORDS[rejecting] if rejecting < len(_COUNT_WORDS) else rejecting} "
-               f"assessor{'s' if rejecting != 1 else ''}") if rejecting else "Assessors"
         prefix = "No: " if question.kind == "yesno" and not claim_negative else "Not established: "
-        line = (f"{prefix}{who[0].lower() + who[1:]} rejected the claim \u201c{_clip(artifact['name'], 200)}\u201d "
+        line = (f"{prefix}{_who(rejecting)} rejected the claim \u201c{_clip(artifact['name'], 200)}\u201d "
                 f"({rejecting} rejecting / {supporting} supporting); it is not stated as fact")
         return line, Fact("", 1, artifact["source"], belief["status"], None, False if prefix == "No: " else None)
     sentence = _sentence(best.text)
     fact = Fact(best.text, 1, artifact["source"], belief["status"])
+    yesno = question.kind == "yesno"
+    if group == "contested" and not supporting and rejecting:
+        # Only the author stands behind it: report the rejection, do not state the claim.
+        fact.sentence = ""
+        return (f"{'Unclear: ' if yesno else ''}Contested: {_who(rejecting)} rejected the claim "
+                f"\u201c{_clip(artifact['name'], 200)}\u201d and no assessor supports it "
+                f"(0 supporting / {rejecting} rejecting assessments); not stated as fact"), fact
     body = sentence
     if question.kind in ("duration", "count", "quantity"):
         fact.quantity = extract.answer_quantity(best.text, question)
         if fact.quantity is not None:
-            body = f"{fact.quantity.text}: {sentence}"
-    elif question.kind == "yesno":
-        if group == "accepted":
+            shown = fact.quantity.text
+            if fact.quantity.unit is None and fact.quantity.noun is not None and not (
+                    question.counted and extract.same_stem(extract.stem(fact.quantity.noun), question.counted)):
+                shown = shown.split()[0]  # "three synchronous replicas": the number, not the adjective
+            body = f"{shown}: {sentence}"
+    if group == "accepted":
+        if yesno:
             fact.yes = not claim_negative
             body = f"{'No' if claim_negative else 'Yes'}: {sentence}"
-        else:
-            body = f"Unclear: {sentence}"
-    if group == "accepted":
         qualifier = f" (accepted; {_assessments(supporting, 'supporting')})" if supporting else " (accepted)"
         return body + qualifier, fact
+    head = "Unclear: " if yesno else ""
     if group == "contested":
-        return (f"Contested ({_assessments(supporting, 'supporting')}, {_assessments(rejecting, 'rejecting')}): "
+        return (f"{head}Contested ({_assessments(supporting, 'supporting')}, {_assessments(rejecting, 'rejecting')}): "
                 f"{body}"), fact
-    return f"Unconfirmed ({_why_unconfirmed(belief)}): {body}", fact
+    return f"{head}Unconfirmed ({_why_unconfirmed(belief)}): {body}", fact
+
+
+def _who(n: int) -> str:
+    """"two assessors", "one assessor", "assessors"."""
+    if not n:
+        return "assessors"
+    word = _COUNT_WORDS[n].lower() if n < len(_COUNT_WORDS) else str(n)
+    return f"{word} assessor{'s' if n != 1 else ''}"
 
 
 def _facts(ranked: Sequence[Ranked], question: extract.Question, lead: Fact | None) -> list[Fact]:

@@ -48,6 +48,8 @@ def question_type(ask: str) -> Question:
     words = [w.lower() for w in _WORD.findall(fold(ask))]
     text = " ".join(words)
     unit_class, unit = _asked_unit(words)
+    if words and words[0] in _YESNO_OPENERS:
+        return Question("yesno", None, None, None)
     if re.search(r"\bhow (long|much time)\b", text) or re.search(r"\bhow many (ms|milliseconds?|seconds?|minutes?|"
                                                                   r"hours?|days?|weeks?|months?|years?)\b", text):
         return Question("duration", "time", unit if unit_class == "time" else None, None)
@@ -59,26 +61,38 @@ def question_type(ask: str) -> Question:
         return Question("count", None, None, stem(counted))
     if re.search(r"\b(how (much|big|large|fast|high|low|far|old|often|small|heavy|hot|cold|many)|what "
                  r"(size|percentage|percent|rate|temperature|value|number|amount|limit|threshold|ratio|speed|"
-                 r"latency|length|interval|timeout|duration|age|version)|at what|which (size|value|version|"
-                 r"temperature|number))\b", text) or unit_class is not None:
+                 r"latency|length|interval|timeout|duration|age|version|share|proportion|fraction)|at what|which (size|value|"
+                 r"version|temperature|number))\b", text) or unit_class is not None:
         if re.search(r"\btemperature\b", text) and unit_class is None:
             unit_class = "temperature"
-        if re.search(r"\b(percentage|percent)\b", text) and unit_class is None:
+        if re.search(r"\b(percentage|percent|share|proportion|fraction)\b", text) and unit_class is None:
             unit_class = "percent"
         if re.search(r"\b(latency|timeout|interval|duration|age)\b", text) and unit_class is None:
             unit_class = "time"
         return Question("quantity", unit_class, unit, None)
     if re.search(r"\b(why|what (causes|caused|makes|made)|reason)\b", text):
         return Question("why", None, None, None)
-    if words and words[0] in _YESNO_OPENERS:
-        return Question("yesno", None, None, None)
     return Question("which", None, None, None)
+
+
+#: Nouns that name a quantity's class: an ask saying "temperature" is answered by "35 °C".
+CLASS_NOUNS = {"temperatur": "temperature", "percentag": "percent", "percent": "percent", "share": "percent",
+               "proportion": "percent", "fraction": "percent", "duration": "time", "latency": "time",
+               "tim": "time", "interval": "time", "delay": "time", "timeout": "time", "size": "size",
+               "capacity": "size", "frequency": "frequency", "voltag": "voltage", "distanc": "length"}
+
+
+def classes(text: str) -> set[str]:
+    """The unit classes of the quantities ``text`` states."""
+    return {q.unit_class for q in quantities(text) if q.unit_class is not None}
 
 
 def _asked_unit(words: Sequence[str]) -> tuple[str | None, str | None]:
     """A unit the ask names ("in bytes", "how many seconds"), as (class, canonical unit)."""
-    for word in words:
+    for i, word in enumerate(words):
         known = _UNITS.get(word)
+        if i and words[i - 1] in ("per", "a", "an", "each", "every"):
+            continue  # "per day" is a rate's denominator, not the unit asked for
         if known is not None and word not in ("s", "b", "h", "m", "c", "f"):
             return known[0], known[2]
     return None, None

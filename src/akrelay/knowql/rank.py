@@ -25,6 +25,8 @@ from akrelay.knowql.extract import Question
 
 #: The best capsule must cover this share of the ask's (weighted) topic words, or the turn declines.
 ANSWER_COVERAGE = 0.5
+#: A capsule covering this share of the ask answers it even without the quantity its type asks for.
+TYPE_WAIVER = 0.8
 #: Capsules scoring below this fraction of the best one are not cited.
 CUT_FRACTION = 0.45
 #: Weight of a previous ask's words in a follow-up.
@@ -84,6 +86,25 @@ def _sentences(artifact: dict[str, Any], detail: dict[str, Any]) -> list[Sentenc
     return out
 
 
+def _class_nouns(text: str) -> set[str]:
+    """The class nouns ("temperatur", "percent", ...) that ``text``'s quantities satisfy."""
+    found = extract.classes(text)
+    return {noun for noun, cls in extract.CLASS_NOUNS.items() if cls in found} if found else set()
+
+
+def _typed(entry: Ranked, question: Question) -> bool:
+    """Whether a capsule can answer a quantity question at all: one of its sentences states such a quantity."""
+    if question.kind not in ("duration", "count", "quantity"):
+        return True
+    for sentence in entry.sentences:
+        found = extract.answer_quantity(sentence.text, question)
+        if found is None:
+            continue
+        if question.unit_class is None or found.unit_class == question.unit_class:
+            return True
+    return False
+
+
 def _type_bonus(text: str, question: Question) -> float:
     if question.kind in ("duration", "count", "quantity"):
         found = extract.answer_quantity(text, question)
@@ -138,7 +159,8 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
     for artifact in artifacts:
         detail = details.get(artifact["source"], {})
         sents = _sentences(artifact, detail)
-        vocabulary = set(extract.content_stems(artifact["name"] + " " + " ".join(s.text for s in sents)))
+        whole = artifact["name"] + " " + " ".join(s.text for s in sents)
+        vocabulary = set(extract.content_stems(whole)) | _class_nouns(whole)
         docs.append((artifact, sents, vocabulary))
     idf = extract.weights(own + borrowed, [d[2] for d in docs])
     terms = {t: idf[t] for t in own}
@@ -154,7 +176,7 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
         own_coverage = sum(idf[t] for t in own if extract.matched(t, vocabulary)) / own_total if own else 0.0
         for sentence in sents:
             words = extract.tokens(sentence.text)
-            stems = {extract.stem(w) for w in words}
+            stems = {extract.stem(w) for w in words} | _class_nouns(sentence.text)
             hit = sum(w for t, w in terms.items() if extract.matched(t, stems))
             # Title words count half towards a sentence: the title frames every sentence of the capsule.
             framed = sum(w for t, w in terms.items() if not extract.matched(t, stems) and extract.matched(t, title_stems))
@@ -173,7 +195,8 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
             relevance *= 0.5
         ranked.append(Ranked(artifact, round(relevance, 6), coverage, sents))
     ranked.sort(key=lambda r: (-r.relevance, r.artifact.get("rank", 0)))
-    answered = bool(ranked) and ranked[0].coverage >= ANSWER_COVERAGE and bool(ranked[0].sentences)
+    answered = bool(ranked) and ranked[0].coverage >= ANSWER_COVERAGE and bool(ranked[0].sentences) and (
+        ranked[0].coverage >= TYPE_WAIVER or _typed(ranked[0], question))
     if ranked:
         floor = ranked[0].relevance * CUT_FRACTION
         ranked = [r for r in ranked if r.relevance >= floor and r.coverage > 0]

@@ -229,11 +229,11 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
         unit_class, unit = extract.unit_of_name(name, description + " " + str(schema.get("title") or ""))
         if unit_class is None and question is not None:
             unit_class, unit = question.unit_class, question.unit
-        wanted = question
-        if unit_class is not None:
-            wanted = extract.Question("quantity", unit_class, unit, None)
+        wanted = extract.Question("quantity", unit_class, unit, None)
         for fact in facts:
-            quantity = fact.quantity if wanted is question else extract.answer_quantity(fact.sentence, wanted)
+            quantity = fact.quantity or extract.answer_quantity(fact.sentence, wanted) if fact.sentence else None
+            if unit_class is not None and quantity is not None and quantity.unit_class != unit_class:
+                quantity = extract.answer_quantity(fact.sentence, wanted)
             if quantity is None or (unit_class is not None and quantity.unit_class != unit_class):
                 continue
             value = extract.convert(quantity, unit) if unit is not None else quantity.value
