@@ -128,6 +128,7 @@ def main() -> int:
     counts = {k: [0, 0] for k in TARGETS}
     latencies: list[float] = []
     misses: list[str] = []
+    by_kind: dict[str, list[int]] = {}
 
     def score(name: str, ok: bool, note: str) -> None:
         counts[name][1] += 1
@@ -160,6 +161,9 @@ def main() -> int:
                 score("declines", not cited and bool(_DECLINE.match(line)), f"{question['ask']!r} -> {line!r}")
                 continue
             expected = world.ids[question["expect"]]
+            tally = by_kind.setdefault(question["kind"], [0, 0])
+            tally[0] += bool(cited) and cited[0] == expected
+            tally[1] += 1
             score("top1", bool(cited) and cited[0] == expected,
                   f"{question['ask']!r} -> {doc['citations'][0]['title'] if cited else None!r}")
             belief = question.get("belief")
@@ -189,6 +193,7 @@ def main() -> int:
     print(f"capsules: {len(corpus['capsules'])}, questions: {len(corpus['questions'])}, turns: {len(latencies)}")
     for name, (ok, n) in counts.items():
         print(f"{name}: {ok}/{n} = {figures[name]:.1f} % (target >= {TARGETS[name]:.0f} %)")
+    print("top1 by kind: " + ", ".join(f"{k} {ok}/{n}" for k, (ok, n) in sorted(by_kind.items())))
     print(f"p50: {pct(latencies, 0.5):.1f} ms, p99: {pct(latencies, 0.99):.1f} ms (in process, wall time)")
     print(f"eval_answers_top1: {figures['top1']:.1f} %")
     if args.check and any(figures[k] < TARGETS[k] for k in TARGETS):

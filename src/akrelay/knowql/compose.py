@@ -131,8 +131,8 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
         fact.quantity = extract.answer_quantity(best.text, question)
         if fact.quantity is not None:
             shown = fact.quantity.text
-            if fact.quantity.unit is None and fact.quantity.noun is not None and not (
-                    question.counted and extract.same_stem(extract.stem(fact.quantity.noun), question.counted)):
+            if fact.quantity.unit is None and fact.quantity.noun is not None and not question.counts(
+                    fact.quantity.noun):
                 shown = shown.split()[0]  # "three synchronous replicas": the number, not the adjective
             body = f"{shown}: {sentence}"
     if group == "accepted":

@@ -20,8 +20,24 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: Words that shape a question but say nothing about its topic.
 FILLER = frozenset("""
 happen happens happened happening known say says said thing things kind sort exactly actually really typically
-usually generally currently long often anything something someone
+usually generally currently long often anything something someone take takes taking took taken make makes
+making made get gets getting gotten need needs needed given give gives come comes came put puts goes going went
 """.split())
+#: Irregular English verb forms, so that "kept" meets "keeps" and "held" meets "holds".
+IRREGULAR = {"kept": "keep", "held": "hold", "ran": "run", "brought": "bring", "found": "find", "built": "build",
+             "sent": "send", "grew": "grow", "grown": "grow", "shrank": "shrink", "shrunk": "shrink",
+             "broke": "break", "broken": "break", "froze": "freeze", "frozen": "freeze", "wrote": "write",
+             "written": "write", "lost": "lose", "left": "leave", "chose": "choose", "chosen": "choose",
+             "began": "begin", "begun": "begin", "fell": "fall", "fallen": "fall", "rose": "rise", "risen": "rise",
+             "caught": "catch", "thought": "think", "paid": "pay", "told": "tell", "sold": "sell", "spent": "spend",
+             "led": "lead", "fed": "feed", "met": "meet", "drove": "drive", "driven": "drive", "slept": "sleep",
+             "spoke": "speak", "spoken": "speak", "stole": "steal", "stolen": "steal", "struck": "strike",
+             "threw": "throw", "thrown": "throw", "understood": "understand", "woke": "wake", "bought": "buy",
+             "taught": "teach", "fought": "fight", "sought": "seek", "knew": "know", "drew": "draw",
+             "drawn": "draw", "flew": "fly", "flown": "fly", "hid": "hide", "hidden": "hide", "rode": "ride",
+             "shook": "shake", "shot": "shoot", "sank": "sink", "sunk": "sink", "swung": "swing", "dealt": "deal",
+             "meant": "mean", "bent": "bend", "lent": "lend", "dug": "dig", "stuck": "stick", "hung": "hang",
+             "data": "datum", "indices": "index", "indexes": "index", "children": "child", "men": "man"}
 _NEGATIONS = frozenset("""not no never none neither nor cannot without isn aren doesn don didn wasn weren won hasn
 haven shouldn couldn wouldn""".split())
 _YESNO_OPENERS = frozenset("""
@@ -34,6 +50,16 @@ _CAUSAL = re.compile(r"\b(because|due to|caused by|causes?|since|as a result|so 
 
 # ---- question types ------------------------------------------------------------------------
 
+_FOCUS = re.compile(r"\b(?:what|which)(?: is| are| was| were)? (?:the |a |an )?(.+?) (?:of|in|for|between|on|"
+                    r"at|does|do|did|is|are|that|when|with|from|to)\b")
+
+
+def focus(ask: str) -> list[str]:
+    """The attribute a "what is the X of Y" ask asks for, as stems (empty when the ask has no such form)."""
+    match = _FOCUS.search(" ".join(tokens(ask)))
+    return content_stems(match.group(1)) if match else []
+
+
 @dataclass(frozen=True)
 class Question:
     """What kind of answer an ask wants, and which unit class (``time``, ``size``, ...) if it asks a quantity."""
@@ -41,7 +67,11 @@ class Question:
     kind: str                 # duration, count, quantity, why, yesno, which
     unit_class: str | None    # the expected unit class, when the ask names or implies one
     unit: str | None          # the expected unit itself (canonical), when the ask names one
-    counted: str | None       # "how many <counted>": the stem of the counted noun
+    counted: tuple[str, ...]  # "how many <counted>": stems of the (up to two) words that may name what is counted
+
+    def counts(self, word: str | None) -> bool:
+        """Whether ``word`` names what a "how many" ask counts."""
+        return word is not None and any(same_stem(stem(word), c) for c in self.counted)
 
 
 def question_type(ask: str) -> Question:
@@ -49,16 +79,17 @@ def question_type(ask: str) -> Question:
     text = " ".join(words)
     unit_class, unit = _asked_unit(words)
     if words and words[0] in _YESNO_OPENERS:
-        return Question("yesno", None, None, None)
+        return Question("yesno", None, None, ())
     if re.search(r"\bhow (long|much time)\b", text) or re.search(r"\bhow many (ms|milliseconds?|seconds?|minutes?|"
                                                                   r"hours?|days?|weeks?|months?|years?)\b", text):
-        return Question("duration", "time", unit if unit_class == "time" else None, None)
-    match = re.search(r"\bhow many (\w+)", text)
+        return Question("duration", "time", unit if unit_class == "time" else None, ())
+    match = re.search(r"\bhow many (\w+)((?: \w+)?)", text)
     if match:
         counted = match.group(1)
         if unit_class is not None and _UNITS.get(counted, (None,))[0] == unit_class:
-            return Question("quantity", unit_class, unit, None)
-        return Question("count", None, None, stem(counted))
+            return Question("quantity", unit_class, unit, ())
+        nouns = [w for w in (counted, match.group(2).strip()) if w and w not in STOP_WORDS and w not in FILLER]
+        return Question("count", None, None, tuple(stem(w) for w in nouns))
     if re.search(r"\b(how (much|big|large|fast|high|low|far|old|often|small|heavy|hot|cold|many)|what "
                  r"(size|percentage|percent|rate|temperature|value|number|amount|limit|threshold|ratio|speed|"
                  r"latency|length|interval|timeout|duration|age|version|share|proportion|fraction)|at what|which (size|value|"
@@ -69,16 +100,17 @@ def question_type(ask: str) -> Question:
             unit_class = "percent"
         if re.search(r"\b(latency|timeout|interval|duration|age)\b", text) and unit_class is None:
             unit_class = "time"
-        return Question("quantity", unit_class, unit, None)
+        return Question("quantity", unit_class, unit, ())
     if re.search(r"\b(why|what (causes|caused|makes|made)|reason)\b", text):
-        return Question("why", None, None, None)
-    return Question("which", None, None, None)
+        return Question("why", None, None, ())
+    return Question("which", None, None, ())
 
 
 #: Nouns that name a quantity's class: an ask saying "temperature" is answered by "35 °C".
 CLASS_NOUNS = {"temperatur": "temperature", "percentag": "percent", "percent": "percent", "share": "percent",
                "proportion": "percent", "fraction": "percent", "duration": "time", "latency": "time",
-               "tim": "time", "interval": "time", "delay": "time", "timeout": "time", "size": "size",
+               "tim": "time", "interval": "time", "delay": "time", "timeout": "time", "lifetim": "time",
+               "period": "time", "uptim": "time", "ag": "time", "size": "size",
                "capacity": "size", "frequency": "frequency", "voltag": "voltage", "distanc": "length"}
 
 
@@ -106,6 +138,7 @@ _SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ied", "ies", "ed", "es",
 def stem(word: str) -> str:
     """A light suffix stemmer: ``restarting``/``restarts`` -> ``restart``, ``caches``/``cache`` -> ``cach``."""
     word = word.lower()
+    word = IRREGULAR.get(word, word)
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
@@ -312,10 +345,9 @@ def answer_quantity(sentence: str, question: Question) -> Quantity | None:
         if question.kind == "duration":
             return None
     if question.kind == "count":
-        if question.counted:
-            for q in found:
-                if q.noun and same_stem(stem(q.noun), question.counted):
-                    return q
+        for q in found:
+            if question.counts(q.noun):
+                return q
         bare = [q for q in found if q.unit_class is None]
         return bare[0] if bare else found[0]
     with_unit = [q for q in found if q.unit_class is not None]

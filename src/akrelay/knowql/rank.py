@@ -23,8 +23,10 @@ from typing import Any, Sequence
 from akrelay.knowql import extract
 from akrelay.knowql.extract import Question
 
-#: The best capsule must cover this share of the ask's (weighted) topic words, or the turn declines.
-ANSWER_COVERAGE = 0.5
+#: The best capsule must cover this share of the ask's (weighted) topic words, and at least
+#: :data:`ANSWER_TERMS` of the ask's own words (all of them for a shorter ask), or the turn declines.
+ANSWER_COVERAGE = 0.3
+ANSWER_TERMS = 2
 #: A capsule covering this share of the ask answers it even without the quantity its type asks for.
 TYPE_WAIVER = 0.8
 #: Capsules scoring below this fraction of the best one are not cited.
@@ -37,6 +39,9 @@ RELATED_BONUS = 0.08
 #: A follow-up is a short ask, or one that points back ("that", "it", "and ...").
 FOLLOW_UP_TERMS = 3
 _ANAPHORA = frozenset("that it this those these they them there its such one".split())
+#: Words that may sit between a number and the counted noun ("three synchronous replicas").
+_ADJECTIVAL = ("synchronous", "separate", "more", "new", "extra", "active", "parallel", "concurrent", "million",
+               "thousand", "billion", "hundred", "different", "distinct", "independent", "redundant")
 _SENTENCE_KINDS = ("statement", "basis", "assessment")
 
 
@@ -53,6 +58,7 @@ class Ranked:
     artifact: dict[str, Any]
     relevance: float
     coverage: float
+    matched: int              # how many of the ask's own topic words the capsule holds
     sentences: list[Sentence] = field(default_factory=list)
 
     @property
@@ -92,6 +98,19 @@ def _class_nouns(text: str) -> set[str]:
     return {noun for noun, cls in extract.CLASS_NOUNS.items() if cls in found} if found else set()
 
 
+def _answers(top: Ranked, question: Question, own_terms: int, focus: Sequence[str],
+             docs: Sequence[tuple[dict[str, Any], list[Sentence], set[str]]]) -> bool:
+    """Whether the best capsule answers at all: enough of the ask covered, more than one word in common
+    (a single shared word is not a reason to cite), the attribute a "what is the X of ..." ask names, and
+    for a quantity question a quantity of its kind."""
+    if not top.sentences or top.coverage < ANSWER_COVERAGE or top.matched < min(ANSWER_TERMS, own_terms):
+        return False
+    vocabulary = next((d[2] for d in docs if d[0] is top.artifact), set())
+    if focus and not any(extract.matched(t, vocabulary) for t in focus):
+        return False
+    return top.coverage >= TYPE_WAIVER or _typed(top, question)
+
+
 def _typed(entry: Ranked, question: Question) -> bool:
     """Whether a capsule can answer a quantity question at all: one of its sentences states such a quantity."""
     if question.kind not in ("duration", "count", "quantity"):
@@ -99,6 +118,13 @@ def _typed(entry: Ranked, question: Question) -> bool:
     for sentence in entry.sentences:
         found = extract.answer_quantity(sentence.text, question)
         if found is None:
+            continue
+        if question.kind == "count" and question.counted:
+            # "How many GPUs": a number of GPUs, not "65% utilisation" or "100 million documents".
+            stems = {extract.stem(w) for w in extract.tokens(sentence.text)}
+            if question.counts(found.noun) or (found.unit_class is None and any(
+                    extract.matched(c, stems) for c in question.counted) and found.noun in (None, *_ADJECTIVAL)):
+                return True
             continue
         if question.unit_class is None or found.unit_class == question.unit_class:
             return True
@@ -112,8 +138,7 @@ def _type_bonus(text: str, question: Question) -> float:
             return 0.0
         if question.unit_class is not None and found.unit_class == question.unit_class:
             return 0.35
-        if question.kind == "count" and found.noun and question.counted \
-                and extract.same_stem(extract.stem(found.noun), question.counted):
+        if question.kind == "count" and question.counts(found.noun):
             return 0.35
         return 0.15
     if question.kind == "why":
@@ -159,7 +184,8 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
     for artifact in artifacts:
         detail = details.get(artifact["source"], {})
         sents = _sentences(artifact, detail)
-        whole = artifact["name"] + " " + " ".join(s.text for s in sents)
+        # What a capsule says (title, statement, basis); an assessor's words do not make it cover the ask.
+        whole = artifact["name"] + " " + " ".join(s.text for s in sents if s.origin != "assessment")
         vocabulary = set(extract.content_stems(whole)) | _class_nouns(whole)
         docs.append((artifact, sents, vocabulary))
     idf = extract.weights(own + borrowed, [d[2] for d in docs])
@@ -173,7 +199,8 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
     for artifact, sents, vocabulary in docs:
         title_stems = set(extract.content_stems(artifact["name"]))
         coverage = sum(w for t, w in terms.items() if extract.matched(t, vocabulary)) / total
-        own_coverage = sum(idf[t] for t in own if extract.matched(t, vocabulary)) / own_total if own else 0.0
+        own_matched = [t for t in own if extract.matched(t, vocabulary)]
+        own_coverage = sum(idf[t] for t in own_matched) / own_total if own else 0.0
         for sentence in sents:
             words = extract.tokens(sentence.text)
             stems = {extract.stem(w) for w in words} | _class_nouns(sentence.text)
@@ -193,10 +220,9 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
         # A follow-up's own words must be met: borrowed words alone only say "same topic".
         if follow_up and own and own_coverage == 0.0:
             relevance *= 0.5
-        ranked.append(Ranked(artifact, round(relevance, 6), coverage, sents))
+        ranked.append(Ranked(artifact, round(relevance, 6), coverage, len(own_matched), sents))
     ranked.sort(key=lambda r: (-r.relevance, r.artifact.get("rank", 0)))
-    answered = bool(ranked) and ranked[0].coverage >= ANSWER_COVERAGE and bool(ranked[0].sentences) and (
-        ranked[0].coverage >= TYPE_WAIVER or _typed(ranked[0], question))
+    answered = bool(ranked) and _answers(ranked[0], question, len(own), extract.focus(ask), docs)
     if ranked:
         floor = ranked[0].relevance * CUT_FRACTION
         ranked = [r for r in ranked if r.relevance >= floor and r.coverage > 0]

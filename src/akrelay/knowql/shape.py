@@ -229,7 +229,7 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
         unit_class, unit = extract.unit_of_name(name, description + " " + str(schema.get("title") or ""))
         if unit_class is None and question is not None:
             unit_class, unit = question.unit_class, question.unit
-        wanted = extract.Question("quantity", unit_class, unit, None)
+        wanted = extract.Question("quantity", unit_class, unit, ())
         for fact in facts:
             quantity = fact.quantity or extract.answer_quantity(fact.sentence, wanted) if fact.sentence else None
             if unit_class is not None and quantity is not None and quantity.unit_class != unit_class:
