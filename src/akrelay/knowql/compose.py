@@ -53,6 +53,7 @@ class Fact:
     status: str               # the capsule's BELIEF status
     quantity: extract.Quantity | None = None
     yes: bool | None = None   # the yes/no answer, when the ask is a yes/no question and belief settles it
+    note: str = ""            # for a rejected claim (no sentence stated as fact): the lead line that reports it
 
 
 @dataclass
@@ -116,7 +117,8 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
         prefix = "No: " if question.kind == "yesno" and not claim_negative else "Not established: "
         line = (f"{prefix}{_who(rejecting)} rejected the claim \u201c{_clip(artifact['name'], 200)}\u201d "
                 f"({rejecting} rejecting / {supporting} supporting); it is not stated as fact")
-        return line, Fact("", 1, artifact["source"], belief["status"], None, False if prefix == "No: " else None)
+        return line, Fact("", 1, artifact["source"], belief["status"], None, False if prefix == "No: " else None,
+                          note=line + " [1]")
     sentence = _sentence(best.text)
     fact = Fact(best.text, 1, artifact["source"], belief["status"])
     yesno = question.kind == "yesno"
@@ -158,7 +160,7 @@ def _who(n: int) -> str:
 
 def _facts(ranked: Sequence[Ranked], question: extract.Question, lead: Fact | None) -> list[Fact]:
     """The lead's fact, then the other answering sentences of the cited capsules (rejected ones excluded)."""
-    out = [lead] if lead is not None and lead.sentence else []
+    out = [lead] if lead is not None and (lead.sentence or lead.yes is not None) else []
     for n, entry in enumerate(ranked, start=1):
         if _group(entry.artifact["belief"]["status"]) == "rejected":
             continue

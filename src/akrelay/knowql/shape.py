@@ -312,8 +312,8 @@ def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citati
             if found:
                 out[name] = value
                 if provenance is not None:
-                    provenance[name] = {"citation": fact.citation, "source": fact.source, "sentence": fact.sentence,
-                                        "belief": fact.status}
+                    provenance[name] = {"citation": fact.citation, "source": fact.source,
+                                        "sentence": fact.sentence or fact.note, "belief": fact.status}
             elif "null" in types:
                 out[name] = None
     missing = [name for name in required if isinstance(name, str) and name not in out]
