@@ -158,3 +158,16 @@ def test_sentences_quantities_and_question_types() -> None:
     assert list(kinds.values()) == ["duration", "count", "why", "yesno", "which", "quantity", "quantity"]
     assert extract.question_type("How much log data per day?").unit_class is None  # "per day" is a rate
     assert extract.unit_of_name("timeout_ms") == ("time", "ms") and extract.unit_of_name("mtu_bytes") == ("size", "B")
+
+
+def test_a_huge_hostile_statement_is_read_in_bounded_time() -> None:
+    """Sentence splitting and the unit grammar stay linear: long digit runs and abbreviation chains."""
+    with knowql_app() as kq:
+        c = kq.corpus
+        # Within the relay's 16,384-character statement limit.
+        hostile = "The disk quota is 5 GB. " + "1" * 8_000 + "a1 " + "e.g. X " * 1_100 + "9" * 500 + "x9"
+        big = c.publish("alice", "Disk quota", hostile)
+        kq.submit(big, c.assess("bob", big["hash"], "supports", "Yes."))
+        doc = kq.ask({"ask": "How big is the disk quota?", "scope": ["knowledge"], "timeout_seconds": 5}).json()
+        assert doc["status"] == "completed", doc.get("error")  # milliseconds here, 5 s is generous; quadratic reading took ~15 s
+        assert doc["citations"][0]["source"] == big["hash"] and _lead(doc).startswith("5 GB: The disk quota is 5 GB")

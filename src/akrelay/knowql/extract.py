@@ -56,7 +56,7 @@ _FOCUS = re.compile(r"\b(?:what|which)(?: is| are| was| were)? (?:the |a |an )?(
 
 def focus(ask: str) -> list[str]:
     """The attribute a "what is the X of Y" ask asks for, as stems (empty when the ask has no such form)."""
-    match = _FOCUS.search(" ".join(tokens(ask)))
+    match = _FOCUS.search(" ".join(tokens(ask[:300])))
     return content_stems(match.group(1)) if match else []
 
 
@@ -186,25 +186,33 @@ def weights(terms: Sequence[str], documents: Sequence[set[str]]) -> dict[str, fl
 
 # ---- sentences ----------------------------------------------------------------------------------
 
+#: What one text contributes to an answer: its first characters, sentences and sentence length. Statements
+#: may be long (the envelope allows far more): the bounds keep a turn linear and small.
+MAX_TEXT_CHARS = 6000
+MAX_SENTENCES = 40
+MAX_SENTENCE_CHARS = 600
 _BOUNDARY = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])")
 _ABBREV = re.compile(r"\b(e\.g|i\.e|etc|vs|approx|cf|fig|no|ca|e\.g\.,|i\.e\.,)\.$", re.IGNORECASE)
 
 
 def sentences(text: str) -> list[str]:
-    """``text`` split into sentences (not after common abbreviations or inside decimals)."""
-    text = " ".join(str(text).split())
+    """``text`` split into sentences (not after common abbreviations or inside decimals), bounded by
+    :data:`MAX_TEXT_CHARS`, :data:`MAX_SENTENCES` and :data:`MAX_SENTENCE_CHARS`."""
+    text = " ".join(str(text)[:MAX_TEXT_CHARS].split())
     if not text:
         return []
     out: list[str] = []
     start = 0
     for match in _BOUNDARY.finditer(text):
-        piece = text[start:match.start()]
-        if _ABBREV.search(piece):
+        if _ABBREV.search(text[max(start, match.start() - 8):match.start()]):
             continue
-        out.append(piece)
+        out.append(text[start:match.start()])
         start = match.end()
-    out.append(text[start:])
-    return [s.strip() for s in out if s.strip()]
+        if len(out) >= MAX_SENTENCES:
+            break
+    else:
+        out.append(text[start:])
+    return [s.strip()[:MAX_SENTENCE_CHARS] for s in out if s.strip()][:MAX_SENTENCES]
 
 
 def negated(text: str) -> bool:
@@ -263,7 +271,7 @@ _NUMBER_WORDS = {w: i for i, w in enumerate(
 _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
                       "ninety": 90, "hundred": 100, "dozen": 12, "once": 1, "twice": 2})
 _QUANTITY = re.compile(
-    r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|(?:%s))(?![\w.]*\d)"
+    r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3}){1,5}(?:\.\d{1,9})?|\d{1,15}(?:\.\d{1,9})?|(?:%s)\b)(?![\w.]{0,12}\d)"
     r"(?:\s?(?P<unit>%%|°\s?[CF]\b|[A-Za-zµ]+))?" % "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)),
     re.IGNORECASE)
 
@@ -308,6 +316,8 @@ def quantities(sentence: str) -> list[Quantity]:
             elif key.isalpha() and key not in STOP_WORDS:
                 noun = key
                 span = match.group(0)
+        if low in _NUMBER_WORDS and unit is None and noun is None:
+            continue  # "one of them": a number word counts only with a unit or a noun
         out.append(Quantity(value, unit, cls, noun, span.strip()))
     return out
 
