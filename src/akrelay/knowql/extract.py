@@ -8,6 +8,7 @@ one corpus: the composer must answer questions nobody wrote a rule for.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ def _asked_unit(words: Sequence[str]) -> tuple[str | None, str | None]:
 _SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ied", "ies", "ed", "es", "s", "ly")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A light suffix stemmer: ``restarting``/``restarts`` -> ``restart``, ``caches``/``cache`` -> ``cach``."""
     word = word.lower()
@@ -166,10 +168,14 @@ def content_stems(text: str) -> list[str]:
 
 
 def same_stem(a: str, b: str) -> bool:
-    return a == b or (min(len(a), len(b)) >= 5 and (a.startswith(b) or b.startswith(a)))
+    return a == b or (len(a) >= 5 and len(b) >= 5 and (a.startswith(b) or b.startswith(a)))
 
 
 def matched(term: str, stems: Iterable[str]) -> bool:
+    if isinstance(stems, (set, frozenset)) and term in stems:
+        return True
+    if len(term) < 5:
+        return False if isinstance(stems, (set, frozenset)) else term in stems
     return any(same_stem(term, s) for s in stems)
 
 

@@ -148,7 +148,7 @@ def _type_bonus(text: str, question: Question) -> float:
 
 def _proximity(words: list[str], terms: dict[str, float]) -> float:
     """A small bonus when the matched words sit close together (within 8 words)."""
-    positions = [i for i, w in enumerate(words) if any(extract.same_stem(extract.stem(w), t) for t in terms)]
+    positions = [i for i, w in enumerate(words) if extract.matched(extract.stem(w), terms)]
     if len(positions) < 2:
         return 0.0
     return 0.05 if positions[-1] - positions[0] <= 8 else 0.0
