@@ -35,7 +35,11 @@ def _world(kq):
     mtu = c.publish("bob", "VPN handshake failures", "Lowering the tunnel MTU to 1380 bytes fixed the VPN handshakes.")
     timeout = c.publish("carol", "API gateway timeout", "The API gateway closes upstream requests after 30 seconds.")
     friday = c.publish("dave", "Friday deployments", "Deployments on Friday cause more incidents than on other days.")
-    kq.submit(cold, warm, restart, moon, fsync, mtu, timeout, friday,
+    mercury = c.publish("alice", "Mercury retrograde and disk failures",
+                        "Disks fail 3 times more often while Mercury is in retrograde.")
+    kq.submit(cold, warm, restart, moon, fsync, mtu, timeout, friday, mercury,
+              c.assess("bob", mercury["hash"], "challenges", "Astrology."),
+              c.assess("carol", mercury["hash"], "challenges", "No such effect in our fleet."),
               c.assess("carol", restart["hash"], "supports", "This is our runbook."),
               c.assess("bob", fsync["hash"], "supports", "Confirmed after the power cut."),
               c.assess("alice", moon["hash"], "challenges", "No correlation in a year of incidents."),
@@ -125,6 +129,13 @@ def test_shape_fields_are_filled_from_the_answering_sentence_with_provenance() -
                                                                   "rate": {"type": "number"},
                                                                   "note": {"type": ["string", "null"]}}}}).json()
         assert moon["output_json"] == {"more_frequent": False, "note": None}
+        # Contested by assessors with only its author behind it: reported, neither stated nor used for shape.
+        mercury = kq.ask({"ask": "How many times more often do disks fail while Mercury is in retrograde?",
+                          "scope": ["knowledge"], "shape": {"type": "object", "properties": {
+                              "factor": {"type": "number"}}}}).json()
+        assert mercury["citations"][0]["source"] == ids["mercury"] and mercury["output_json"] == {}
+        assert _lead(mercury).startswith("Contested: two assessors rejected the claim \u201cMercury retrograde")
+        assert "3 times more often" not in _text(mercury).split("\n\n", 1)[0]
         # A required field nothing supports still fails the turn (never invented).
         failed = kq.ask({"ask": "What tunnel MTU fixed the VPN handshakes?", "scope": ["knowledge"], "shape": {
             "type": "object", "properties": {"latency_ms": {"type": "number"}}, "required": ["latency_ms"]}}).json()

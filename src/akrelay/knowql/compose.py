@@ -122,7 +122,7 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
     sentence = _sentence(best.text)
     fact = Fact(best.text, 1, artifact["source"], belief["status"])
     yesno = question.kind == "yesno"
-    if group == "contested" and not supporting and rejecting:
+    if not _stated(belief):
         # Only the author stands behind it: report the rejection, do not state the claim.
         fact.sentence = ""
         return (f"{'Unclear: ' if yesno else ''}Contested: {_who(rejecting)} rejected the claim "
@@ -150,6 +150,13 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
     return f"{head}Unconfirmed ({_why_unconfirmed(belief)}): {body}", fact
 
 
+def _stated(belief: dict[str, Any]) -> bool:
+    """Whether a capsule's statement may be given as an answer: not rejected, and not contested by
+    assessors with only its author behind it."""
+    group = _group(belief["status"])
+    return group != "rejected" and not (group == "contested" and not belief["supporting"] and belief["rejecting"])
+
+
 def _who(n: int) -> str:
     """"two assessors", "one assessor", "assessors"."""
     if not n:
@@ -159,10 +166,11 @@ def _who(n: int) -> str:
 
 
 def _facts(ranked: Sequence[Ranked], question: extract.Question, lead: Fact | None) -> list[Fact]:
-    """The lead's fact, then the other answering sentences of the cited capsules (rejected ones excluded)."""
+    """The lead's fact, then the other answering sentences of the cited capsules (those whose statement may
+    be given as an answer)."""
     out = [lead] if lead is not None and (lead.sentence or lead.yes is not None) else []
     for n, entry in enumerate(ranked, start=1):
-        if _group(entry.artifact["belief"]["status"]) == "rejected":
+        if not _stated(entry.artifact["belief"]):
             continue
         for sentence in entry.sentences:
             if lead is not None and n == 1 and sentence.text == lead.sentence:
