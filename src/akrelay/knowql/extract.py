@@ -150,9 +150,10 @@ def stem(word: str) -> str:
     return word
 
 
-def tokens(text: str) -> list[str]:
-    """Folded word runs of ``text`` (for positions and proximity)."""
-    return [w.lower() for w in _WORD.findall(fold(text))]
+@functools.lru_cache(maxsize=4096)
+def tokens(text: str) -> tuple[str, ...]:
+    """Folded word runs of ``text`` (for positions and proximity); cached, a turn reads a sentence often."""
+    return tuple(w.lower() for w in _WORD.findall(fold(text)))
 
 
 def content_stems(text: str) -> list[str]:
@@ -171,15 +172,38 @@ def same_stem(a: str, b: str) -> bool:
     return a == b or (len(a) >= 5 and len(b) >= 5 and (a.startswith(b) or b.startswith(a)))
 
 
-def matched(term: str, stems: Iterable[str]) -> bool:
-    if isinstance(stems, (set, frozenset)) and term in stems:
-        return True
-    if len(term) < 5:
-        return False if isinstance(stems, (set, frozenset)) else term in stems
-    return any(same_stem(term, s) for s in stems)
+class StemSet:
+    """Stems indexed for :func:`same_stem`: exact membership, and prefix matches through their first 5 letters
+    (so a lookup costs a few comparisons, not one per stem)."""
+
+    __slots__ = ("exact", "prefixes")
+
+    def __init__(self, stems: Iterable[str] = ()) -> None:
+        self.exact = set(stems)
+        self.prefixes: dict[str, list[str]] | None = None  # built on the first lookup that needs it
+
+    def __contains__(self, term: object) -> bool:
+        if not isinstance(term, str):
+            return False
+        if term in self.exact:
+            return True
+        if len(term) < 5:
+            return False
+        if self.prefixes is None:
+            self.prefixes = {}
+            for item in self.exact:
+                if len(item) >= 5:
+                    self.prefixes.setdefault(item[:5], []).append(item)
+        return any(c.startswith(term) or term.startswith(c) for c in self.prefixes.get(term[:5], ()))
 
 
-def weights(terms: Sequence[str], documents: Sequence[set[str]]) -> dict[str, float]:
+
+def matched(term: str, stems: "StemSet | Iterable[str]") -> bool:
+    """Whether ``term`` meets one of ``stems`` (equal, or one a prefix of the other from 5 letters on)."""
+    return term in (stems if isinstance(stems, StemSet) else StemSet(stems))
+
+
+def weights(terms: Sequence[str], documents: Sequence[StemSet]) -> dict[str, float]:
     """Local IDF of each ask term over the candidate documents: a word every candidate shares counts least,
     one that no candidate holds counts most (it is what an answer would have to mention)."""
     n = len(documents)
@@ -276,6 +300,7 @@ _NUMBER_WORDS = {w: i for i, w in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 _NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
                       "ninety": 90, "hundred": 100, "dozen": 12, "once": 1, "twice": 2})
+_DIGIT = re.compile(r"\d")
 _QUANTITY = re.compile(
     r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3}){1,5}(?:\.\d{1,9})?|\d{1,15}(?:\.\d{1,9})?|(?:%s)\b)(?![\w.]{0,12}\d)"
     r"(?:\s?(?P<unit>%%|°\s?[CF]\b|[A-Za-zµ]+))?" % "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True)),
@@ -300,7 +325,11 @@ class Quantity:
         return self.value
 
 
-def quantities(sentence: str) -> list[Quantity]:
+@functools.lru_cache(maxsize=4096)
+def quantities(sentence: str) -> tuple[Quantity, ...]:
+    """The quantities ``sentence`` states, in order (cached, as :func:`tokens`)."""
+    if not _DIGIT.search(sentence) and not _NUMBER_WORDS.keys() & set(tokens(sentence)):
+        return ()  # most sentences state no number: skip the unit grammar
     out = []
     for match in _QUANTITY.finditer(sentence):
         raw, unit_word = match.group("num"), match.group("unit")
@@ -325,7 +354,7 @@ def quantities(sentence: str) -> list[Quantity]:
         if low in _NUMBER_WORDS and unit is None and noun is None:
             continue  # "one of them": a number word counts only with a unit or a noun
         out.append(Quantity(value, unit, cls, noun, span.strip()))
-    return out
+    return tuple(out)
 
 
 def convert(quantity: Quantity, unit: str) -> float | None:

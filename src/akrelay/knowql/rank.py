@@ -51,6 +51,7 @@ class Sentence:
     origin: str               # statement, basis or assessment
     source: str               # the event ID it comes from (the capsule's publication, or the assessment)
     score: float = 0.0
+    stems: extract.StemSet = field(default_factory=extract.StemSet)
 
 
 @dataclass
@@ -99,13 +100,13 @@ def _class_nouns(text: str) -> set[str]:
 
 
 def _answers(top: Ranked, question: Question, own_terms: int, focus: Sequence[str],
-             docs: Sequence[tuple[dict[str, Any], list[Sentence], set[str]]]) -> bool:
+             docs: Sequence[tuple[dict[str, Any], list[Sentence], extract.StemSet]]) -> bool:
     """Whether the best capsule answers at all: enough of the ask covered, more than one word in common
     (a single shared word is not a reason to cite), the attribute a "what is the X of ..." ask names, and
     for a quantity question a quantity of its kind."""
     if not top.sentences or top.coverage < ANSWER_COVERAGE or top.matched < min(ANSWER_TERMS, own_terms):
         return False
-    vocabulary = next((d[2] for d in docs if d[0] is top.artifact), set())
+    vocabulary = next((d[2] for d in docs if d[0] is top.artifact), extract.StemSet())
     if focus and not any(extract.matched(t, vocabulary) for t in focus):
         return False
     return top.coverage >= TYPE_WAIVER or _typed(top, question)
@@ -121,7 +122,7 @@ def _typed(entry: Ranked, question: Question) -> bool:
             continue
         if question.kind == "count" and question.counted:
             # "How many GPUs": a number of GPUs, not "65% utilisation" or "100 million documents".
-            stems = {extract.stem(w) for w in extract.tokens(sentence.text)}
+            stems = extract.StemSet(extract.stem(w) for w in extract.tokens(sentence.text))
             if question.counts(found.noun) or (found.unit_class is None and any(
                     extract.matched(c, stems) for c in question.counted) and found.noun in (None, *_ADJECTIVAL)):
                 return True
@@ -146,9 +147,9 @@ def _type_bonus(text: str, question: Question) -> float:
     return 0.0
 
 
-def _proximity(words: list[str], terms: dict[str, float]) -> float:
+def _proximity(words: Sequence[str], terms: extract.StemSet) -> float:
     """A small bonus when the matched words sit close together (within 8 words)."""
-    positions = [i for i, w in enumerate(words) if extract.matched(extract.stem(w), terms)]
+    positions = [i for i, w in enumerate(words) if extract.stem(w) in terms]
     if len(positions) < 2:
         return 0.0
     return 0.05 if positions[-1] - positions[0] <= 8 else 0.0
@@ -180,35 +181,42 @@ def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
     if follow_up:
         for entry in reversed(history[-2:]):
             borrowed += [t for t in extract.content_stems(entry.ask) if t not in own and t not in borrowed]
-    docs: list[tuple[dict[str, Any], list[Sentence], set[str]]] = []
+    docs: list[tuple[dict[str, Any], list[Sentence], extract.StemSet]] = []
     for artifact in artifacts:
         detail = details.get(artifact["source"], {})
         sents = _sentences(artifact, detail)
+        title = [extract.stem(w) for w in extract.tokens(artifact["name"])]
         # What a capsule says (title, statement, basis); an assessor's words do not make it cover the ask.
-        whole = artifact["name"] + " " + " ".join(s.text for s in sents if s.origin != "assessment")
-        vocabulary = set(extract.content_stems(whole)) | _class_nouns(whole)
+        vocabulary = extract.StemSet(title)
+        for sentence in sents:
+            sentence.stems = extract.StemSet([*(extract.stem(w) for w in extract.tokens(sentence.text)),
+                                              *_class_nouns(sentence.text)])
+            if sentence.origin != "assessment":
+                vocabulary.exact |= sentence.stems.exact
         docs.append((artifact, sents, vocabulary))
     idf = extract.weights(own + borrowed, [d[2] for d in docs])
     terms = {t: idf[t] for t in own}
     terms.update({t: idf[t] * HISTORY_TERM_WEIGHT for t in borrowed})
     total = sum(terms.values()) or 1.0
+    term_set = extract.StemSet(terms)
     own_total = sum(idf[t] for t in own) or 1.0
     best_bm25 = max((a["score"] for a in artifacts), default=0.0) or 1.0
     led = set(history[-1].sources[:1]) if follow_up and history else set()
     ranked: list[Ranked] = []
     for artifact, sents, vocabulary in docs:
-        title_stems = set(extract.content_stems(artifact["name"]))
+        title_stems = extract.StemSet(extract.stem(w) for w in extract.tokens(artifact["name"]))
         coverage = sum(w for t, w in terms.items() if extract.matched(t, vocabulary)) / total
         own_matched = [t for t in own if extract.matched(t, vocabulary)]
         own_coverage = sum(idf[t] for t in own_matched) / own_total if own else 0.0
         for sentence in sents:
             words = extract.tokens(sentence.text)
-            stems = {extract.stem(w) for w in words} | _class_nouns(sentence.text)
-            hit = sum(w for t, w in terms.items() if extract.matched(t, stems))
+            stems = sentence.stems
+            met = [t for t in terms if extract.matched(t, stems)]
+            hit = sum(terms[t] for t in met)
             # Title words count half towards a sentence: the title frames every sentence of the capsule.
             framed = sum(w for t, w in terms.items() if not extract.matched(t, stems) and extract.matched(t, title_stems))
             sentence.score = (hit + 0.5 * framed) / total + _type_bonus(sentence.text, question) \
-                + _proximity(words, terms) - (0.05 if sentence.origin != "statement" else 0.0)
+                + (_proximity(words, term_set) if len(met) > 1 else 0.0) - (0.05 if sentence.origin != "statement" else 0.0)
         sents.sort(key=lambda s: (-s.score, _SENTENCE_KINDS.index(s.origin)))
         best = sents[0].score if sents else 0.0
         relevance = 0.55 * coverage + 0.35 * best + 0.10 * (artifact["score"] / best_bm25)
