@@ -10,7 +10,7 @@ import pytest
 import respx
 
 from akrelay.knowql.llm import ChatCompletionsComposer
-from akrelay.knowql.models import ComposerError, TurnInput
+from akrelay.knowql.models import ComposerError, HistoryEntry, TurnInput
 from akrelay.knowql.retrieval import Retrieval
 
 from .conftest import validator
@@ -39,8 +39,8 @@ def _retrieval() -> Retrieval:
 
 
 def _turn(shape=None, seconds: float = 30.0) -> TurnInput:
-    return TurnInput("What happens to the cache?", (("earlier ask", "earlier answer"),), "Be brief.", "No guesses.",
-                     shape, time.time() + seconds)
+    return TurnInput("What happens to the cache?", (HistoryEntry("earlier ask", "earlier answer", ()),), "Be brief.",
+                     "No guesses.", shape, time.time() + seconds)
 
 
 def _sse(*deltas: str, usage: dict | None = None) -> str:
