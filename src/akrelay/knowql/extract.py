@@ -204,13 +204,14 @@ def matched(term: str, stems: "StemSet | Iterable[str]") -> bool:
 
 
 def weights(terms: Sequence[str], documents: Sequence[StemSet]) -> dict[str, float]:
-    """Local IDF of each ask term over the candidate documents: a word every candidate shares counts least,
-    one that no candidate holds counts most (it is what an answer would have to mention)."""
+    """Local IDF of each ask term over the candidate documents: a word every candidate shares counts least.
+    A word no candidate holds counts as much as one only a single candidate holds: it cannot tell the
+    candidates apart, and a paraphrase ("reboot" for "restart") should not sink the one that answers."""
     n = len(documents)
     out = {}
     for term in terms:
         df = sum(1 for doc in documents if matched(term, doc))
-        out[term] = 1.0 + math.log(1.0 + (n + 1) / (df + 0.5))
+        out[term] = 1.0 + math.log(1.0 + (n + 1) / (max(df, 1) + 0.5))
     return out
 
 
