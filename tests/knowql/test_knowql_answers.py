@@ -129,6 +129,9 @@ def test_shape_fields_are_filled_from_the_answering_sentence_with_provenance() -
                                                                   "rate": {"type": "number"},
                                                                   "note": {"type": ["string", "null"]}}}}).json()
         assert moon["output_json"] == {"more_frequent": False, "note": None}
+        untyped = kq.ask({"ask": "What tunnel MTU in bytes fixed the VPN handshakes?", "scope": ["knowledge"],
+                          "shape": {"type": "object", "properties": {"qualifies": {}, "mtu": {"type": "string"}}}}).json()
+        assert untyped["output_json"] == {"mtu": "1380 bytes"}
         # Contested by assessors with only its author behind it: reported, neither stated nor used for shape.
         mercury = kq.ask({"ask": "How many times more often do disks fail while Mercury is in retrograde?",
                           "scope": ["knowledge"], "shape": {"type": "object", "properties": {

@@ -253,7 +253,7 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
             if fact.yes is not None and _fits(fact.yes, schema):
                 return True, fact.yes, fact
         return False, None, None
-    if "string" in types or not types:
+    if "string" in types:  # an untyped property is not given a sentence it did not ask for
         enum = schema.get("enum")
         for fact in facts[:3]:
             if not fact.sentence:
