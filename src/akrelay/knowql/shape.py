@@ -208,6 +208,10 @@ def _project_item(item: dict[str, Any], schema: Any) -> Any:
     return out
 
 
+#: Answering sentences tried per property: each try validates a candidate against the property's subschema.
+MAX_FACT_TRIES = 8
+
+
 def _fits(value: Any, schema: Any) -> bool:
     return not isinstance(schema, dict) or not problems(value, schema)
 
@@ -230,7 +234,7 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
         if unit_class is None and question is not None:
             unit_class, unit = question.unit_class, question.unit
         wanted = extract.Question("quantity", unit_class, unit, ())
-        for fact in facts:
+        for fact in facts[:MAX_FACT_TRIES]:
             quantity = fact.quantity or extract.answer_quantity(fact.sentence, wanted) if fact.sentence else None
             if unit_class is not None and quantity is not None and quantity.unit_class != unit_class:
                 quantity = extract.answer_quantity(fact.sentence, wanted)
