@@ -160,6 +160,10 @@ def test_ask_streams_an_answer_with_citations(driver, relay, tmp_path: Path) -> 
     assert driver.current_url.endswith("/explorer/ask")  # answered in place: the script streamed it
     answer = driver.find_element(By.ID, "answer").text
     assert "Findings" in answer and "[1]" in answer
+    # The lead answer (the fact with its citation and belief) sits above the evidence.
+    lead = driver.find_element(By.ID, "lead-answer")
+    assert "fills up at night" in lead.text and "[1]" in lead.text and "Findings" not in lead.text
+    assert lead.location["y"] < driver.find_element(By.ID, "answer").location["y"]
     citations = driver.find_elements(By.CSS_SELECTOR, "#citations a.citation")
     hrefs = {c.get_attribute("href").rsplit("/", 1)[-1] for c in citations}
     assert {a, b} <= hrefs

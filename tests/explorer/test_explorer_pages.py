@@ -76,6 +76,9 @@ def test_ask_form_without_script(kq) -> None:
     assert r.status_code == 200, r.text
     assert f'href="/explorer/capsules/{a}"' in r.text and "status-accepted" in r.text
     assert "<script>alert" not in r.text
+    # The lead answer comes first, above the evidence list.
+    lead = r.text.split('<p id="lead-answer">', 1)[1].split("</p>", 1)[0]
+    assert "[1]" in lead and "Findings" not in lead and r.text.index("lead-answer") < r.text.index('id="answer"')
     r = kq.client.post("/explorer/ask", content="ask=", headers={"content-type": "application/x-www-form-urlencoded"})
     assert r.status_code == 400 and 'class="error"' in r.text
 

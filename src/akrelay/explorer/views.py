@@ -226,10 +226,14 @@ def ask_page(policies: Sequence[str], *, ask: str = "", policy: str | None = Non
         if answer.get("error"):
             text = text or str(answer["error"])
         cites = "".join(citation_item(i, c) for i, c in enumerate(answer.get("citations", []) or [], 1))
+    # The answer's first line is its lead (the fact, its citation and belief): shown above the evidence.
+    lead, _, text = text.partition("\n")
+    text = text.lstrip("\n")
     err = f'<p class="error">{h(error)}</p>' if error else ""
     body = (f"<h1>Ask</h1><p class=\"muted\">A question over this relay's knowledge (KnowQL); the answer cites "
             f"capsules with their belief status.</p>{form}{err}"
             f'<section id="answer-box"><p id="ask-status" class="muted">{h(status)}</p>'
+            f'<p id="lead-answer">{h(lead)}</p>'
             f'<pre id="answer">{h(text)}</pre><ol id="citations">{cites}</ol></section>')
     return page("Ask", body, scripts=("ask.js",))
 

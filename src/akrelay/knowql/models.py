@@ -29,7 +29,7 @@ class HistoryEntry:
 
     ask: str
     answer: str                               # the answer text, clipped
-    sources: tuple[str, ...]                  # event IDs the answer cited
+    sources: tuple[str, ...]                  # event IDs the answer cited, in citation order
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,12 @@ class Retrieval:
     keyword_query: str | None
     chunks: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    #: per capsule (publish event ID): ``basis``, supporting/challenging ``assessments`` among the hits,
+    #: ``related`` (relation targets), ``tags`` and the context ``scope``: what the composer reads
+    #: beyond the statement. Not part of the retrieval envelope.
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the same members for the capsules the previous answer cited (a follow-up prefers their neighbours)
+    previous: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def matched_artifacts(self) -> list[str]:
@@ -84,9 +90,25 @@ def _assessment_counts(nexus: Any, assertion_ids: Sequence[str]) -> int:
     return count
 
 
+def _detail(record: Any, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    payload = record.envelope.payload
+    context = payload.get("context") if isinstance(payload.get("context"), dict) else {}
+    return {"basis": payload.get("basis") if isinstance(payload.get("basis"), str) else "",
+            "assessments": [{"source": c["source"], "verdict": c.get("verdict"), "text": c["text"]}
+                            for c in chunks if c["kind"] == "assessment"],
+            "related": sorted({r["target"] for r in payload.get("relations") or () if isinstance(r, dict)
+                               and isinstance(r.get("target"), str)}),
+            "tags": sorted(t for t in payload.get("tags") or () if isinstance(t, str)),
+            "scope": context.get("scope") if isinstance(context.get("scope"), str) else None}
+
+
 def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: Any, runtime: Any, store: Any,
-             policy: str, limit: int, origin: str) -> Retrieval:
-    """Retrieve for ``ask`` at one snapshot; ``limit`` artifacts (and their chunks) at most."""
+             policy: str, limit: int, origin: str, previous: Sequence[str] = ()) -> Retrieval:
+    """Retrieve for ``ask`` at one snapshot; ``limit`` artifacts (and their chunks) at most.
+
+    ``previous`` names the capsules the session's previous answer cited; their details are read so that
+    the composer can prefer related capsules in a follow-up.
+    """
     nexus = runtime.nexus
     index_seq = search.index_seq()
     with runtime.lock:
@@ -96,6 +118,10 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
     result = Retrieval(snapshot, index_seq, policy, variants, " ".join(terms) if terms else None)
     if not terms or snapshot < 1:
         return result
+    if previous:
+        for event_id, record in store.get_many(sorted(set(previous))).items():
+            if record is not None and not record.withheld and record.envelope.type == PUBLISH:
+                result.previous[event_id] = _detail(record)
     runs: list[tuple[tuple[str, ...], float]] = [(terms, 1.0)]
     extra = history_variant(ask, history)
     if extra is not None:
@@ -145,6 +171,7 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
                 continue
             artifact["rank"] = len(result.artifacts) + 1
             result.artifacts.append(artifact)
+            result.details[artifact["source"]] = _detail(entry["record"], entry["chunks"])
             result.chunks.extend(entry["chunks"])
     result.chunks.sort(key=lambda c: (-c["score"], c["seq"]))
     for rank, chunk in enumerate(result.chunks, start=1):

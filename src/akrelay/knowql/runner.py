@@ -131,7 +131,8 @@ class TurnRunner:
         history_asks = [entry.ask for entry in turn.history]
         retrieval: Retrieval = retrieve(
             ask=doc.ask, history=history_asks, scope=turn.scope, search=self.search(), runtime=self.runtime(),
-            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin)
+            store=self.records, policy=turn.policy, limit=max(limit, 1), origin=self.origin,
+            previous=turn.history[-1].sources if turn.history else ())
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
@@ -165,6 +166,8 @@ class TurnRunner:
                 output_json = None
             self._step(turn, steps, "compose", [turn.model.id],
                        f"{len(citations)} citation(s) from the retrieved set")
+            if doc.shape is not None and composition.provenance:
+                extension["provenance"] = composition.provenance
             fields = {"model": composition.model, "output": [_text(composition.text)], "output_json": output_json,
                       "citations": citations, "usage": _usage(composition.usage)}
         duration = int(round((self.clock() - started) * 1000))

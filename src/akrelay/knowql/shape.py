@@ -13,7 +13,7 @@ import functools
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import jsonschema
 import re2
@@ -362,11 +362,83 @@ def _project_item(item: dict[str, Any], schema: Any) -> Any:
     return out
 
 
-def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citations: list[dict[str, Any]]) -> Any:
+#: Answering sentences tried per property: each try validates a candidate against the property's subschema.
+MAX_FACT_TRIES = 8
+
+
+def _fits(value: Any, schema: Any) -> bool:
+    return not isinstance(schema, dict) or not problems(value, schema)
+
+
+def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> tuple[bool, Any, Any]:
+    """A value for property ``name`` read from the answering sentences: ``(found, value, fact)``.
+
+    Numbers come with the right unit (the property's own, as in ``timeout_ms`` or "in seconds", else the
+    ask's) and are converted into it; a boolean is the yes/no answer; a string enum is the member the
+    sentence names; another string is the lead fact. Nothing is invented: no supporting sentence, no value.
+    """
+    from akrelay.knowql import extract
+
+    if not isinstance(schema, dict):
+        return False, None, None
+    types = _types(schema)
+    description = schema.get("description") if isinstance(schema.get("description"), str) else ""
+    if types & {"number", "integer"}:
+        unit_class, unit = extract.unit_of_name(name, description + " " + str(schema.get("title") or ""))
+        if unit_class is None and question is not None:
+            unit_class, unit = question.unit_class, question.unit
+        wanted = extract.Question("quantity", unit_class, unit, ())
+        for fact in facts[:MAX_FACT_TRIES]:
+            quantity = fact.quantity or extract.answer_quantity(fact.sentence, wanted) if fact.sentence else None
+            if unit_class is not None and quantity is not None and quantity.unit_class != unit_class:
+                quantity = extract.answer_quantity(fact.sentence, wanted)
+            if quantity is None or (unit_class is not None and quantity.unit_class != unit_class):
+                continue
+            value = extract.convert(quantity, unit) if unit is not None else quantity.value
+            if value is None:
+                continue
+            if "number" not in types:
+                if abs(value - round(value)) > 1e-9:
+                    continue
+                value = int(round(value))
+            elif value == int(value):
+                value = int(value)
+            if _fits(value, schema):
+                return True, value, fact
+        return False, None, None
+    if "boolean" in types:
+        for fact in facts[:1]:
+            if fact.yes is not None and _fits(fact.yes, schema):
+                return True, fact.yes, fact
+        return False, None, None
+    if "string" in types:  # an untyped property is not given a sentence it did not ask for
+        enum = schema.get("enum")
+        for fact in facts[:3]:
+            if not fact.sentence:
+                continue
+            if isinstance(enum, list):
+                low = fact.sentence.lower()
+                hits = sorted((m.start(), member) for member in enum if isinstance(member, str) and member
+                              for m in [re.search(r"(?<!\w)" + re.escape(member.lower()) + r"(?!\w)", low)] if m)
+                if hits and _fits(hits[0][1], schema):
+                    return True, hits[0][1], fact
+                continue
+            value = fact.quantity.text if fact.quantity is not None else fact.sentence
+            if _fits(value, schema):
+                return True, value, fact
+            break
+    return False, None, None
+
+
+def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citations: list[dict[str, Any]], *,
+         facts: Sequence[Any] = (), question: Any = None, provenance: dict[str, Any] | None = None) -> Any:
     """A value for ``shape`` from the extractive answer, or :class:`ShapeFailure`.
 
     ``items`` are the composed artifacts (``source``, ``title``, ``text``,
-    ``status``, ``score``, ``url``…), best first.
+    ``status``, ``score``, ``url``…), best first. ``facts`` are the answering
+    sentences (:class:`akrelay.knowql.compose.Fact`, the lead's first): a
+    property outside the fixed vocabulary is filled from them, and
+    ``provenance`` records, per filled property, the citation of its sentence.
     """
     props = shape.get("properties") or {}
     required = shape.get("required") or []
@@ -388,10 +460,20 @@ def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citati
             out[name] = [_project_item(i, item_schema) for i in items]
         elif key in _STATUS and items and (not types or "string" in types):
             out[name] = items[0].get("status")
-        elif key in _COUNT and (not types or types & {"integer", "number"}):
+        elif key in _COUNT and (not types or types & {"integer", "number"}) and not (
+                question is not None and question.kind == "count" and facts and facts[0].quantity is not None):
             out[name] = len(items)
         elif key in _FOUND and (not types or "boolean" in types):
             out[name] = bool(items)
+        else:
+            found, value, fact = _from_facts(name, schema, facts, question)
+            if found:
+                out[name] = value
+                if provenance is not None:
+                    provenance[name] = {"citation": fact.citation, "source": fact.source,
+                                        "sentence": fact.sentence or fact.note, "belief": fact.status}
+            elif "null" in types:
+                out[name] = None
     missing = [name for name in required if isinstance(name, str) and name not in out]
     if missing:
         raise ShapeFailure(f"cannot derive required {', '.join(repr(m) for m in missing)} "

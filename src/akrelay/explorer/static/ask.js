@@ -4,7 +4,17 @@
 (function () {
   const form = document.getElementById("ask-form");
   if (!form || !window.fetch || !window.TextDecoder) return;
+  const lead = document.getElementById("lead-answer");
   const answer = document.getElementById("answer");
+  let full = "";
+
+  // The first line of the answer is its lead (the fact, cited, with its belief): shown above the evidence.
+  function show(text) {
+    full = text;
+    const cut = text.indexOf("\n");
+    lead.textContent = cut < 0 ? text : text.slice(0, cut);
+    answer.textContent = cut < 0 ? "" : text.slice(cut + 1).replace(/^\n+/, "");
+  }
   const citations = document.getElementById("citations");
   const status = document.getElementById("ask-status");
 
@@ -24,14 +34,14 @@
 
   function handle(event, data) {
     if (event === "response.output_text.delta") {
-      answer.textContent += data.delta || "";
+      show(full + (data.delta || ""));
     } else if (event === "response.step") {
       status.textContent = (data.step_id || data.step || "step") + ": " + (data.status || "");
     } else if (event === "query") {
       status.textContent = data.status || "";
       const text = ((data.output || [])[0] || {}).content;
-      if (text && text[0] && !answer.textContent) answer.textContent = text[0].text || "";
-      if (data.error && !answer.textContent) answer.textContent = data.error;
+      if (text && text[0] && !full) show(text[0].text || "");
+      if (data.error && !full) show(data.error);
       citations.replaceChildren();
       (data.citations || []).forEach(function (c, i) { citations.append(citationItem(i + 1, c)); });
       document.body.dataset.answered = "true";
@@ -39,7 +49,7 @@
   }
 
   async function ask(question, policy) {
-    answer.textContent = "";
+    show("");
     citations.replaceChildren();
     status.textContent = "asking…";
     delete document.body.dataset.answered;
