@@ -12,7 +12,8 @@ on which backend answers.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, Sequence
+import binascii
+from typing import Any, Iterable, NamedTuple, Protocol, Sequence
 
 from akrelay.protocol.envelope import Envelope
 
@@ -112,6 +113,27 @@ def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     return frozenset(term_key(t) for t in index_terms(envelope)), search_text(envelope)
 
 
+class LogEntry(NamedTuple):
+    """One entry of the acceptance log's Merkle tree (issue 23) and what the store knows of its record.
+
+    ``withheld`` is the record's flag, or ``None`` when the record is no longer
+    retained (pruned, or deleted behind the store's back: an auditor tells which).
+    """
+
+    index: int
+    seq: int
+    hash: bytes  # the 32 raw bytes of the event hash
+    withheld: bool | None
+
+
+_TO_STD = bytes.maketrans(b"-_", b"+/")
+
+
+def event_hash_bytes(event_id: str) -> bytes:
+    """The 32 raw bytes of a stored (already verified) envelope's ``hash``: 43 base64url characters."""
+    return binascii.a2b_base64((event_id + "=").encode("ascii").translate(_TO_STD))
+
+
 class StoreUnavailable(Exception):
     """The store cannot be reached now (a shared store's server is down or slow).
 
@@ -196,6 +218,22 @@ class Store(Protocol):
 
     def meta_setdefault(self, key: str, value: bytes) -> bytes:
         """Set ``key`` if absent, atomically across processes; return the stored value."""
+
+    def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        """Set ``key`` to ``value`` only if it holds ``expected`` now (``None``: absent), atomically across processes."""
+
+    # -- the Merkle log of every acceptance (issue 23; hashing in akrelay.protocol.merkle) ------------
+    def log_size(self) -> int:
+        """How many entries the log's tree has (every record ever committed, in ``seq`` order)."""
+
+    def log_entries(self, start: int, limit: int) -> list[LogEntry]:
+        """The entries at indices ``[start, start + limit)`` in order."""
+
+    def log_index(self, seq: int) -> int | None:
+        """The leaf index of the record ``seq``; ``None`` if the log has no such entry."""
+
+    def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Stored hashes of complete subtrees ``(level, index)`` (level 0: leaf hashes); ``KeyError`` if one is absent."""
 
     def ping(self) -> None:
         """Check that the store answers now (``/readyz``); raise :class:`StoreUnavailable` if not."""
