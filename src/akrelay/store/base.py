@@ -13,7 +13,8 @@ on which backend answers.
 from __future__ import annotations
 
 import binascii
-from typing import Any, Iterable, NamedTuple, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol, Sequence
 
 from akrelay.protocol.envelope import Envelope
 
@@ -113,7 +114,8 @@ def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     return frozenset(term_key(t) for t in index_terms(envelope)), search_text(envelope)
 
 
-class LogEntry(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LogEntry:
     """One entry of the acceptance log's Merkle tree (issue 23) and what the store knows of its record.
 
     ``withheld`` is the record's flag, or ``None`` when the record is no longer
