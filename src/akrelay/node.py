@@ -24,6 +24,7 @@ from akrelay.http.kip import KipComponent
 from akrelay.http.knowql import KnowqlComponent
 from akrelay.http.peers import SyncComponent
 from akrelay.http.search import SearchComponent
+from akrelay.http.transparency import LogComponent
 from akrelay.web import WebComponent
 from akrelay.protocol.options import ValidationOptions
 from akrelay.service.config import ServiceConfig
@@ -61,7 +62,7 @@ class Component(Protocol):
 
 
 #: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
-COMPONENTS: tuple[str, ...] = ("search", "kip", "sync", "knowql", "web")
+COMPONENTS: tuple[str, ...] = ("log", "search", "kip", "sync", "knowql", "web")
 
 
 def service_config(settings: Settings) -> ServiceConfig:
@@ -127,6 +128,10 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     built: list[Component] = []
     search = kip = knowql = None
+    tlog = None
+    if "log" in names:  # the signed Merkle log of acceptances (issue 23)
+        tlog = LogComponent(relay, settings)
+        built.append(tlog)
     if "search" in names:
         search = SearchComponent(relay, settings, follow=follow)
         built.append(search)
@@ -141,7 +146,8 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
         knowql = KnowqlComponent(relay, settings, search=search, kip=kip)
         built.append(knowql)
     if "web" in names:  # the explorer, /metrics, /openapi.json: reads whichever of the above are built
-        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql))
+        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql,
+                                  log=tlog is not None and tlog.tlog is not None))
     return built
 
 

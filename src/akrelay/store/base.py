@@ -28,7 +28,7 @@ class Record:
     unchanged, so a query page costs no JSON decoding at all. Treat as immutable.
     """
 
-    __slots__ = ("seq", "accepted_at", "withheld", "_envelope", "_body")
+    __slots__ = ("seq", "accepted_at", "withheld", "_envelope", "_body", "log_index")
 
     def __init__(
         self,
@@ -46,6 +46,8 @@ class Record:
         self.withheld = withheld
         self._envelope = envelope
         self._body = body
+        #: the record's leaf index in the Merkle log, set by the commit that created it (else ``None``)
+        self.log_index: int | None = None
 
     @property
     def envelope(self) -> Envelope:

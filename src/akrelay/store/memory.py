@@ -118,7 +118,7 @@ class MemoryStore:
             self._seqs.append(record.seq)
             self._rows.append(row)
             event_hash = event_hash_bytes(envelope.id)
-            self._log_index[record.seq] = len(self._log)
+            self._log_index[record.seq] = record.log_index = len(self._log)
             self._log.append((record.seq, event_hash))
             for level, index, value in append_entries(self._frontier, [(record.seq, event_hash)]):
                 self._nodes[(level, index)] = value

@@ -353,6 +353,8 @@ class SqliteStore(BackgroundWork):
                 conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
                 frontier = self._log_append(conn, [(r.seq, event_hash_bytes(r.id)) for r in fresh.values()])
+                for index, record in enumerate(fresh.values(), frontier.size - len(fresh)):
+                    record.log_index = index
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
