@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.transparency")
-TEXT = "text/plain; charset=utf-8"
+TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 
 def open_log(relay: Relay, settings: Settings) -> TransparencyLog | None:

@@ -374,7 +374,10 @@ class SqliteStore(BackgroundWork):
         size = conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM log_entries").fetchone()[0]
         cached = self._frontier
         if cached is None or cached.size != size:
-            frontier = Frontier.load(size, lambda keys: self._nodes_on(conn, keys))
+            try:
+                frontier = Frontier.load(size, lambda keys: self._nodes_on(conn, keys))
+            except KeyError as exc:
+                frontier = self._rebuild_nodes(conn, f"node {exc} is missing")
         else:
             frontier = cached.copy()
         conn.executemany(
@@ -382,6 +385,25 @@ class SqliteStore(BackgroundWork):
             [(size + i, seq, event_hash) for i, (seq, event_hash) in enumerate(entries)],
         )
         conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", append_entries(frontier, entries))
+        return frontier
+
+    @staticmethod
+    def _rebuild_nodes(conn: sqlite3.Connection, why: str) -> Frontier:
+        """Recompute every interior node from the entries (a damaged file; O(n)). Commits must go on.
+
+        The signer still proves each new tree consistent with its last signed
+        checkpoint, so entries changed behind the store's back are reported there.
+        """
+        log.error("merkle log: %s; rebuilding the tree from its entries", why)
+        conn.execute("DELETE FROM log_nodes")
+        frontier = Frontier()
+        batch: list[tuple[int, int, bytes]] = []
+        for seq, event_hash in conn.execute("SELECT seq, hash FROM log_entries ORDER BY idx"):
+            batch += frontier.append(leaf_of(seq, bytes(event_hash)))[1:]
+            if len(batch) >= 10000:
+                conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
+                batch = []
+        conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
         return frontier
 
     @staticmethod
