@@ -403,7 +403,8 @@ class StoreContract:
         envs = corpus()[:12]
         assert store.log_size() == 0 and store.log_entries(0, 10) == []
         assert merkle.root_hash(0, store.log_nodes) == merkle.EMPTY_ROOT
-        store.commit(envs[0], 1)
+        first, _ = store.commit(envs[0], 1)
+        assert first.log_index == 0  # the commit that created it knows its leaf
         store.commit(envs[0], 2)  # a duplicate adds no entry
         store.commit_many([(envs[1], 3), (envs[2], 4), (envs[1], 5)])
         assert store.try_commit_many([(envs[3], 6), (envs[0], 7)]) is not None

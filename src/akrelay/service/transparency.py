@@ -194,7 +194,8 @@ class TransparencyLog:
                 raise LogInconsistent(
                     f"the store's last checkpoint (size {last.checkpoint.size if last else 0}) is behind the one "
                     f"kept in the data directory (size {local.checkpoint.size}): was the store restored from an older backup?")
-            size = self.store.log_size()
+            catch_up = getattr(self.store, "log_catch_up", None)  # a store whose log follows its commits (Redis)
+            size = catch_up() if catch_up is not None else self.store.log_size()
             now = self.clock()
             if last is not None:
                 if size < last.checkpoint.size:
