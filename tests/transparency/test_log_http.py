@@ -190,3 +190,18 @@ def test_a_store_restored_behind_the_last_checkpoint_is_refused(node: Node, tmp_
         again.close()
     node.client.__enter__()  # the fixture closes it again
     node.store = SqliteStore(node.data / "relay.sqlite3")
+
+
+def test_a_changed_log_key_is_a_clear_503_not_a_500(node: Node) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    node.store.commit_many([(env, 1) for env in corpus()[:3]])
+    node.checkpoint()
+    (node.data / "log-checkpoint").unlink()
+    node.tlog.key = Ed25519PrivateKey.generate()  # what a replaced key file does after a restart
+    from akrelay.protocol.note import parse_vkey, raw_public_key, vkey
+
+    node.tlog.verifier = parse_vkey(vkey(node.tlog.name, raw_public_key(node.tlog.key.public_key())))
+    for url in ("/v1/knowledge/checkpoint", "/v1/knowledge/proof/inclusion?seq=1"):
+        response = node.client.get(url)
+        assert error_of(response) == (503, "service_unavailable"), response.text

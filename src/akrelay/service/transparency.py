@@ -233,13 +233,22 @@ class TransparencyLog:
 
     def checkpoint_text(self) -> str:
         """The latest signed checkpoint, signing one first if there is none yet."""
-        latest = self.tick(force=self.latest() is None) if self.inconsistent is None else self.latest()
+        latest = self.tick(force=self._latest_or_503() is None) if self.inconsistent is None else self._latest_or_503()
         if latest is None:
             raise ProtocolError("service_unavailable", "The relay has not signed a checkpoint yet.")
         return latest.note
 
+    def _latest_or_503(self) -> Signed | None:
+        """:meth:`latest` for a reader: a stored checkpoint this key cannot verify is a deliberate 503, not a 500."""
+        try:
+            return self.latest()
+        except LogInconsistent as exc:
+            log.error("transparency log: %s", exc)
+            raise ProtocolError("service_unavailable", "The relay's stored checkpoint does not verify with its log "
+                                "key (was --log-key changed?); an operator must look.") from None
+
     def _tree_size(self) -> int:
-        latest = self.latest()
+        latest = self._latest_or_503()
         return latest.checkpoint.size if latest is not None else 0
 
     # -- reads -----------------------------------------------------------------------------------------
