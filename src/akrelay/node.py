@@ -94,7 +94,8 @@ def open_relay_for(settings: Settings, *, store_background: bool = True) -> Rela
     if settings.store:
         return open_shared_relay(settings.store, service_config(settings), namespace=settings.store_namespace,
                                  accept_weak_durability=settings.accept_weak_durability, data_dir=data)
-    return open_relay(data, service_config(settings), text_indexer=store_background)
+    return open_relay(data, service_config(settings), text_indexer=store_background,
+                      merkle_log=not settings.no_merkle_log)
 
 
 #: The component classes that check their own files (read by the settings as paths only).

@@ -210,3 +210,13 @@ def test_entry_bytes() -> None:
     assert m.entry_bytes(1, b"\xab" * 32) == b"\0" * 7 + b"\x01" + b"\xab" * 32
     with pytest.raises(ValueError):
         m.entry_bytes(1, b"short")
+
+
+def test_extend_entries_is_append_unrolled() -> None:
+    D = entries(300, seed=9)
+    pairs = [(int.from_bytes(e[:8], "big"), e[8:]) for e in D]
+    slow, fast = m.Frontier(), m.Frontier()
+    slow_nodes = [n for e in D for n in slow.append(m.leaf_hash(e))[1:]]
+    fast_nodes = fast.extend_entries(pairs[:100]) + fast.extend_entries(pairs[100:])
+    assert fast_nodes == slow_nodes and fast.hashes == slow.hashes and fast.size == 300
+    assert fast.root() == MTH(D)

@@ -34,6 +34,8 @@ TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 def open_log(relay: Relay, settings: Settings) -> TransparencyLog | None:
     """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``)."""
+    if getattr(settings, "no_merkle_log", False) or getattr(relay.store, "merkle_log", True) is False:
+        return None  # measuring the log's cost: no tree, so nothing to sign
     key_file = getattr(settings, "log_key", None)
     if key_file:
         key = load_or_create_key(Path(key_file), create=False)

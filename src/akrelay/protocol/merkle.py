@@ -98,6 +98,27 @@ class Frontier:
         self.size += 1
         return made
 
+    def extend_entries(self, entries: Sequence[tuple[int, bytes]]) -> list[tuple[int, int, bytes]]:
+        """Append the leaves of ``(seq, event_hash)`` entries; the interior nodes (level >= 1) they complete.
+
+        :meth:`append` unrolled for bulk work (commit groups, back-fill): same hashes, about half the time.
+        """
+        sha = _sha256
+        hashes = self.hashes
+        size = self.size
+        made: list[tuple[int, int, bytes]] = []
+        for seq, event_hash in entries:
+            value = sha(b"\x00" + seq.to_bytes(8, "big") + event_hash).digest()
+            level = 0
+            while size >> level & 1:
+                value = sha(b"\x01" + hashes.pop() + value).digest()
+                level += 1
+                made.append((level, size >> level, value))
+            hashes.append(value)
+            size += 1
+        self.size = size
+        return made
+
     def root(self) -> bytes:
         if not self.hashes:
             return EMPTY_ROOT

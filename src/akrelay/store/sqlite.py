@@ -101,6 +101,7 @@ class SqliteStore(BackgroundWork):
         background_checkpoint: bool = False,
         checkpoint_interval: float = 0.5,
         log_progress: Callable[[int, int], None] | None = None,
+        merkle_log: bool = True,
     ) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
             raise ValueError(f"unknown synchronous setting {synchronous!r}")
@@ -130,8 +131,11 @@ class SqliteStore(BackgroundWork):
         self._writer = writer
         #: the Merkle log's frontier as of the last commit of this process (checked against the file each time)
         self._frontier: Frontier | None = None
+        #: False only to measure the log's cost (``--no-merkle-log``): commits then leave the log behind
+        self.merkle_log = merkle_log
         try:
-            self.backfill_log(log_progress)
+            if merkle_log:
+                self.backfill_log(log_progress)
         except BaseException:
             self.close()
             raise
@@ -352,6 +356,7 @@ class SqliteStore(BackgroundWork):
             if fresh:
                 conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
+            if fresh and self.merkle_log:
                 frontier = self._log_append(conn, [(r.seq, event_hash_bytes(r.id)) for r in fresh.values()])
                 for index, record in enumerate(fresh.values(), frontier.size - len(fresh)):
                     record.log_index = index

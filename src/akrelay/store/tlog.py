@@ -23,7 +23,4 @@ def append_entries(frontier: Frontier, entries: Iterable[tuple[int, bytes]]) -> 
     Level 0 (the leaf hashes) is not returned: a backend derives it from the
     stored entry, which it keeps anyway for ``/v1/knowledge/log``.
     """
-    nodes: list[tuple[int, int, bytes]] = []
-    for seq, event_hash in entries:
-        nodes += frontier.append(leaf_of(seq, event_hash))[1:]
-    return nodes
+    return frontier.extend_entries(list(entries))
