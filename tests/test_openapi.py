@@ -61,6 +61,7 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "logEntries": ("GET", "/v1/knowledge/log?start=0&limit=2", {}, 200),
         "logInclusionProof": ("GET", "/v1/knowledge/proof/inclusion?seq=1", {}, 200),
         "logConsistencyProof": ("GET", "/v1/knowledge/proof/consistency?from=1", {}, 200),
+        "logWitness": ("GET", "/v1/knowledge/witness/checkpoint?origin=nobody.example", {}, 404),
         "logInclusionProof 400": ("GET", "/v1/knowledge/proof/inclusion?seq=1&size=999999", {}, 400),
         "docs": ("GET", "/docs", {}, 200),
         # refusals are declared too: one per shared error shape

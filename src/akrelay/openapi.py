@@ -218,6 +218,11 @@ def _log_paths() -> dict[str, Any]:
             "parameters": [q("seq", True), q("size")],
             "responses": {"200": _json(ref("InclusionProof"), "The audit path"), "400": ERROR, "429": RATE_LIMITED,
                           "503": UNAVAILABLE}}},
+        "/v1/knowledge/witness/checkpoint": {"get": {
+            "summary": "A peer's verified checkpoint with this relay's cosignature/v1 line", "operationId": "logWitness",
+            "parameters": [{"name": "origin", "in": "query", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "The cosigned note",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}, "404": ERROR}}},
         "/v1/knowledge/proof/consistency": {"get": {
             "summary": "RFC 9162 consistency proof between two tree sizes", "operationId": "logConsistencyProof",
             "parameters": [q("from", True), q("to")],

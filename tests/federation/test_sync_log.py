@@ -144,3 +144,32 @@ def test_log_key_is_checked_in_the_peer_file() -> None:
 
     with pytest.raises(PeerConfigError, match="log_key"):
         Peer(origin="https://peer.example", log_key="not+a+key")
+
+
+def test_a_verified_peer_checkpoint_is_cosigned_and_a_misbehaving_one_is_not(router) -> None:  # noqa: ANN001
+    from akrelay.protocol.note import NoteError, raw_public_key, verify_cosignature
+
+    fake, peer, local, state, _ = setup(router)
+    ours = Ed25519PrivateKey.generate()
+    engine = make_engine(local, [peer], state)
+    engine.witness = ("local.example", ours)
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(3)])
+    assert engine.run_once()[0].ok
+    st = state.get(peer.origin)
+    note = parse_note(st.cosigned)
+    assert note.text == parse_note(st.log_note).text and len(note.signatures) == 2
+    assert verify_cosignature(note, "local.example", raw_public_key(ours.public_key())) > 0
+    # a fork afterwards: no new cosignature is made
+    def shrink(text: str) -> str:  # the peer now claims a smaller tree: a rewrite
+        origin, _, root, _end = parse_note(text).text.split("\n")
+        return sign_note(f"{origin}\n2\n{root}\n", "peer-a.example", fake.tlog.key).encode()
+
+    fake.checkpoint_hook = shrink
+    fake.add(Author("bob").publish("x"))
+    assert not engine.run_once()[0].ok
+    after = state.get(peer.origin)
+    assert after.misbehaving and after.cosigned == st.cosigned
+    import pytest
+
+    with pytest.raises(NoteError):
+        verify_cosignature(parse_note(after.cosigned), "local.example", raw_public_key(Ed25519PrivateKey.generate().public_key()))

@@ -205,3 +205,29 @@ def test_a_changed_log_key_is_a_clear_503_not_a_500(node: Node) -> None:
     for url in ("/v1/knowledge/checkpoint", "/v1/knowledge/proof/inclusion?seq=1"):
         response = node.client.get(url)
         assert error_of(response) == (503, "service_unavailable"), response.text
+
+
+def test_the_witness_endpoint_serves_a_cosigned_peer_checkpoint(tmp_path: Path) -> None:
+    from akrelay.federation.state import FederationState, PeerState
+
+    from relay_harness import NOW, Clock
+
+    state = FederationState.open_in(tmp_path)
+    state.put(PeerState("https://peer-a.example", cosigned="peer-a.example\n1\nAAAA\n\n\u2014 x AAAAAAAA\n"))
+    state.put(PeerState("https://peer-b.example", cosigned="b", misbehaving="a fork"))
+    state.close()
+    store = SqliteStore(tmp_path / "relay.sqlite3")
+    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=Clock(NOW), cursor_secret=b"k" * 32, data_dir=tmp_path)
+    settings = defaults(write_rate=0.0, read_rate=0.0, data=str(tmp_path), peers=str(tmp_path / "peers.toml"))
+    app = create_app(relay, settings, components=("log",))
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            doc = client.get("/.well-known/agent-knowledge").json()
+            assert doc["log"]["witness"]["vkey"].startswith("localhost:8443+")
+            ok = client.get("/v1/knowledge/witness/checkpoint?origin=peer-a.example")
+            assert ok.status_code == 200 and ok.text.startswith("peer-a.example\n1\n")
+            for name in ("peer-b.example", "nobody", ""):
+                response = client.get(f"/v1/knowledge/witness/checkpoint?origin={name}")
+                assert error_of(response) == (404, "not_found")
+    finally:
+        store.close()

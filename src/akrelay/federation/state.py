@@ -58,6 +58,8 @@ class PeerState:
     misbehaving: str | None = None
     #: What proves it: both checkpoints and the proof or entry that failed.
     evidence: dict | None = None
+    #: The peer's last verified checkpoint with our ``cosignature/v1`` line (C2SP tlog-witness style).
+    cosigned: str | None = None
 
     @property
     def lag(self) -> int:

@@ -132,8 +132,11 @@ class SyncEngine:
     def __init__(self, relay: Any, state: StateStore, peers: Iterable[Peer],
                  options: SyncOptions | None = None, *,
                  transport_factory: Callable[[Peer], PeerTransport] = PeerTransport,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 witness: tuple[str, Any] | None = None) -> None:
         self.relay = relay
+        #: (our log name, our Ed25519 log key): cosign each peer checkpoint we verified (issue 23)
+        self.witness = witness
         self.state = state
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
@@ -356,7 +359,13 @@ class SyncEngine:
             return page if isinstance(page, dict) else {}
 
         try:
-            return check_pass(peer, transport, st, pulled, after_seq, snapshot, batch)
+            covered = check_pass(peer, transport, st, pulled, after_seq, snapshot, batch)
+            if self.witness is not None and st.log_note:  # only after the consistency check passed
+                from akrelay.protocol.note import cosign, parse_note
+
+                name, key = self.witness
+                st.cosigned = cosign(parse_note(st.log_note), name, key, self._clock_ms() // 1000).encode()
+            return covered
         except LogMisbehaved as exc:
             st.misbehaving = exc.reason
             st.evidence = exc.evidence

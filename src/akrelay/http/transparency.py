@@ -22,7 +22,8 @@ from litestar import Request, get
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
-from akrelay.service.transparency import KEY_NAME, Ticker, TransparencyLog, load_or_create_key
+from akrelay.protocol.errors import ProtocolError
+from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.service.relay import Relay
@@ -107,4 +108,31 @@ class LogComponent:
         def consistency(request: Request) -> ASGIResponse:
             return answer(tlog.consistency(params(request)))
 
-        return [checkpoint, entries, inclusion, consistency]
+        settings = self.settings
+
+        @get(WITNESS_PATH, sync_to_thread=True)
+        def witnessed(request: Request) -> ASGIResponse:
+            """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
+            wanted = params(request).get("origin", "")
+            text = cosigned_checkpoint(settings, wanted)
+            if text is None:
+                raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
+            return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
+
+        return [checkpoint, entries, inclusion, consistency, witnessed]
+
+
+def cosigned_checkpoint(settings: Settings, name: str) -> str | None:
+    """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
+    from akrelay.federation.runner import open_state
+
+    if not name or not getattr(settings, "peers", ""):
+        return None
+    state = open_state(settings)
+    try:
+        for peer in state.all():
+            if peer.origin.removeprefix("https://") == name and peer.cosigned and not peer.misbehaving:
+                return peer.cosigned
+        return None
+    finally:
+        state.close()

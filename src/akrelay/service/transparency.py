@@ -34,7 +34,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from akrelay.protocol import merkle
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.note import Checkpoint, NoteError, Verifier, open_checkpoint, parse_vkey, raw_public_key, sign_note, vkey
+from akrelay.protocol.note import (ALG_COSIGNATURE_V1, Checkpoint, NoteError, Verifier, key_id, open_checkpoint,
+                                   parse_vkey, raw_public_key, sign_note, vkey)
 from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.transparency")
@@ -46,6 +47,7 @@ META_KEY = "tlog.checkpoint"
 MIN_INTERVAL = 1.0
 MAX_PAGE = 1000
 CHECKPOINT_PATH = "/v1/knowledge/checkpoint"
+WITNESS_PATH = "/v1/knowledge/witness/checkpoint"
 
 
 class LogInconsistent(RuntimeError):
@@ -298,7 +300,14 @@ class TransparencyLog:
             raise ProtocolError("invalid_request", f"size {size} is beyond the latest checkpoint's size {latest}.")
 
     def discovery(self, origin: str) -> dict[str, Any]:
-        return {"log": {"checkpoint": origin.rstrip("/") + CHECKPOINT_PATH, "origin": self.name, "vkey": self.vkey}}
+        return {"log": {"checkpoint": origin.rstrip("/") + CHECKPOINT_PATH, "origin": self.name, "vkey": self.vkey,
+                        "witness": {"vkey": self.witness_vkey, "checkpoint": origin.rstrip("/") + WITNESS_PATH}}}
+
+    @property
+    def witness_vkey(self) -> str:
+        """Our ``cosignature/v1`` verifier key (algorithm byte 0x04) for the peer checkpoints we cosign."""
+        kid = key_id(self.name, self.public_key, ALG_COSIGNATURE_V1)
+        return f"{self.name}+{kid.hex()}+{base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()}"
 
 
 class Ticker:
