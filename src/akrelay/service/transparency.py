@@ -36,7 +36,7 @@ from akrelay.protocol import merkle
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.note import (ALG_COSIGNATURE_V1, Checkpoint, NoteError, Verifier, key_id, open_checkpoint,
                                    parse_vkey, raw_public_key, sign_note, vkey)
-from akrelay.store.base import Store
+from akrelay.store.base import Store, StoreUnavailable
 
 log = logging.getLogger("akrelay.transparency")
 
@@ -328,8 +328,10 @@ class Ticker:
         while not self._stop.wait(self.interval):
             try:
                 self.tlog.tick()
-            except Exception:  # noqa: BLE001 - a store outage: try again next second
-                log.warning("signing a checkpoint failed", exc_info=True)
+            except StoreUnavailable as exc:  # an outage, not a bug: one line, and again next second
+                log.warning("signing a checkpoint: %s", exc)
+            except Exception:  # noqa: BLE001 - the signer must outlive a bug in one tick
+                log.exception("signing a checkpoint failed")
 
     def stop(self) -> None:
         self._stop.set()
