@@ -197,6 +197,9 @@ def audit(client: Any, *, pinned: str | None = None, state: State | None = None,
     """Audit the relay behind ``client``; :class:`AuditFailure` on the first mismatch."""
     reader = LogReader(client)
     verifier, url = verifier_for(client, pinned)
+    expected = client.origin.removeprefix("https://")
+    if verifier.name != expected:
+        raise AuditFailure(f"the log key is for origin {verifier.name!r}, not for this relay ({expected!r})")
     checkpoint, note = fetch_checkpoint(reader, verifier, url)
     result = AuditResult(checkpoint, note)
     state = state or State(None)
