@@ -69,3 +69,24 @@ def test_a_rolled_back_group_leaves_no_entry_and_no_stale_frontier(tmp_path: Pat
     store.commit(envs[3], 4)
     assert_log_matches(store)
     store.close()
+
+
+def test_a_failing_back_fill_reports_its_own_error(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import pytest
+
+    path = tmp_path / "relay.sqlite3"
+    store = SqliteStore(path)
+    store.commit_many([(env, 1) for env in corpus()[:3]])
+    store.close()
+    _downgrade_to_v1(path)
+
+    def broken(self, conn, entries):  # noqa: ANN001, ANN202
+        raise sqlite3.OperationalError("disk I/O error (simulated)")
+
+    monkeypatch.setattr(SqliteStore, "_log_append", broken)
+    with pytest.raises(sqlite3.OperationalError, match="simulated"):
+        SqliteStore(path)
+    monkeypatch.undo()
+    again = SqliteStore(path)  # nothing was left locked or half-written
+    assert again.log_size() == 3
+    again.close()

@@ -2,4 +2,3 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))

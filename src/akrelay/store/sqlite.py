@@ -136,8 +136,13 @@ class SqliteStore(BackgroundWork):
         try:
             if merkle_log:
                 self.backfill_log(log_progress)
-        except BaseException:
-            self.close()
+        except BaseException:  # before any thread exists: close what is open, keep the original error
+            with self._all_lock:
+                conns, self._all = self._all, []
+            for conn in conns:
+                conn.close()
+            os.close(self._lock_fd)
+            self._closed = True
             raise
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
