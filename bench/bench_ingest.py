@@ -19,10 +19,15 @@ core endpoints only and every installed extension, alternating (core, extensions
 extensions, core, ... over ``--rounds``), and reports the ratio of their mean rates: the
 issue 13 goal is extensions >= 90 % of core-only in the same run.
 
+With ``--compare-log``, each scale runs with the signed Merkle log (issue 23, the
+default) and with ``--no-merkle-log``, alternating the same way; the goal is log on >= 95 %
+of log off in the same run.
+
 Usage: python bench/bench_ingest.py [--scales 10000,100000] [--events 20000] [--clients 32]
-       [--core-only | --compare [--rounds 2]]
+       [--core-only | --compare [--rounds 2] | --compare-log [--rounds 2]]
 Last line: ``ingest_rate: <n> events/s`` (the lowest rate over the scales run), or with
-``--compare`` ``ingest_extensions_ratio: <r> %`` (the lowest over the scales).
+``--compare`` ``ingest_extensions_ratio: <r> %`` (the lowest over the scales), or with
+``--compare-log`` ``ingest_merkle_log_ratio: <r> %``.
 """
 
 from __future__ import annotations
@@ -281,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve without the search/KIP/federation extensions (isolates the core ingest path)")
     parser.add_argument("--compare", action="store_true",
                         help="run core-only and all extensions alternately on the same data; report the ratio")
-    parser.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each configuration")
+    parser.add_argument("--compare-log", action="store_true",
+                        help="run with the Merkle log and with --no-merkle-log alternately on the same data; report "
+                             "the ratio (with --core-only: core endpoints in both)")
+    parser.add_argument("--rounds", type=int, default=2, help="with --compare/--compare-log: runs of each configuration")
     parser.add_argument("--catch-up-timeout", type=float, default=1800.0,
                         help="longest wait for the relay's followers to index the preloaded records")
     parser.add_argument("--data", default=None, help="reuse this directory (default: a temporary one)")
@@ -298,13 +306,29 @@ def main(argv: list[str] | None = None) -> int:
             "core endpoints only" if args.core_only else "all installed extensions (search, KIP, ...)")
     print(f"bench_ingest: {os.cpu_count()} CPUs, {args.workers} workers, {args.clients} clients, {mode}, "
           f"{args.events} timed events per run", flush=True)
-    rates, ratios = [], []
+    if args.compare_log:
+        mode = "Merkle log on and off, alternating" + (" (core only)" if args.core_only else "")
+    rates, ratios, log_ratios = [], [], []
     existing = records_in(data)
     runs, base = 0, int(time.time()) % 100  # a distinct signer seed (< 256) per run: no envelope repeats
     for scale in scales:
         if scale > existing:
             preload(data, scale, existing)
             existing = scale
+        if args.compare_log:
+            by_log: dict[bool, list[float]] = {True: [], False: []}
+            for r in range(args.rounds):
+                for on in ((False, True) if r % 2 == 0 else (True, False)):
+                    extra = () if on else ("--no-merkle-log",)
+                    by_log[on].append(measure(data, args, args.core_only, seed=base + runs, extra=extra))
+                    runs += 1
+            off, on_rate = (sum(by_log[m]) / len(by_log[m]) for m in (False, True))
+            rates.append(min(off, on_rate))
+            log_ratios.append(on_rate / off)
+            print(f"  scale {scale:,}: log off {', '.join(f'{x:,.0f}' for x in by_log[False])} accepted/s "
+                  f"(mean {off:,.0f}); log on {', '.join(f'{x:,.0f}' for x in by_log[True])} "
+                  f"(mean {on_rate:,.0f}): on / off = {on_rate / off:.0%}", flush=True)
+            continue
         if not args.compare:
             rates.append(measure(data, args, args.core_only, seed=base + runs))
             runs += 1
@@ -331,14 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ingest_rate: {min(rates):.0f} events/s")
     if ratios:
         print(f"ingest_extensions_ratio: {min(ratios) * 100:.0f} %")
+    if log_ratios:
+        print(f"ingest_merkle_log_ratio: {min(log_ratios) * 100:.0f} %")
     return 0
 
 
-def measure(data: Path, args: argparse.Namespace, core_only: bool, seed: int) -> float:
+def measure(data: Path, args: argparse.Namespace, core_only: bool, seed: int, extra: tuple[str, ...] = ()) -> float:
     """One ``akrelay serve`` run on ``data``: followers idle, warm-up, then the timed submissions."""
     items = presign(args.events + 500, seed=seed)
     before = records_in(data)
-    proc, port = start(data, args.workers, core_only)
+    proc, port = start(data, args.workers, core_only, extra)
     try:
         waited = wait_idle(proc.pid, args.catch_up_timeout)
         print(f"  {'core-only' if core_only else 'all extensions'}: relay followers idle after {waited:.0f} s "

@@ -28,7 +28,9 @@ from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.query import QueryRequest, query_matches, request_terms
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
 from akrelay.protocol.text import ascii_fold
-from akrelay.store.base import Record
+from akrelay.protocol import merkle
+from akrelay.store import tlog
+from akrelay.store.base import Record, event_hash_bytes
 
 #: Every backend subclass runs the same hypothesis tests (differing executors by design);
 #: fixtures are reset explicitly inside each example.
@@ -177,6 +179,17 @@ def requests(draw: st.DrawFn, pool: tuple[Envelope, ...]) -> QueryRequest:
     return QueryRequest(**{k: v for k, v in fields.items() if k in keep})
 
 
+def assert_log_matches(store: Any) -> list[Any]:
+    """The store's log is one entry per record in ``seq`` order, and its stored nodes give the RFC 9162 root."""
+    n = store.log_size()
+    entries = store.log_entries(0, n + 1)
+    records = store.iter_records(0, n + 1)
+    assert [(e.seq, e.hash) for e in entries] == [(r.seq, event_hash_bytes(r.id)) for r in records]
+    leaves = [tlog.leaf_of(e.seq, e.hash) for e in entries]
+    assert merkle.root_hash(n, store.log_nodes) == merkle.root_of_leaves(leaves)
+    return entries
+
+
 class StoreContract:
     """Subclass and provide ``make_store`` (a factory fixture)."""
 
@@ -297,6 +310,7 @@ class StoreContract:
         by_id = {r.envelope.id: r.seq for r in created}
         assert all(by_id[r.envelope.id] == r.seq for r, c in results if not c)
         assert store.checkpoint() == len(envs)
+        assert_log_matches(store)
         store.close()
 
     # -- withheld -------------------------------------------------------------------
@@ -370,6 +384,82 @@ class StoreContract:
             store.close()
             store = make_store()
         assert store.meta_get("pos") == b"\x00\x01"
+        store.close()
+
+    def test_meta_replace_is_compare_and_set(self, make_store: Callable[[], Any]) -> None:
+        store = make_store()
+        assert store.meta_replace("cp", None, b"one") is True
+        assert store.meta_replace("cp", None, b"two") is False
+        assert store.meta_replace("cp", b"other", b"two") is False
+        assert store.meta_replace("cp", b"one", b"two") is True
+        if self.durable:
+            store.close()
+            store = make_store()
+        assert store.meta_get("cp") == b"two"
+        store.close()
+
+    # -- the Merkle log of acceptances (issue 23) -------------------------------------------------
+    def test_log_follows_every_commit_path(self, store: Any) -> None:
+        envs = corpus()[:12]
+        assert store.log_size() == 0 and store.log_entries(0, 10) == []
+        assert merkle.root_hash(0, store.log_nodes) == merkle.EMPTY_ROOT
+        first, _ = store.commit(envs[0], 1)
+        assert first.log_index == 0  # the commit that created it knows its leaf
+        store.commit(envs[0], 2)  # a duplicate adds no entry
+        store.commit_many([(envs[1], 3), (envs[2], 4), (envs[1], 5)])
+        assert store.try_commit_many([(envs[3], 6), (envs[0], 7)]) is not None
+        for env in envs[4:]:
+            store.commit(env, 8)
+        assert store.log_size() == store.checkpoint() == 12
+        entries = assert_log_matches(store)
+        assert [e.hash for e in entries] == [event_hash_bytes(env.id) for env in envs]
+        assert [e.index for e in entries] == list(range(12)) and [e.seq for e in entries] == list(range(1, 13))
+        assert store.log_index(5) == 4 and store.log_index(99) is None
+        assert [e.index for e in store.log_entries(10, 5)] == [10, 11] and store.log_entries(12, 5) == []
+        with pytest.raises(KeyError):
+            store.log_nodes([(0, 12)])
+
+    def test_log_keeps_withheld_and_removed_entries(self, store: Any) -> None:
+        envs = corpus()[:5]
+        for env in envs:
+            store.commit(env, 1)
+        root = merkle.root_hash(5, store.log_nodes)
+        store.set_withheld(envs[1].id, True)
+        store.remove(envs[3].id)
+        assert [e.withheld for e in store.log_entries(0, 5)] == [False, True, False, None, False]
+        assert store.log_size() == 5 and merkle.root_hash(5, store.log_nodes) == root
+
+    def test_log_proofs_from_stored_nodes_verify(self, store: Any) -> None:
+        envs = corpus()
+        store.commit_many([(env, 1) for env in envs[:20]])
+        root20 = merkle.root_hash(20, store.log_nodes)
+        for env in envs[20:]:
+            store.commit(env, 2)
+        n = store.log_size()
+        root = merkle.root_hash(n, store.log_nodes)
+        leaves = [tlog.leaf_of(e.seq, e.hash) for e in store.log_entries(0, n)]
+        assert root == merkle.root_of_leaves(leaves)
+        for i in (0, 7, 19, n - 1):
+            proof = merkle.inclusion_proof(i, n, store.log_nodes)
+            assert merkle.verify_inclusion(i, n, leaves[i], proof, root)
+        proof = merkle.consistency_proof(20, n, store.log_nodes)
+        assert merkle.verify_consistency(20, n, root20, root, proof)
+
+    def test_log_survives_reopening(self, make_store: Callable[[], Any]) -> None:
+        if not self.durable:
+            pytest.skip("not durable")
+        envs = corpus()
+        store = make_store()
+        for env in envs[:9]:
+            store.commit(env, 1)
+        root9 = merkle.root_hash(9, store.log_nodes)
+        store.close()
+        store = make_store()
+        assert store.log_size() == 9 and merkle.root_hash(9, store.log_nodes) == root9
+        store.commit_many([(env, 2) for env in envs[9:15]])
+        assert_log_matches(store)
+        assert merkle.verify_consistency(9, 15, root9, merkle.root_hash(15, store.log_nodes),
+                                         merkle.consistency_proof(9, 15, store.log_nodes))
         store.close()
 
     # -- exact enumeration ----------------------------------------------------------

@@ -30,6 +30,7 @@ def served(tmp_path_factory):
         turn = kq.ask({"ask": "disk backup", "scope": ["knowledge"]}).json()
         kq.ids = {"capsule": a["hash"], "query": turn["id"], "session": turn["session_id"]}
         kq.publish_next = c.publish("carol", "Another", "Another statement.")
+        kq.client.app.state.node.component("log").tlog.tick(force=True)  # a checkpoint covers seq 1
         yield kq
 
 
@@ -56,6 +57,12 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "healthz": ("GET", "/healthz", {}, 200),
         "readyz": ("GET", "/readyz", {}, 200),
         "openapi": ("GET", "/openapi.json", {}, 200),
+        "logCheckpoint": ("GET", "/v1/knowledge/checkpoint", {}, 200),
+        "logEntries": ("GET", "/v1/knowledge/log?start=0&limit=2", {}, 200),
+        "logInclusionProof": ("GET", "/v1/knowledge/proof/inclusion?seq=1", {}, 200),
+        "logConsistencyProof": ("GET", "/v1/knowledge/proof/consistency?from=1", {}, 200),
+        "logWitness": ("GET", "/v1/knowledge/witness/checkpoint?origin=nobody.example", {}, 404),
+        "logInclusionProof 400": ("GET", "/v1/knowledge/proof/inclusion?seq=1&size=999999", {}, 400),
         "docs": ("GET", "/docs", {}, 200),
         # refusals are declared too: one per shared error shape
         "getEvent 404": ("GET", f"/v1/knowledge/events/{'A' * 43}", {}, 404),

@@ -24,6 +24,7 @@ from akrelay.http.kip import KipComponent
 from akrelay.http.knowql import KnowqlComponent
 from akrelay.http.peers import SyncComponent
 from akrelay.http.search import SearchComponent
+from akrelay.http.transparency import LogComponent
 from akrelay.web import WebComponent
 from akrelay.protocol.options import ValidationOptions
 from akrelay.service.config import ServiceConfig
@@ -61,7 +62,7 @@ class Component(Protocol):
 
 
 #: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
-COMPONENTS: tuple[str, ...] = ("search", "kip", "sync", "knowql", "web")
+COMPONENTS: tuple[str, ...] = ("log", "search", "kip", "sync", "knowql", "web")
 
 
 def service_config(settings: Settings) -> ServiceConfig:
@@ -93,7 +94,8 @@ def open_relay_for(settings: Settings, *, store_background: bool = True) -> Rela
     if settings.store:
         return open_shared_relay(settings.store, service_config(settings), namespace=settings.store_namespace,
                                  accept_weak_durability=settings.accept_weak_durability, data_dir=data)
-    return open_relay(data, service_config(settings), text_indexer=store_background)
+    return open_relay(data, service_config(settings), text_indexer=store_background,
+                      merkle_log=not settings.no_merkle_log)
 
 
 #: The component classes that check their own files (read by the settings as paths only).
@@ -127,6 +129,10 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     built: list[Component] = []
     search = kip = knowql = None
+    tlog = None
+    if "log" in names:  # the signed Merkle log of acceptances (issue 23)
+        tlog = LogComponent(relay, settings)
+        built.append(tlog)
     if "search" in names:
         search = SearchComponent(relay, settings, follow=follow)
         built.append(search)
@@ -141,7 +147,8 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
         knowql = KnowqlComponent(relay, settings, search=search, kip=kip)
         built.append(knowql)
     if "web" in names:  # the explorer, /metrics, /openapi.json: reads whichever of the above are built
-        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql))
+        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql,
+                                  log=tlog is not None and tlog.tlog is not None))
     return built
 
 

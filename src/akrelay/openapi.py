@@ -85,6 +85,21 @@ OWN_SCHEMAS: dict[str, Any] = {
                                                                   "name": {"type": "string"}}}},
 }
 
+_B64_LIST = {"type": "array", "items": {"type": "string"}}
+OWN_SCHEMAS.update({
+    "LogEntries": {"type": "object", "required": ["entries", "size"], "properties": {
+        "size": {"type": "integer", "minimum": 0},
+        "entries": {"type": "array", "items": {"type": "object", "required": ["index", "seq", "hash", "withheld"],
+                                                "properties": {"index": {"type": "integer"}, "seq": {"type": "integer"},
+                                                               "hash": {"type": "string"},
+                                                               "withheld": {"type": "boolean"},
+                                                               "retained": {"type": "boolean"}}}}}},
+    "InclusionProof": {"type": "object", "required": ["seq", "index", "size", "hashes"], "properties": {
+        "seq": {"type": "integer"}, "index": {"type": "integer"}, "size": {"type": "integer"}, "hashes": _B64_LIST}},
+    "ConsistencyProof": {"type": "object", "required": ["from", "to", "hashes"], "properties": {
+        "from": {"type": "integer"}, "to": {"type": "integer"}, "hashes": _B64_LIST}},
+})
+
 KNOWQL_ERROR = _json(ref("ErrorBody"), "Refused (seed 000 §9.4 error body)")
 SSE = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
        "content": {"text/event-stream": {"schema": {"type": "string"}}}}
@@ -140,7 +155,7 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
             "summary": "Readiness: the node is started and its store answers", "operationId": "readyz",
             "responses": {"200": _json(ref("Health"), "Ready"), "503": UNAVAILABLE}}},
     }
-    present = present if present is not None else {"search": True, "kip": True, "knowql": True}
+    present = present if present is not None else {"search": True, "kip": True, "knowql": True, "log": True}
     paths.update({  # served by the node's web component, with this document
         "/metrics": {"get": {
             "summary": "Prometheus metrics (text format)", "operationId": "metrics",
@@ -166,6 +181,8 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
                           "400": _json(ref("KipResponse"), "Envelope-level failure"), "429": RATE_LIMITED}}}
     if present["knowql"]:
         paths.update(_knowql_paths())
+    if present.get("log"):
+        paths.update(_log_paths())
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
@@ -176,6 +193,41 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
         "servers": [{"url": relay.config.origin}],
         "paths": paths,
         "components": {"schemas": schemas},
+    }
+
+
+def _log_paths() -> dict[str, Any]:
+    """The Merkle log of acceptances (issue 23; docs/transparency.md)."""
+
+    def q(name: str, required: bool = False) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": required, "schema": {"type": "integer", "minimum": 0}}
+
+    return {
+        "/v1/knowledge/checkpoint": {"get": {
+            "summary": "The latest signed checkpoint (C2SP tlog-checkpoint, signed note)", "operationId": "logCheckpoint",
+            "responses": {"200": {"description": "The signed note",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}, "503": UNAVAILABLE}}},
+        "/v1/knowledge/log": {"get": {
+            "summary": "Log entries [start, start+limit), withheld ones included", "operationId": "logEntries",
+            "parameters": [q("start"), {"name": "limit", "in": "query", "required": False,
+                                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+            "responses": {"200": _json(ref("LogEntries"), "One page of entries"), "400": ERROR, "429": RATE_LIMITED,
+                          "503": UNAVAILABLE}}},
+        "/v1/knowledge/proof/inclusion": {"get": {
+            "summary": "RFC 9162 inclusion proof of a record", "operationId": "logInclusionProof",
+            "parameters": [q("seq", True), q("size")],
+            "responses": {"200": _json(ref("InclusionProof"), "The audit path"), "400": ERROR, "429": RATE_LIMITED,
+                          "503": UNAVAILABLE}}},
+        "/v1/knowledge/witness/checkpoint": {"get": {
+            "summary": "A peer's verified checkpoint with this relay's cosignature/v1 line", "operationId": "logWitness",
+            "parameters": [{"name": "origin", "in": "query", "required": True, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "The cosigned note",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}}, "404": ERROR}}},
+        "/v1/knowledge/proof/consistency": {"get": {
+            "summary": "RFC 9162 consistency proof between two tree sizes", "operationId": "logConsistencyProof",
+            "parameters": [q("from", True), q("to")],
+            "responses": {"200": _json(ref("ConsistencyProof"), "The proof"), "400": ERROR, "429": RATE_LIMITED,
+                          "503": UNAVAILABLE}}},
     }
 
 

@@ -87,6 +87,12 @@ option("workers", _positive_int, 1, "number of Granian worker processes (all sha
 option("tls_cert", _str, None, "operator TLS certificate (PEM); default: a self-signed one in the data directory",
        metavar="PEM", serve_only=True)
 option("tls_key", _str, None, "private key for --tls-cert (PEM)", metavar="PEM", serve_only=True)
+option("log_key", _str, None,
+       "Ed25519 key (PKCS#8 PEM) that signs the Merkle log's checkpoints; default: log-key.pem made in the data "
+       "directory. Every node of a Redis deployment needs the same file (docs/transparency.md)", metavar="PEM")
+option("no_merkle_log", _bool, False,
+       "do not extend the Merkle log in commits and serve no checkpoints (benchmarks of its cost only; the next "
+       "start without it back-fills what was committed meanwhile)", kind="flag")
 option("max_envelope_bytes", _positive_int, 262144,
        "largest accepted request body / envelope in bytes (payload_too_large)", metavar="N")
 option("body_timeout", _seconds, 30.0,

@@ -23,10 +23,11 @@ class WebComponent:
     options: tuple[str, ...] = ("no_explorer", "log_json")
 
     def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent | None = None,
-                 kip: KipComponent | None = None, knowql: KnowqlComponent | None = None) -> None:
+                 kip: KipComponent | None = None, knowql: KnowqlComponent | None = None, log: bool = False) -> None:
         self.relay = relay
         self.settings = settings
-        self.present = {"search": search is not None, "kip": kip is not None, "knowql": knowql is not None}
+        self.present = {"search": search is not None, "kip": kip is not None, "knowql": knowql is not None,
+                        "log": log}
         sources.bind(relay, search=search, kip=kip, knowql=knowql)
 
     def routes(self) -> list[Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from akrelay.store.sqlite import SqliteStore
-from store_contract import StoreContract, corpus
+from store_contract import StoreContract, assert_log_matches, corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,6 +178,7 @@ def test_several_processes_share_one_file_without_duplicate_seqs(tmp_path: Path)
     store = SqliteStore(path)
     assert store.checkpoint() == len(envs)
     assert [r.seq for r in store.iter_records(0, 10**6)] == list(range(1, len(envs) + 1))
+    assert_log_matches(store)  # one Merkle log however the processes interleaved
     store.close()
 
 

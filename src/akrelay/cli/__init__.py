@@ -32,9 +32,9 @@ def command_modules() -> tuple[ModuleType, ...]:
 
     ``kip`` comes after ``search``: it adds ``--kip`` to search's ``reindex``.
     """
-    from akrelay.cli import admin, ask, client, identity, kip, knowledge, kql, peers, search, serve, store
+    from akrelay.cli import admin, ask, audit, client, identity, kip, knowledge, kql, peers, search, serve, store
 
-    return (serve, client, admin, store, search, peers, kip, kql, knowledge, identity, ask)
+    return (serve, client, admin, store, search, peers, kip, kql, knowledge, identity, ask, audit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "envelope again returns its existing record. Stops at the first refusal "
                                           "(exit 1, the relay's error code on stderr).")
     p.add_argument("envelopes", nargs="+", metavar="ENVELOPE_JSON", help="envelope files ('-' for stdin)")
+    p.add_argument("--prove", action="store_true", help="also verify each record's inclusion in the signed Merkle log")
     relay_args(p)
     p.set_defaults(handler=_guard(cmd_submit))
 
@@ -150,6 +151,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Read the acceptance record of one event and verify its envelope. The "
                                           "event ID is the envelope's \"hash\" (what `akrelay sign` prints).")
     p.add_argument("event_id", metavar="EVENT_ID", help="event ID (put it after `--` if it starts with '-')")
+    p.add_argument("--prove", action="store_true", help="also verify the record's inclusion in the signed Merkle log")
     relay_args(p)
     p.set_defaults(handler=_guard(cmd_get))
 
@@ -371,14 +373,35 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     def action(client: RelayClient) -> int:
         for raw in raws:
-            _print(client.submit(raw))
+            record = client.submit(raw)
+            _print(record)
+            if getattr(args, "prove", False) and _prove(client, record):
+                return EXIT_REFUSED
         return 0
 
     return _run(args, action)
 
 
+def _prove(client: RelayClient, record: dict[str, Any]) -> int:
+    """``--prove``: verify the record's inclusion proof (stderr says how it went); non-zero on a mismatch."""
+    from akrelay.cli.audit import prove
+    from akrelay.service.audit import AuditFailure
+
+    try:
+        print(prove(client, record), file=sys.stderr)
+    except AuditFailure as exc:
+        print(f"error: inclusion proof: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_get(args: argparse.Namespace) -> int:
-    return _run(args, lambda client: (_print(client.get(args.event_id)), 0)[1])
+    def action(client: RelayClient) -> int:
+        record = client.get(args.event_id)
+        _print(record)
+        return EXIT_REFUSED if getattr(args, "prove", False) and _prove(client, record) else 0
+
+    return _run(args, action)
 
 
 def cmd_query(args: argparse.Namespace) -> int:

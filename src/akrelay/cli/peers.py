@@ -178,6 +178,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  resumes after seq {s.resume_seq} (kept from an unfinished pass)")
         print(f"  last success  {_when(s.last_success)}")
         print(f"  last error    {s.last_error or '-'}")
+        if s.misbehaving:
+            print(f"  MISBEHAVING   {s.misbehaving} (not pulled from; evidence in `peers status --json`)")
         if s.last_batch_error:
             print(f"  batch error   {s.last_batch_error}")
         if s.retry_at and s.retry_at > time.time() * 1000:

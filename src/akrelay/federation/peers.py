@@ -81,6 +81,8 @@ class Peer:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     #: Query pages per pass; a pass that needs more saves its progress and fails.
     max_pages: int = DEFAULT_MAX_PAGES
+    #: The peer's pinned Merkle log key (C2SP vkey, issue 23): each pass then verifies its signed log.
+    log_key: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", canonical_https_origin(self.origin))
@@ -98,6 +100,13 @@ class Peer:
         for name in ("max_page_bytes", "max_batch_bytes"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1024:
                 raise PeerConfigError(f"{self.origin}: {name} must be an integer of at least 1024")
+        if self.log_key is not None:
+            from akrelay.protocol.note import NoteError, parse_vkey
+
+            try:
+                parse_vkey(self.log_key) if isinstance(self.log_key, str) else parse_vkey("")
+            except NoteError as exc:
+                raise PeerConfigError(f"{self.origin}: log_key is not a verifier key: {exc}") from None
         if self.ca_file is not None and (not isinstance(self.ca_file, str) or not self.ca_file):
             raise PeerConfigError(f"{self.origin}: ca_file must be a path")
 

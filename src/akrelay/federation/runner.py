@@ -152,7 +152,25 @@ def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
     """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's)."""
     peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
     state = state if state is not None else FederationState.open_in(settings.data_dir)
-    return SyncEngine(relay, state, peer_file.peers, sync_options(settings))
+    return SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness_for(settings, relay))
+
+
+def witness_for(settings: Any, relay: Any) -> tuple[str, Any] | None:
+    """Our log name and key, to cosign verified peer checkpoints; ``None`` when this node has no log key yet."""
+    from pathlib import Path
+
+    from akrelay.service.transparency import KEY_NAME, load_or_create_key, log_name
+
+    key_file = getattr(settings, "log_key", None)
+    if not key_file and not getattr(settings, "store", "") and getattr(relay, "data_dir", None) is not None:
+        key_file = str(Path(relay.data_dir) / KEY_NAME)
+    if not key_file or not Path(key_file).exists():
+        return None
+    try:
+        return log_name(relay.config.origin), load_or_create_key(Path(key_file), create=False)
+    except (OSError, ValueError) as exc:
+        log.warning("no witness cosignatures: the log key %s cannot be read: %s", key_file, exc)
+        return None
 
 
 def sync_once(settings: Any, relay: Any, *, force: bool = True) -> list[PassResult]:

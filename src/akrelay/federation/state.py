@@ -50,6 +50,16 @@ class PeerState:
     #: Unix ms before which the peer is not contacted (back-off, Retry-After).
     retry_at: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    #: The peer's last verified signed checkpoint (with ``log_key``; issue 23): the note, and the frontier
+    #: (base64 hashes) of its tree, from which the next pass recomputes the next checkpoint's root.
+    log_note: str | None = None
+    log_frontier: list[str] = field(default_factory=list)
+    #: Why the peer's log did not verify (a fork, a rewrite, a missing record); no more pulls until cleared.
+    misbehaving: str | None = None
+    #: What proves it: both checkpoints and the proof or entry that failed.
+    evidence: dict | None = None
+    #: The peer's last verified checkpoint with our ``cosignature/v1`` line (C2SP tlog-witness style).
+    cosigned: str | None = None
 
     @property
     def lag(self) -> int:

@@ -132,8 +132,11 @@ class SyncEngine:
     def __init__(self, relay: Any, state: StateStore, peers: Iterable[Peer],
                  options: SyncOptions | None = None, *,
                  transport_factory: Callable[[Peer], PeerTransport] = PeerTransport,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 witness: tuple[str, Any] | None = None) -> None:
         self.relay = relay
+        #: (our log name, our Ed25519 log key): cosign each peer checkpoint we verified (issue 23)
+        self.witness = witness
         self.state = state
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
@@ -206,6 +209,10 @@ class SyncEngine:
         result = PassResult(peer.origin)
         st = self.state.get(peer.origin)
         now = self._clock_ms()
+        if st.misbehaving:  # its log did not verify: nothing more is pulled until an operator clears it
+            result.skipped = True
+            result.error = f"misbehaving: {st.misbehaving}"
+            return result
         if not force and st.retry_at and now < st.retry_at:
             result.skipped = True
             result.error = st.last_error
@@ -296,6 +303,8 @@ class SyncEngine:
         pages = 0
         fetcher = ThreadPoolExecutor(1, thread_name_prefix="sync-fetch")
         query = endpoints["query"]
+        #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
+        pulled: dict[int, str] | None = {} if peer.log_key else None
         try:
             future = fetcher.submit(transport.get_json_sized, query, dict(base))
             while True:
@@ -320,6 +329,8 @@ class SyncEngine:
                     if pages < peer.max_pages and size * PREFETCH_BELOW <= peer.max_page_bytes:
                         future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
                 self._ingest_page(peer, transport, endpoints["batch"], records, st, result)
+                if pulled is not None:
+                    pulled.update((r["seq"], r["envelope"]["hash"]) for r in records)
                 if records:
                     last_seq = records[-1]["seq"]
                 del records
@@ -337,9 +348,40 @@ class SyncEngine:
             fetcher.shutdown(wait=True, cancel_futures=True)
         # Every page has been processed: only now may the checkpoint move (§9.3.2).
         assert scope is not None
-        st.checkpoint = scope[0]
+        if pulled is not None:
+            st.checkpoint = self._check_log(peer, transport, endpoints, st, pulled, after_seq, scope[0])
+        else:
+            st.checkpoint = scope[0]
         st.resume_seq = 0
         result.checkpoint = st.checkpoint
+
+    def _check_log(self, peer: Peer, transport: PeerTransport, endpoints: dict[str, str], st: PeerState,
+                   pulled: dict[int, str], after_seq: int, snapshot: int) -> int:
+        """Verify the peer's signed Merkle log against this pass (:mod:`akrelay.federation.logcheck`).
+
+        A fork, a rewrite or a missing record marks the peer misbehaving, keeps the
+        evidence in its state and fails the pass; later passes pull nothing from it.
+        """
+        from akrelay.federation.logcheck import LogMisbehaved, check_pass
+
+        def batch(ids: list[str]) -> dict[str, Any]:
+            page = transport.post_json(endpoints["batch"], encode_json({"hashes": ids}), max_bytes=peer.max_page_bytes)
+            return page if isinstance(page, dict) else {}
+
+        try:
+            covered = check_pass(peer, transport, st, pulled, after_seq, snapshot, batch)
+            if self.witness is not None and st.log_note:  # only after the consistency check passed
+                from akrelay.protocol.note import cosign, parse_note
+
+                name, key = self.witness
+                st.cosigned = cosign(parse_note(st.log_note), name, key, self._clock_ms() // 1000).encode()
+            return covered
+        except LogMisbehaved as exc:
+            st.misbehaving = exc.reason
+            st.evidence = exc.evidence
+            log.error("sync %s: the peer's Merkle log does not verify: %s; it is now marked misbehaving",
+                      peer.origin, exc.reason)
+            raise PeerMisbehaved(f"misbehaving: {exc.reason}") from None
 
     def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, records: list[dict[str, Any]],
                      st: PeerState, result: PassResult) -> None:

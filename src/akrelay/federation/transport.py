@@ -206,11 +206,15 @@ class PeerTransport:
         """The parsed body and its size in bytes as received."""
         return self._request("GET", url, params=params, body=None, max_bytes=max_bytes)
 
+    def get_text(self, url: str, *, max_bytes: int = 65536) -> str:
+        """A small UTF-8 text body (a signed checkpoint), with the same bounds as JSON reads."""
+        return str(self._request("GET", url, params=None, body=None, max_bytes=max_bytes, raw=True)[0])
+
     def post_json(self, url: str, body: bytes, *, max_bytes: int | None = None) -> Any:
         return self._request("POST", url, params=None, body=body, max_bytes=max_bytes)[0]
 
     def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
-                 max_bytes: int | None) -> tuple[Any, int]:
+                 max_bytes: int | None, raw: bool = False) -> tuple[Any, int]:
         self._check_url(url)
         cap = max_bytes or self.peer.max_page_bytes
         deadline_at = self._monotonic() + self.peer.read_timeout
@@ -259,6 +263,11 @@ class PeerTransport:
             kind = "rate_limited" if status == 429 else ("server" if status >= 500 else "status")
             raise PeerFetchError(kind, f"{method} {url} answered {status}" + (f" ({code})" if code else ""),
                                  status=status, retry_after=retry_after)
+        if raw:
+            try:
+                return bytes(data).decode("utf-8"), size
+            except UnicodeDecodeError:
+                raise PeerFetchError("invalid", f"{url}: body is not UTF-8") from None
         return _parse_body(url, data, max_values=max(4096, cap // BYTES_PER_VALUE)), size
 
     def _timed_out(self, url: str, status: int | None) -> PeerFetchError:

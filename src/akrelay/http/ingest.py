@@ -164,7 +164,9 @@ class SubmitEndpoint:
             metrics().accept(envelope.event["type"])
         else:
             metrics().duplicates.inc()
-        await send_json(send, 200, existing.to_json())
+        # akrelay extension (issue 23): the new record's leaf index in the Merkle log, for its inclusion proof
+        extra = [(b"akrelay-log-index", b"%d" % existing.log_index)] if created and existing.log_index is not None else None
+        await send_json(send, 200, existing.to_json(), extra)
 
     def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
         loop = asyncio.get_running_loop()

@@ -74,11 +74,16 @@ class RelayCollector:
             yield GaugeMetricFamily("akrelay_store_bytes", "Size of the store's files in bytes", value=status.store_bytes)
         lag = GaugeMetricFamily("akrelay_peer_sync_lag", "Peer seqs observed but not yet processed", labels=["peer"])
         errors = CounterMetricFamily("akrelay_peer_sync_failed_passes", "Failed sync passes per peer", labels=["peer"])
+        misbehaving = GaugeMetricFamily("akrelay_peer_misbehaving",
+                                        "1 when the peer's signed Merkle log did not verify (fork, rewrite, missing "
+                                        "record); it is no longer pulled from", labels=["peer"])
         for peer in status.peers:
             lag.add_metric([peer.origin], peer.lag)
             errors.add_metric([peer.origin], peer.failed_passes)
+            misbehaving.add_metric([peer.origin], 1 if peer.misbehaving else 0)
         yield lag
         yield errors
+        yield misbehaving
         turns = _knowql_counts(self.relay)
         if turns is not None:
             family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",

@@ -24,6 +24,8 @@ class PeerStatus:
     passes: int
     last_error: str | None
     last_success: int | None
+    #: why its signed Merkle log did not verify (issue 23), else None
+    misbehaving: str | None = None
 
 
 @dataclass(slots=True)
@@ -120,7 +122,8 @@ def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
             state = FederationState.open_in(data)
         try:
             return [PeerStatus(p.origin, p.checkpoint, p.peer_checkpoint, p.lag, p.counts.get("failed_passes", 0),
-                               p.counts.get("passes", 0), p.last_error, p.last_success) for p in state.all()]
+                               p.counts.get("passes", 0), p.last_error, p.last_success, p.misbehaving)
+                    for p in state.all()]
         finally:
             state.close()
     except Exception:  # noqa: BLE001 - a federation state that cannot be read shows no peers

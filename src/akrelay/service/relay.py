@@ -468,6 +468,7 @@ def open_relay(
     clock: Callable[[], int] = ms_clock,
     synchronous: str = "NORMAL",
     text_indexer: bool = True,
+    merkle_log: bool = True,
 ) -> Relay:
     """Open the embedded relay in ``data_dir`` (created if needed).
 
@@ -483,6 +484,7 @@ def open_relay(
         synchronous=synchronous,
         text_indexer=text_indexer,
         background_checkpoint=text_indexer,
+        merkle_log=merkle_log,
     )
     return _relay_over(store, config, clock, None)
 

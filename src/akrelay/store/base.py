@@ -12,6 +12,8 @@ on which backend answers.
 
 from __future__ import annotations
 
+import binascii
+from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence
 
 from akrelay.protocol.envelope import Envelope
@@ -26,7 +28,7 @@ class Record:
     unchanged, so a query page costs no JSON decoding at all. Treat as immutable.
     """
 
-    __slots__ = ("seq", "accepted_at", "withheld", "_envelope", "_body")
+    __slots__ = ("seq", "accepted_at", "withheld", "_envelope", "_body", "log_index")
 
     def __init__(
         self,
@@ -44,6 +46,8 @@ class Record:
         self.withheld = withheld
         self._envelope = envelope
         self._body = body
+        #: the record's leaf index in the Merkle log, set by the commit that created it (else ``None``)
+        self.log_index: int | None = None
 
     @property
     def envelope(self) -> Envelope:
@@ -110,6 +114,28 @@ def indexed_facts(envelope: Envelope) -> tuple[frozenset[str], str]:
     from akrelay.protocol.text import search_text
 
     return frozenset(term_key(t) for t in index_terms(envelope)), search_text(envelope)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One entry of the acceptance log's Merkle tree (issue 23) and what the store knows of its record.
+
+    ``withheld`` is the record's flag, or ``None`` when the record is no longer
+    retained (pruned, or deleted behind the store's back: an auditor tells which).
+    """
+
+    index: int
+    seq: int
+    hash: bytes  # the 32 raw bytes of the event hash
+    withheld: bool | None
+
+
+_TO_STD = bytes.maketrans(b"-_", b"+/")
+
+
+def event_hash_bytes(event_id: str) -> bytes:
+    """The 32 raw bytes of a stored (already verified) envelope's ``hash``: 43 base64url characters."""
+    return binascii.a2b_base64((event_id + "=").encode("ascii").translate(_TO_STD))
 
 
 class StoreUnavailable(Exception):
@@ -196,6 +222,22 @@ class Store(Protocol):
 
     def meta_setdefault(self, key: str, value: bytes) -> bytes:
         """Set ``key`` if absent, atomically across processes; return the stored value."""
+
+    def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        """Set ``key`` to ``value`` only if it holds ``expected`` now (``None``: absent), atomically across processes."""
+
+    # -- the Merkle log of every acceptance (issue 23; hashing in akrelay.protocol.merkle) ------------
+    def log_size(self) -> int:
+        """How many entries the log's tree has (every record ever committed, in ``seq`` order)."""
+
+    def log_entries(self, start: int, limit: int) -> list[LogEntry]:
+        """The entries at indices ``[start, start + limit)`` in order."""
+
+    def log_index(self, seq: int) -> int | None:
+        """The leaf index of the record ``seq``; ``None`` if the log has no such entry."""
+
+    def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Stored hashes of complete subtrees ``(level, index)`` (level 0: leaf hashes); ``KeyError`` if one is absent."""
 
     def ping(self) -> None:
         """Check that the store answers now (``/readyz``); raise :class:`StoreUnavailable` if not."""

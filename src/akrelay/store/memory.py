@@ -12,7 +12,9 @@ from bisect import bisect_right
 from typing import Iterable, Sequence
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, indexed_facts, term_key
+from akrelay.protocol.merkle import Frontier
+from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts, term_key
+from akrelay.store.tlog import append_entries, leaf_of
 
 
 class _Row:
@@ -34,6 +36,11 @@ class MemoryStore:
         self._rows: list[_Row] = []
         self._hwm = 0
         self._meta: dict[str, bytes] = {}
+        #: the Merkle log: (seq, event hash) per index, interior nodes, the frontier
+        self._log: list[tuple[int, bytes]] = []
+        self._log_index: dict[int, int] = {}
+        self._nodes: dict[tuple[int, int], bytes] = {}
+        self._frontier = Frontier()
 
     # -- reads -------------------------------------------------------------
     def get(self, event_id: str) -> Record | None:
@@ -110,6 +117,11 @@ class MemoryStore:
             self._by_id[envelope.id] = row
             self._seqs.append(record.seq)
             self._rows.append(row)
+            event_hash = event_hash_bytes(envelope.id)
+            self._log_index[record.seq] = record.log_index = len(self._log)
+            self._log.append((record.seq, event_hash))
+            for level, index, value in append_entries(self._frontier, [(record.seq, event_hash)]):
+                self._nodes[(level, index)] = value
             return record, True
 
     def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
@@ -150,6 +162,44 @@ class MemoryStore:
     def meta_setdefault(self, key: str, value: bytes) -> bytes:
         with self._lock:
             return self._meta.setdefault(key, bytes(value))
+
+    def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        with self._lock:
+            if self._meta.get(key) != expected:
+                return False
+            self._meta[key] = bytes(value)
+            return True
+
+    # -- the Merkle log ------------------------------------------------------------
+    def log_size(self) -> int:
+        return len(self._log)
+
+    def log_entries(self, start: int, limit: int) -> list[LogEntry]:
+        out = []
+        for index in range(max(0, start), min(len(self._log), start + max(0, limit))):
+            seq, event_hash = self._log[index]
+            row = self._row_at(seq)
+            out.append(LogEntry(index, seq, event_hash, None if row is None else row.record.withheld))
+        return out
+
+    def _row_at(self, seq: int) -> _Row | None:
+        with self._lock:
+            at = bisect_right(self._seqs, seq) - 1
+            return self._rows[at] if at >= 0 and self._seqs[at] == seq else None
+
+    def log_index(self, seq: int) -> int | None:
+        return self._log_index.get(seq)
+
+    def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        out = []
+        for level, index in keys:
+            if level == 0:
+                if not 0 <= index < len(self._log):
+                    raise KeyError((level, index))
+                out.append(leaf_of(*self._log[index]))
+            else:
+                out.append(self._nodes[(level, index)])
+        return out
 
     def ping(self) -> None:
         """Always reachable: it is this process's memory."""

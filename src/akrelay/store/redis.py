@@ -46,7 +46,9 @@ import redis
 import redis.exceptions
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, StoreRefused, StoreUnavailable, indexed_facts, term_key
+from akrelay.protocol.merkle import Frontier
+from akrelay.store.base import LogEntry, Record, StoreRefused, StoreUnavailable, event_hash_bytes, indexed_facts, term_key
+from akrelay.store.tlog import append_entries, leaf_of
 from akrelay.store import redis_client
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe
 from akrelay.store.redis_text import TextIndex, TextIndexer, fts_query, indexable
@@ -419,6 +421,46 @@ return hwm
 """
 
 
+#: The Merkle log (issue 23): append entries and interior nodes if the log still has ARGV[2] entries.
+#: ARGV: prefix, expected size, n, (seq, 32-byte hash) * n, m, ("level:idx", hash) * m. Returns -1 when
+#: appended, else the size found (another node appended first: the caller reloads and retries).
+_LOG_APPEND = """#!lua
+local p = ARGV[1]
+local expect = tonumber(ARGV[2])
+local size = tonumber(redis.call('GET', p..'log:size') or '0')
+if size ~= expect then return size end
+local n = tonumber(ARGV[3])
+local i = 4
+for k = 0, n - 1 do
+  local idx = string.format('%d', size + k)
+  redis.call('HSET', p..'log:e', idx, ARGV[i] .. ':' .. ARGV[i + 1])
+  redis.call('HSET', p..'log:s', ARGV[i], idx)
+  i = i + 2
+end
+local m = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, m do
+  redis.call('HSET', p..'log:n', ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('SET', p..'log:size', string.format('%d', size + n))
+return -1
+"""
+
+#: Set ARGV[2] in the meta hash to ARGV[4] only if it holds ARGV[3] (ARGV[5] == '1': it must be absent).
+_META_REPLACE = """#!lua
+local p = ARGV[1]
+local cur = redis.call('HGET', p..'meta', ARGV[2])
+if ARGV[5] == '1' then
+  if cur then return 0 end
+elseif cur ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', p..'meta', ARGV[2], ARGV[4])
+return 1
+"""
+
+
 def _record(seq: int, value: bytes, withheld: int) -> Record:
     """A record from the stored ``b"<accepted_at>:<canonical body>"``."""
     colon = value.index(b":")
@@ -741,7 +783,22 @@ class RedisStore:
         out: list[tuple[Record, bool]] = []
         for start in range(0, len(items), COMMIT_CHUNK):
             out += self._commit_chunk(items[start:start + COMMIT_CHUNK])
+        if any(created for _, created in out):
+            self._log_after_commit(out)
         return out
+
+    def _log_after_commit(self, out: list[tuple[Record, bool]]) -> None:
+        """Extend the Merkle log right after the commit; an outage here leaves it to the next commit or signer."""
+        try:
+            self.log_catch_up()
+        except StoreUnavailable:
+            log.warning("the Merkle log could not be extended now; the next commit or checkpoint will")
+            return
+        fresh = [record for record, created in out if created]
+        if len(fresh) <= 1000:  # their leaf indices, in one round trip
+            found = self._call(lambda: self._client.hmget(self.prefix + "log:s", [str(r.seq) for r in fresh]))
+            for record, index in zip(fresh, found):
+                record.log_index = int(index) if index is not None else None
 
     def try_commit_many(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]] | None:
         """Redis serializes writers itself: a commit never waits for another writer here, so always commits."""
@@ -821,6 +878,106 @@ class RedisStore:
             return pipe.execute()[1]
 
         return bytes(self._call(run))
+
+    def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        args = [key, b"" if expected is None else bytes(expected), bytes(value), "1" if expected is None else "0"]
+        return bool(self._log_script("meta_replace", args))
+
+    # -- the Merkle log (issue 23): a follower in the commit path ------------------------------------
+    # Redis's Lua has no SHA-256, so the tree is computed here, right after each commit (and by the
+    # checkpoint signer), and written with a compare-and-set on the log's size: every node computes the
+    # same deterministic tree, so a node that loses the race reloads the frontier and goes on.
+    def _log_script(self, name: str, args: Sequence[Any]) -> Any:
+        if name not in self._scripts:
+            self._scripts[name] = self._client.register_script({"log_append": _LOG_APPEND,
+                                                                "meta_replace": _META_REPLACE}[name])
+        return self._script(name, args)
+
+    def log_catch_up(self, limit: int = 100000) -> int:
+        """Append every committed record that the log lacks yet (at most ``limit``); return the log's size."""
+        lock = self.__dict__.setdefault("_log_lock", threading.Lock())
+        with lock:
+            done = 0
+            while True:
+                size = self.log_size()
+                frontier: Frontier | None = self.__dict__.get("_frontier")
+                if frontier is None or frontier.size != size:
+                    frontier = Frontier.load(size, self.log_nodes)
+                last = self.log_entries(size - 1, 1)[0].seq if size else 0
+                records = self.iter_records(last, min(1000, limit - done))
+                if not records:
+                    return size
+                entries = [(r.seq, event_hash_bytes(r.id)) for r in records]
+                grown = frontier.copy()
+                nodes = append_entries(grown, entries)
+                args: list[Any] = [size, len(entries)]
+                for seq, event_hash in entries:
+                    args += [seq, event_hash]
+                args.append(len(nodes))
+                for level, index, value in nodes:
+                    args += [f"{level}:{index}", value]
+                if int(self._log_script("log_append", args)) == -1:
+                    self.__dict__["_frontier"] = grown
+                    done += len(entries)
+                    if done >= limit:
+                        return grown.size
+
+    def log_size(self) -> int:
+        value = self._call(lambda: self._client.get(self.prefix + "log:size"))
+        return int(value) if value is not None else 0
+
+    def log_entries(self, start: int, limit: int) -> list[LogEntry]:
+        size = self.log_size()
+        indices = list(range(max(0, start), min(size, max(0, start) + max(0, limit))))
+        if not indices:
+            return []
+        raw: list[Any] = self._call(lambda: self._client.hmget(self.prefix + "log:e", [str(i) for i in indices]))
+        pairs = []
+        for index, value in zip(indices, raw):
+            if value is None:
+                break
+            colon = value.index(b":")
+            pairs.append((index, int(value[:colon]), bytes(value[colon + 1:])))
+        seqs = [str(seq) for _, seq, _ in pairs]
+
+        def flags() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            for seq in seqs:
+                pipe.hexists(self.prefix + "rec", seq)
+                pipe.sismember(self.prefix + "wh", seq)
+            return pipe.execute()
+
+        got = self._call(flags) if seqs else []
+        return [LogEntry(index, seq, h, bool(got[2 * k + 1]) if got[2 * k] else None)
+                for k, (index, seq, h) in enumerate(pairs)]
+
+    def log_index(self, seq: int) -> int | None:
+        value = self._call(lambda: self._client.hget(self.prefix + "log:s", str(int(seq))))
+        return int(value) if value is not None else None
+
+    def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        leaves = [index for level, index in keys if level == 0]
+        inner = [f"{level}:{index}" for level, index in keys if level > 0]
+
+        def run() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hmget(self.prefix + "log:e", [str(i) for i in leaves] or ["-"])
+            pipe.hmget(self.prefix + "log:n", inner or ["-"])
+            return pipe.execute()
+
+        got_leaves, got_inner = self._call(run)
+        leaf_iter, inner_iter = iter(got_leaves), iter(got_inner)
+        out: list[bytes] = []
+        for level, index in keys:
+            value: bytes | None = next(leaf_iter) if level == 0 else next(inner_iter)
+            if value is None:
+                raise KeyError((level, index))
+            if level == 0:
+                colon = value.index(b":")
+                out.append(leaf_of(int(value[:colon]), bytes(value[colon + 1:])))
+            else:
+                out.append(bytes(value))
+        return out
 
     # -- operations ----------------------------------------------------------------
     def ping(self) -> None:

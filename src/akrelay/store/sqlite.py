@@ -40,23 +40,29 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, TypeVar, cast
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.store.base import Record, indexed_facts
+from akrelay.protocol.merkle import Frontier
+from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts
 from akrelay.store.schema import ensure_schema
 from akrelay.store.sqlite_background import BackgroundWork
 from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_schema import SCHEMA
-
-
+from akrelay.store.tlog import append_entries, leaf_of
 
 T = TypeVar("T")
+log = logging.getLogger("akrelay.store")
+
+#: Records the back-fill of the Merkle log adds per transaction.
+BACKFILL_BATCH = 20000
 
 
 class _Pending:
@@ -95,6 +101,8 @@ class SqliteStore(BackgroundWork):
         indexer_interval: float = 0.25,
         background_checkpoint: bool = False,
         checkpoint_interval: float = 0.5,
+        log_progress: Callable[[int, int], None] | None = None,
+        merkle_log: bool = True,
     ) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
             raise ValueError(f"unknown synchronous setting {synchronous!r}")
@@ -126,6 +134,21 @@ class SqliteStore(BackgroundWork):
             os.close(self._open_fd)
             raise
         self._writer = writer
+        #: the Merkle log's frontier as of the last commit of this process (checked against the file each time)
+        self._frontier: Frontier | None = None
+        #: False only to measure the log's cost (``--no-merkle-log``): commits then leave the log behind
+        self.merkle_log = merkle_log
+        try:
+            if merkle_log:
+                self.backfill_log(log_progress)
+        except BaseException:  # before any thread exists: close what is open, keep the original error
+            with self._all_lock:
+                conns, self._all = self._all, []
+            for conn in conns:
+                conn.close()
+            os.close(self._lock_fd)
+            self._closed = True
+            raise
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
         self._indexer: threading.Thread | None = None
@@ -339,16 +362,120 @@ class SqliteStore(BackgroundWork):
                 record = Record(hwm, item.accepted_at, env, False, body=body)
                 fresh[env.id] = record
                 results.append((record, True))
+            frontier = None
             if fresh:
                 conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
                 self._reservation.cover(hwm)  # durable outside the file before any of these seqs is acknowledged
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
+            if fresh and self.merkle_log:
+                frontier = self._log_append(conn, [(r.seq, event_hash_bytes(r.id)) for r in fresh.values()])
+                for index, record in enumerate(fresh.values(), frontier.size - len(fresh)):
+                    record.log_index = index
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if frontier is not None:
+            self._frontier = frontier  # only once committed: a rolled-back group must not leave it ahead
         return results
+
+    # -- the Merkle log (issue 23) ------------------------------------------------------
+    def _log_append(self, conn: sqlite3.Connection, entries: list[tuple[int, bytes]]) -> Frontier:
+        """Append entries and their completed subtrees inside the open transaction; return the new frontier.
+
+        The cached frontier is used only when the file's log has its size (no other
+        process appended since); otherwise it is read back, O(log n) rows.
+        """
+        size = conn.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM log_entries").fetchone()[0]
+        cached = self._frontier
+        if cached is None or cached.size != size:
+            try:
+                frontier = Frontier.load(size, lambda keys: self._nodes_on(conn, keys))
+            except KeyError as exc:
+                frontier = self._rebuild_nodes(conn, f"node {exc} is missing")
+        else:
+            frontier = cached.copy()
+        conn.executemany(
+            "INSERT INTO log_entries (idx, seq, hash) VALUES (?, ?, ?)",
+            [(size + i, seq, event_hash) for i, (seq, event_hash) in enumerate(entries)],
+        )
+        conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", append_entries(frontier, entries))
+        return frontier
+
+    @staticmethod
+    def _rebuild_nodes(conn: sqlite3.Connection, why: str) -> Frontier:
+        """Recompute every interior node from the entries (a damaged file; O(n)). Commits must go on.
+
+        The signer still proves each new tree consistent with its last signed
+        checkpoint, so entries changed behind the store's back are reported there.
+        """
+        log.error("merkle log: %s; rebuilding the tree from its entries", why)
+        conn.execute("DELETE FROM log_nodes")
+        frontier = Frontier()
+        batch: list[tuple[int, int, bytes]] = []
+        for seq, event_hash in conn.execute("SELECT seq, hash FROM log_entries ORDER BY idx"):
+            batch += frontier.append(leaf_of(seq, bytes(event_hash)))[1:]
+            if len(batch) >= 10000:
+                conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
+                batch = []
+        conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
+        return frontier
+
+    @staticmethod
+    def _nodes_on(conn: sqlite3.Connection, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        out: list[bytes] = []
+        for level, index in keys:
+            if level == 0:
+                row = conn.execute("SELECT seq, hash FROM log_entries WHERE idx = ?", (index,)).fetchone()
+                if row is None:
+                    raise KeyError((level, index))
+                out.append(leaf_of(row[0], bytes(row[1])))
+            else:
+                row = conn.execute("SELECT hash FROM log_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
+                if row is None:
+                    raise KeyError((level, index))
+                out.append(bytes(row[0]))
+        return out
+
+    def backfill_log(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Add the records that have no log entry yet (a store written before version 2); return how many.
+
+        Runs when the store opens, in transactions of :data:`BACKFILL_BATCH`
+        records, each under the commit point, so concurrent openers share the work
+        and a crash resumes where the last batch ended. ``progress(done, total)``
+        is called after each batch (and logged at INFO).
+        """
+        first = self._reader().execute(
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM records), (SELECT COALESCE(MAX(seq), 0) FROM log_entries)"
+        ).fetchone()
+        if first[0] <= first[1]:
+            return 0
+        total = self._reader().execute("SELECT COUNT(*) FROM records WHERE seq > ?", (first[1],)).fetchone()[0]
+        done = 0
+        started = time.monotonic()
+
+        def batch(c: sqlite3.Connection) -> tuple[int, Frontier | None]:
+            after = c.execute("SELECT COALESCE(MAX(seq), 0) FROM log_entries").fetchone()[0]
+            rows = c.execute(
+                "SELECT seq, substr(body, -146, 43) FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, BACKFILL_BATCH),
+            ).fetchall()
+            if not rows:
+                return 0, None
+            return len(rows), self._log_append(c, [(seq, event_hash_bytes(bytes(eid).decode("ascii"))) for seq, eid in rows])
+
+        while True:
+            added, frontier = self._write(batch)
+            if not added:
+                break
+            self._frontier = frontier
+            done += added
+            rate = done / max(time.monotonic() - started, 1e-9)
+            log.info("merkle log back-fill: %d of %d records (%.0f records/s)", done, total, rate)
+            if progress is not None:
+                progress(done, total)
+        return done
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` in its own immediate transaction at the commit point."""
@@ -443,6 +570,39 @@ class SqliteStore(BackgroundWork):
             return bytes(c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0])
 
         return self._write(run)
+
+    def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        def run(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            if (bytes(row[0]) if row else None) != expected:
+                return False
+            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, bytes(value)))
+            return True
+
+        return self._write(run)
+
+    # -- the Merkle log: reads -----------------------------------------------------------
+    def log_size(self) -> int:
+        return cast("int", self._reader().execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM log_entries").fetchone()[0])
+
+    def log_entries(self, start: int, limit: int) -> list[LogEntry]:
+        rows = self._reader().execute(
+            "SELECT e.idx, e.seq, e.hash, r.withheld FROM log_entries e LEFT JOIN records r ON r.seq = e.seq "
+            "WHERE e.idx >= ? ORDER BY e.idx LIMIT ?", (max(0, start), max(0, limit)),
+        ).fetchall()
+        return [LogEntry(i, seq, bytes(h), None if w is None else bool(w)) for i, seq, h, w in rows]
+
+    def log_index(self, seq: int) -> int | None:
+        row = self._reader().execute("SELECT idx FROM log_entries WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
+        conn = self._reader()
+        conn.execute("BEGIN")  # one snapshot for the whole proof
+        try:
+            return self._nodes_on(conn, keys)
+        finally:
+            conn.execute("COMMIT")
 
     def ping(self) -> None:
         """One read on this thread's connection: the file is open and readable."""

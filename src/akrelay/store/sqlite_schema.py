@@ -39,4 +39,20 @@ CREATE TABLE IF NOT EXISTS meta (
     value BLOB NOT NULL
 );
 """
-SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1)})
+#: Version 2 adds the Merkle log of acceptances (issue 23): one entry per record in ``seq`` order and the
+#: hash of every complete subtree of two or more leaves, node ``(level, idx)``; the leaves (level 0) are
+#: hashed from the entries. Existing records are back-filled when a store opens (``SqliteStore``).
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS log_entries (
+    idx INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    hash BLOB NOT NULL  -- the 32 raw bytes of the event hash
+);
+CREATE TABLE IF NOT EXISTS log_nodes (
+    level INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    hash BLOB NOT NULL,
+    PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+"""
+SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1), 1: script(_SCHEMA_V2)})
