@@ -60,7 +60,8 @@ class World:
         self.ids: dict[str, str] = {}
         relay = self.relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: NOW,
                                    cursor_secret=b"e" * 32)
-        self.app = create_app(relay, defaults(write_rate=0.0, read_rate=0.0))
+        # an evaluation, not a client: no rate limit and no cap on turns in flight
+        self.app = create_app(relay, defaults(write_rate=0.0, read_rate=0.0, knowql_rate=0.0))
         self.corpus = corpus
 
     def signer(self, name: str) -> Signer:
