@@ -47,3 +47,33 @@ def redis_url(redis_server: RedisServer) -> str:
     finally:
         client.close()
     return redis_server.url_for(db)
+
+
+# -- no fixed ports: a bind or an `akrelay serve` on a well-known port fails the test (tests/README.md) ----
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+
+import port_guard  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fixed_ports():
+    """Fail a test that binds a well-known port or serves on the default 8443 (taken on a busy machine)."""
+    bind, popen_init = socket.socket.bind, subprocess.Popen.__init__
+
+    def guarded_bind(self, address, *args, **kwargs):
+        problem = port_guard.bind_problem(address)
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        return bind(self, address, *args, **kwargs)
+
+    def guarded_init(self, args, *rest, **kwargs):
+        problem = port_guard.serve_problem(args, kwargs.get("env"))
+        if problem:
+            pytest.fail(f"{problem}: {args!r}", pytrace=False)
+        popen_init(self, args, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "bind", guarded_bind)
+        patch.setattr(subprocess.Popen, "__init__", guarded_init)
+        yield
