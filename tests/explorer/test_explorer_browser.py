@@ -88,7 +88,7 @@ def _publish(served):
                             headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
         # Until the search index and the KIP nexus cover all four events (a turn's snapshot is the lower).
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             turn = client.post(served.origin + "/query", json={"ask": "disk", "scope": ["knowledge"],
                                                                "retrieval_only": True}).json()
