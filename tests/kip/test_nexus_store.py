@@ -356,7 +356,7 @@ def test_a_worker_that_does_not_follow_never_imports_even_with_the_lock_free(tmp
     lock.release()
     importer_rt, importer = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)  # the importing process
     assert importer.writer is not None
-    assert reader.catch_up(timeout=5.0) == 0 and reader_rt.nexus.capsule(env.id) is not None
+    assert reader.catch_up(timeout=60.0) == 0 and reader_rt.nexus.capsule(env.id) is not None
     importer.stop()
     reader.stop()
     store.close()
