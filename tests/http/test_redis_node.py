@@ -349,7 +349,7 @@ def test_a_stalled_redis_is_503_within_seconds_for_every_waiting_request(tmp_pat
 
     health, health_took, answers, recovered, after, answered_in = asyncio.run(main())
     assert answered_in < 10  # all 48 were sent at once: none waited for the others' timeouts
-    assert health.status_code == 200 and health_took < 1.0
+    assert health.status_code == 200 and health_took < 2.5  # not behind a store timeout (3 s); room for load
     assert {r.status_code for r, _ in answers} <= {200, 503}  # a 200 only if Redis answered before the stop
     assert sum(r.status_code == 503 for r, _ in answers) >= len(answers) - 2
     assert max(took for _, took in answers) < 10
