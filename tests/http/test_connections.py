@@ -207,7 +207,7 @@ def test_a_second_relay_on_a_served_address_refuses_to_start(served, tmp_path) -
     second = subprocess.Popen(serve_command(tmp_path / "other", served.port), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _, stderr = second.communicate(timeout=30)
+        _, stderr = second.communicate(timeout=120)
     finally:
         if second.poll() is None:  # it started after all: stop it and its workers
             os.killpg(second.pid, signal.SIGKILL)
