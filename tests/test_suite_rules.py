@@ -1,4 +1,4 @@
-"""The suite's fixed-port guard (tests/port_guard.py), and that the conftest applies it."""
+"""The suite's rules against flakiness (tests/README.md): the fixed-port guard and untimed Hypothesis."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from port_guard import bind_problem, serve_problem
 
@@ -43,3 +44,8 @@ def test_the_conftest_guard_fails_a_test_that_serves_on_the_default_port() -> No
     env = {"PATH": "/usr/bin"}
     with pytest.raises(pytest.fail.Exception, match="default port 8443"):
         subprocess.Popen(SERVE, env=env)
+
+
+def test_hypothesis_examples_have_no_wall_clock_deadline() -> None:
+    assert settings.default.deadline is None
+    assert HealthCheck.too_slow in settings.default.suppress_health_check
