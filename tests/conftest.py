@@ -3,16 +3,19 @@
 Hypothesis explores new random examples on every local run. Under CI (``CI`` set)
 it runs derandomized, so a submission's result does not depend on the draw: a
 counterexample found locally becomes a regression test, not a coin flip in CI.
+Both profiles drop Hypothesis's per-example deadline (200 ms) and its "too slow" health
+check: on a loaded machine they fail a correct test for the machine's speed, not the code.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", derandomize=True, print_blob=True)
-settings.register_profile("dev", print_blob=True)
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", derandomize=True, print_blob=True, **_UNTIMED)
+settings.register_profile("dev", print_blob=True, **_UNTIMED)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
@@ -47,3 +50,33 @@ def redis_url(redis_server: RedisServer) -> str:
     finally:
         client.close()
     return redis_server.url_for(db)
+
+
+# -- no fixed ports: a bind or an `akrelay serve` on a well-known port fails the test (tests/README.md) ----
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+
+import port_guard  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fixed_ports():
+    """Fail a test that binds a well-known port or serves on the default 8443 (taken on a busy machine)."""
+    bind, popen_init = socket.socket.bind, subprocess.Popen.__init__
+
+    def guarded_bind(self, address, *args, **kwargs):
+        problem = port_guard.bind_problem(address)
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        return bind(self, address, *args, **kwargs)
+
+    def guarded_init(self, args, *rest, **kwargs):
+        problem = port_guard.serve_problem(args, kwargs.get("env"))
+        if problem:
+            pytest.fail(f"{problem}: {args!r}", pytrace=False)
+        popen_init(self, args, *rest, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "bind", guarded_bind)
+        patch.setattr(subprocess.Popen, "__init__", guarded_init)
+        yield

@@ -44,14 +44,34 @@ def check_origin(settings: Settings) -> str:
     return origin
 
 
+def check_tls_files(settings: Settings) -> tuple[Path, Path] | None:
+    """The operator's certificate and key when given (both must be files), else ``None``."""
+    if not settings.tls_cert:
+        return None
+    cert, key = Path(settings.tls_cert), Path(settings.tls_key)
+    for path in (cert, key):
+        if not path.is_file():
+            raise SettingsError(f"TLS file not found: {path}")
+    return cert, key
+
+
+def validate(settings: Settings) -> Settings:
+    """Every check of the settings that has no side effect, with the canonical origin.
+
+    Run before the port is probed: a bad setting is reported as itself, whether or
+    not something else already listens on the port (and nothing is created for it).
+    """
+    check_components(settings)  # a bad peer or contexts file
+    origin = check_origin(settings)
+    check_tls_files(settings)
+    return settings.replace(origin=origin)
+
+
 def tls_files(settings: Settings, out: TextIO | None = None) -> tuple[Path, Path]:
     """The operator's certificate, or the data directory's self-signed one (printed)."""
-    if settings.tls_cert:
-        cert, key = Path(settings.tls_cert), Path(settings.tls_key)
-        for path in (cert, key):
-            if not path.is_file():
-                raise SettingsError(f"TLS file not found: {path}")
-        return cert, key
+    operator = check_tls_files(settings)
+    if operator is not None:
+        return operator
     from akrelay.tls import ensure_self_signed
 
     files = ensure_self_signed(settings.data_dir, settings.origin)
@@ -117,7 +137,7 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
     from granian.constants import Interfaces
 
     out = out if out is not None else sys.stderr
-    check_components(settings)  # a bad peer or contexts file: refuse before probing the port
+    settings = validate(settings)  # validation first, the port second
     check_address_free(settings.host, settings.port)
     settings, cert, key = prepare(settings, out)
     os.environ[RESOLVED_ENV] = settings.to_env()

@@ -136,10 +136,32 @@ def test_serve_help_documents_every_option() -> None:
     assert "--config" in text
 
 
+def _serve_on_a_taken_port(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    """``akrelay serve FLAGS`` on a port another socket listens on (never the default 8443, maybe in use)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        return subprocess.run([sys.executable, "-m", "akrelay", "serve", "--data", str(tmp_path / "data"),
+                               "--port", str(port), *flags], capture_output=True, text=True, timeout=120)
+
+
 def test_serve_reports_bad_settings(tmp_path) -> None:
-    done = subprocess.run([sys.executable, "-m", "akrelay", "serve", "--data", str(tmp_path), "--origin", "ftp://x"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "--origin" in done.stderr
+    done = _serve_on_a_taken_port(tmp_path, "--origin", "ftp://x")
+    assert done.returncode == 2 and "--origin" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (("--origin", "https://x.example/path"), "--origin"),
+    (("--tls-cert", "missing-cert.pem", "--tls-key", "missing-key.pem"), "TLS file not found"),
+])
+def test_serve_validates_settings_before_it_probes_the_port(tmp_path, flags, fragment) -> None:
+    """The setting at fault is named, not the busy port, and nothing is created in the data directory."""
+    done = _serve_on_a_taken_port(tmp_path, *flags)
+    assert done.returncode == 2 and fragment in done.stderr and "already in use" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "data").exists()
 
 
 @pytest.mark.slow

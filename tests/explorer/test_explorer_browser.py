@@ -57,7 +57,7 @@ def driver(tmp_path: Path):
                  "--ignore-certificate-errors", "--window-size=1200,1500", f"--user-data-dir={tmp_path / 'profile'}"):
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    browser.set_page_load_timeout(30)
+    browser.set_page_load_timeout(120)
     try:
         yield browser
     finally:
@@ -88,7 +88,7 @@ def _publish(served):
                             headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
         # Until the search index and the KIP nexus cover all four events (a turn's snapshot is the lower).
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             turn = client.post(served.origin + "/query", json={"ask": "disk", "scope": ["knowledge"],
                                                                "retrieval_only": True}).json()
@@ -110,7 +110,7 @@ def _shot(driver, tmp_path: Path, name: str) -> None:
         shutil.copy(path, IMAGES / name)
 
 
-def _wait(driver, condition, timeout: float = 20):
+def _wait(driver, condition, timeout: float = 120):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout).until(condition)

@@ -45,8 +45,9 @@ SHORT_DEADLINE = 1.0
 #: Decompressed size of the compression bombs (their wire size is a few hundred bytes to 260 KB).
 BOMB_BYTES = 256 * MiB
 AS_OF = 1_800_000_000_000
-#: Longest a ``sync --once`` run over one hostile and one honest peer may take.
-RUN_SECONDS = 30.0
+#: Longest a ``sync --once`` run over one hostile and one honest peer may take (room for a loaded
+#: machine, below the 60 s the header drip held a pass before the fixes).
+RUN_SECONDS = 45.0
 
 
 # -- scripted answers ----------------------------------------------------------
@@ -523,7 +524,7 @@ def test_serve_with_hostile_peers_keeps_syncing_the_honest_one(world: World, mon
     ensure_self_signed(data, node.origin)
     node.start()
     try:
-        wait_for(lambda: lock_holder(data / "federation.lock") is not None, timeout=30, what="the sync leader")
+        wait_for(lambda: lock_holder(data / "federation.lock") is not None, timeout=120, what="the sync leader")
         pid = lock_holder(data / "federation.lock")
         base = _reset_peak(pid)  # from here on, every pass of every light scenario is measured
         started = time.monotonic()
@@ -533,14 +534,14 @@ def test_serve_with_hostile_peers_keeps_syncing_the_honest_one(world: World, mon
             return all(c.check(*status(data, world.peers[c.name].origin), ids, world.infos[c.name]) for c in cases)
 
         honest_ids = {e["hash"] for e in world.honest_events}
-        wait_for(lambda: honest_ids <= set(node.ids()), timeout=30, what="the honest peer's events")
+        wait_for(lambda: honest_ids <= set(node.ids()), timeout=120, what="the honest peer's events")
         light = [c for c in CASES if not c.heavy]
-        wait_for(lambda: settled(light), timeout=45, what="every light scenario's outcome")
+        wait_for(lambda: settled(light), timeout=120, what="every light scenario's outcome")
         # The relay still answers its own clients promptly while the hostile passes go on.
         with node.client() as client:
             t0 = time.monotonic()
             assert client.get("/.well-known/agent-knowledge").status_code == 200
-            assert time.monotonic() - t0 < 5.0
+            assert time.monotonic() - t0 < 15.0  # not held by a pass (a drip lasts 60 s)
         growth = _status_kb(pid, "VmHWM") * 1024 - base
         print(f"light scenarios: {time.monotonic() - started:.1f}s, +{growth / MiB:.1f} MiB peak RSS")
         assert growth <= MEMORY_BOUND
@@ -550,13 +551,13 @@ def test_serve_with_hostile_peers_keeps_syncing_the_honest_one(world: World, mon
             base = _reset_peak(pid)
             started = time.monotonic()
             peer.gate.set()
-            wait_for(lambda: settled([case]), timeout=30, what=case.name)
+            wait_for(lambda: settled([case]), timeout=120, what=case.name)
             growth = _status_kb(pid, "VmHWM") * 1024 - base
             print(f"{case.name}: {time.monotonic() - started:.1f}s, +{growth / MiB:.1f} MiB peak RSS")
             assert growth <= MEMORY_BOUND, (case.name, growth)
         # A second round from the honest peer still arrives.
         later = seed(world.honest, 2, "honest-later")
-        wait_for(lambda: {e["hash"] for e in later} <= set(node.ids()), timeout=30, what="later honest events")
+        wait_for(lambda: {e["hash"] for e in later} <= set(node.ids()), timeout=120, what="later honest events")
         assert node.process.poll() is None
     finally:
         node.kill()

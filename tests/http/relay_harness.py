@@ -151,16 +151,33 @@ def serve_command(data: Path, port: int, *, workers: int = 1, origin: str | None
              "--port", str(port), "--workers", str(workers)] + (["--origin", origin] if origin else []))
 
 
+class PortTaken(RuntimeError):
+    """The free port picked for a relay was taken by another process before the relay bound it."""
+
+
 def start_relay(data: Path, *, workers: int = 1, port: int | None = None, extra: list[str] | None = None,
-                env: dict[str, str] | None = None, host_name: str = "localhost", timeout: float = 60.0,
+                env: dict[str, str] | None = None, host_name: str = "localhost", timeout: float = 120.0,
                 pass_origin: bool = True) -> Served:
     """``akrelay serve`` in its own process group; waits until discovery answers over TLS.
 
     ``pass_origin=False`` leaves the origin to the relay (it derives https://localhost:PORT).
+    Without ``port``, a free port is picked; another process may take it between the pick and
+    the bind (other tests, other suites on the machine), so that case picks another one.
     """
+    for attempt in range(5):
+        try:
+            return _start_relay_on(data, port or free_port(), workers=workers, extra=extra, env=env,
+                                   host_name=host_name, timeout=timeout, pass_origin=pass_origin)
+        except PortTaken:
+            if port is not None or attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_relay_on(data: Path, port: int, *, workers: int, extra: list[str] | None, env: dict[str, str] | None,
+                    host_name: str, timeout: float, pass_origin: bool) -> Served:
     import httpx
 
-    port = port or free_port()
     origin = f"https://{host_name}:{port}"
     log = data.parent / f"{data.name}-serve-{port}.log"
     data.mkdir(parents=True, exist_ok=True)
@@ -173,7 +190,9 @@ def start_relay(data: Path, *, workers: int = 1, port: int | None = None, extra:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"akrelay serve exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+            text = log.read_text(errors="replace")
+            kind = PortTaken if proc.returncode == 2 and "already in use" in text else RuntimeError
+            raise kind(f"akrelay serve exited with {proc.returncode}:\n{text}")
         if served.cacert.exists():
             try:
                 response = httpx.get(origin + "/.well-known/agent-knowledge", verify=served.ssl_context(), timeout=2)

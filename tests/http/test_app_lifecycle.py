@@ -152,7 +152,7 @@ def test_the_followers_report_their_durable_position(tmp_path: Path) -> None:
         answer = client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=JSON_HEADERS)
         assert answer.status_code == 200
         indexer = node.search.service._indexer
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while indexer.position() < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert indexer.position() == 1

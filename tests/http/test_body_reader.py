@@ -60,7 +60,7 @@ class Peer:
 
 
 def run(app: Any, path: str, peer: Peer, headers: list[tuple[bytes, bytes]] | None = None) -> Peer:
-    asyncio.run(asyncio.wait_for(app(scope(path, headers=headers), peer.receive, peer.send), 10))
+    asyncio.run(asyncio.wait_for(app(scope(path, headers=headers), peer.receive, peer.send), 60))
     return peer
 
 

@@ -1,6 +1,6 @@
 """Connection-level behaviour of a real relay over TLS (issue 11): bodies, HEAD, origin, address.
 
-One relay serves the module (no ``--origin``, a 1 s ``--body-timeout``, rate
+One relay serves the module (no ``--origin``, a 3 s ``--body-timeout``, rate
 limits off). Requests go over real TLS sockets, raw where the framing itself
 is under test and through ``http.client`` where a real client's view matters.
 """
@@ -21,7 +21,8 @@ import pytest
 
 from relay_harness import Served, hash_of, serve_command, start_relay
 
-BODY_TIMEOUT = 1.0
+#: long enough that a loaded machine's scheduling delays stay well inside it
+BODY_TIMEOUT = 3.0
 EVENTS = "/v1/knowledge/events"
 POST_ROUTES = (EVENTS, "/v1/knowledge/batch", "/v1/knowledge/search", "/v1/kip")
 
@@ -146,14 +147,14 @@ def test_a_client_closing_mid_body_is_not_a_server_error(served) -> None:
 
 @pytest.mark.parametrize("path", [EVENTS, "/v1/knowledge/batch"])
 def test_a_stalled_body_is_timed_out_with_408_and_closed(served, path) -> None:
-    with tls_socket(served, timeout=BODY_TIMEOUT + 10) as sock:
+    with tls_socket(served, timeout=BODY_TIMEOUT + 60) as sock:
         started = time.monotonic()
         sock.sendall(post_head(path, "Content-Length: 1000\r\n") + b"x" * 200)
         raw = read_all(sock)  # returns only when the server closes
         elapsed = time.monotonic() - started
     status, _, body = parse(raw)
     assert status == 408 and error_code(body) == "invalid_request"
-    assert BODY_TIMEOUT * 0.8 <= elapsed < BODY_TIMEOUT + 5, elapsed
+    assert BODY_TIMEOUT * 0.8 <= elapsed < BODY_TIMEOUT + 30, elapsed
 
 
 def test_a_complete_body_within_the_timeout_is_served(served) -> None:
@@ -161,7 +162,7 @@ def test_a_complete_body_within_the_timeout_is_served(served) -> None:
     body = json.dumps({"hashes": [hash_of("original")]}).encode()
     with tls_socket(served) as sock:
         sock.sendall(post_head("/v1/knowledge/batch", f"Content-Length: {len(body)}\r\nConnection: close\r\n"))
-        time.sleep(BODY_TIMEOUT / 4)
+        time.sleep(0.25)
         sock.sendall(body)
         status, _, answer = parse(read_all(sock))
     assert status == 200 and json.loads(answer)["missing"] == [hash_of("original")]
@@ -206,7 +207,7 @@ def test_a_second_relay_on_a_served_address_refuses_to_start(served, tmp_path) -
     second = subprocess.Popen(serve_command(tmp_path / "other", served.port), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        _, stderr = second.communicate(timeout=30)
+        _, stderr = second.communicate(timeout=120)
     finally:
         if second.poll() is None:  # it started after all: stop it and its workers
             os.killpg(second.pid, signal.SIGKILL)

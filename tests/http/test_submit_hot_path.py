@@ -154,15 +154,28 @@ def test_a_busy_commit_point_hands_the_group_to_a_thread_that_waits(tmp_path) ->
 
     def hold() -> None:
         with other._write_lock:  # noqa: SLF001
-            other._locked(lambda: (holding.set(), release.wait(10)))  # noqa: SLF001
+            other._locked(lambda: (holding.set(), release.wait(120)))  # noqa: SLF001
 
     holder = threading.Thread(target=hold)
     holder.start()
-    assert holding.wait(5)
+    assert holding.wait(60)
     assert relay.try_commit_admitted([]) is None  # the inline path refuses to wait
-    threading.Timer(0.3, release.set).start()
+    handed = threading.Event()
+    commit_admitted = relay.commit_admitted
+
+    def waiting_commit(items):  # noqa: ANN001, ANN202 - the thread's path: say so, then wait for the flock
+        handed.set()
+        return commit_admitted(items)
+
+    relay.commit_admitted = waiting_commit  # type: ignore[method-assign]
+    # the other writer lets go once a group waits in a thread (an event, not a timer that may fire first)
+    releaser = threading.Thread(target=lambda: handed.wait(120) and release.set())
+    releaser.start()
     answers = asyncio.run(_gather(app, _envelopes(12)))
-    holder.join(5)
+    release.set()
+    holder.join(60)
+    releaser.join(60)
+    assert handed.is_set()
     assert [status for status, _, _ in answers] == [200] * 12
     assert sorted(json.loads(body)["seq"] for _, _, body in answers) == list(range(1, 13))
     assert relay.checkpoint() == 12

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -242,10 +241,12 @@ _KILLED_IMPORTER = textwrap.dedent("""
     from akrelay.store.sqlite import SqliteStore
 
     real = follower.import_record
-    def slow(nexus, record):
-        time.sleep(0.02)  # slow enough that the kill lands mid-import even on a loaded machine
+    def stuck(nexus, record):
+        if record.seq == int(sys.argv[4]):  # mid-chunk: the kill lands inside an import transaction
+            print("stuck", flush=True)
+            time.sleep(3600)
         return real(nexus, record)
-    follower.import_record = slow
+    follower.import_record = stuck
     store = SqliteStore(sys.argv[1])
     nexus = open_writer(sys.argv[2], sys.argv[3])
     print("importing", flush=True)
@@ -258,21 +259,18 @@ def test_kill_9_during_import_leaves_a_prefix_and_catches_up(tmp_path: Path, sql
     world = random_world(9, events=160)
     store = _sqlite_store(tmp_path, world)
     path = tmp_path / NEXUS_FILE
+    # chunks of 7: records 1..35 are committed, 36..38 imported in the open transaction when 39 blocks
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_IMPORTER, str(tmp_path / "relay.sqlite3"), str(path),
-                             SPACE], stdout=subprocess.PIPE, text=True)
+                             SPACE, "39"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "importing"
-        reader = SqliteNexus(path, SPACE)
-        deadline = time.monotonic() + 30
-        while reader.head < 30 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert proc.stdout.readline().strip() == "stuck"  # a condition, not a race against the importer
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    reader.close()
     nexus = open_writer(path, SPACE, checkpoint=store.checkpoint())
     head = nexus.head
     assert 30 <= head < len(world.records)  # killed mid-import, and nothing torn
@@ -314,9 +312,26 @@ def test_a_reader_waits_for_the_importer_on_request(tmp_path: Path, sqlite_only:
     world, store, (_, leader), (reader_rt, reader) = _two_workers(tmp_path, 17, 10)
     env = world.publish("bob", title="Fresh")
     store.commit(env, world.records[-1].accepted_at)
-    threading.Timer(0.1, leader.catch_up).start()
-    assert reader.catch_up(timeout=5.0) == 0   # returned once the leader had imported it
+    waiting = threading.Event()
+
+    class Watched:
+        """The reader's view of the store: says when the reader has read the head it waits for."""
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def checkpoint(self):
+            head = store.checkpoint()
+            waiting.set()
+            return head
+
+    reader.store = Watched()
+    # the leader imports only once the reader waits (an event, not a timer: a loaded machine may be slow)
+    importer = threading.Thread(target=lambda: waiting.wait(120) and leader.catch_up())
+    importer.start()
+    assert reader.catch_up(timeout=120.0) == 0   # returned once the leader had imported it
     assert reader_rt.nexus.capsule(env.id) is not None
+    importer.join(120)
     assert reader.catch_up(timeout=0.05) == 0
     store.commit(world.publish("bob", title="Later"), world.records[-1].accepted_at)
     assert reader.catch_up(timeout=0.05) == -1  # nobody imports: the reader does not wait forever
@@ -341,7 +356,7 @@ def test_a_worker_that_does_not_follow_never_imports_even_with_the_lock_free(tmp
     lock.release()
     importer_rt, importer = open_runtime(store, tmp_path, origin=ORIGIN, follow=False)  # the importing process
     assert importer.writer is not None
-    assert reader.catch_up(timeout=5.0) == 0 and reader_rt.nexus.capsule(env.id) is not None
+    assert reader.catch_up(timeout=60.0) == 0 and reader_rt.nexus.capsule(env.id) is not None
     importer.stop()
     reader.stop()
     store.close()
@@ -416,20 +431,24 @@ def test_a_graceful_stop_interrupts_a_long_backlog_at_a_batch_boundary(tmp_path:
     world = random_world(31, events=200)
     store = _sqlite_store(tmp_path, world)
     real = follower_module.import_record
+    reached, opened, followers = threading.Event(), threading.Event(), []
 
-    def slow(nexus, record):
-        time.sleep(0.01)
+    def held(nexus, record):
+        if record.seq == 25:  # mid-batch: the import waits here until the stop is asked for
+            reached.set()
+            opened.wait(120)
+            followers[0]._halt.wait(120)
         return real(nexus, record)
 
-    monkeypatch.setattr(follower_module, "import_record", slow)
+    monkeypatch.setattr(follower_module, "import_record", held)
     monkeypatch.setattr(follower_module, "DISK_BATCH", 10)
     monkeypatch.setattr(follower_module, "REQUEST_CATCH_UP", 0)  # the whole backlog is the thread's
     path = nexus_path(tmp_path)
     runtime, follower = open_runtime(store, tmp_path, origin=ORIGIN, follow=True)
-    deadline = time.monotonic() + 60
-    while runtime.nexus.head < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    follower.stop()
+    followers.append(follower)
+    opened.set()
+    assert reached.wait(120)
+    follower.stop(timeout=120)
     reader = SqliteNexus(path, SPACE)
     head = reader.head
     assert 20 <= head < len(world.records) and head % 10 == 0  # stopped between batches, mid-backlog

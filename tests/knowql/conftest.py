@@ -19,7 +19,7 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
 class SlowComposer:
     """The extractive composer, after waiting for ``gate`` (at most ``limit`` seconds)."""
 
-    def __init__(self, limit: float = 5.0) -> None:
+    def __init__(self, limit: float = 120.0) -> None:  # tests set the gate; the limit only ends a forgotten one
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.limit = limit

@@ -151,7 +151,7 @@ def test_409_context_not_queryable(tmp_path) -> None:
 def test_409_session_busy(slow) -> None:
     with knowql_app() as kq:
         doc = kq.ask({**OK, "background": True, "models": ["test/slow"]}).json()
-        assert slow.entered.wait(5)
+        assert slow.entered.wait(60)
         for selector in ({"session_id": doc["session_id"]}, {"previous_query_id": doc["id"]}):
             assert _error(kq.ask({"ask": "q", **selector})) == (409, "session_busy")
         assert _rows(kq) == (1, 1)
@@ -265,7 +265,7 @@ def test_a_turn_cut_off_by_shutdown_is_failed_and_frees_its_session(slow, tmp_pa
     """Without this, a restart left the session busy (409) until the turn's deadline (900 s by default)."""
     with knowql_app(tmp_path) as kq:
         doc = kq.ask({**OK, "background": True, "models": ["test/slow"]}).json()
-        assert slow.entered.wait(5)
+        assert slow.entered.wait(60)
         kq.node.knowql.service.close(timeout=0.2)  # the turn is still blocked in its composer
         slow.gate.set()
     with knowql_app(tmp_path) as kq:

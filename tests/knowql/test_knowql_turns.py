@@ -242,7 +242,7 @@ def test_background_answers_202_then_polls_to_completion() -> None:
         doc = r.json()
         QUERY.validate(doc)
         assert doc["status"] == "in_progress" and doc["output"] == [] and doc["citations"] == []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while doc["status"] == "in_progress" and time.monotonic() < deadline:
             time.sleep(0.02)
             doc = kq.client.get(f"/queries/{doc['id']}").json()
@@ -255,7 +255,7 @@ def test_cancel_is_idempotent_and_releases_the_session(slow) -> None:
         _world(kq)
         doc = kq.ask({"ask": "cache restart", "scope": ["knowledge"], "background": True,
                       "models": ["test/slow"]}).json()
-        assert slow.entered.wait(5)
+        assert slow.entered.wait(60)
         busy = kq.ask({"ask": "again", "session_id": doc["session_id"]})
         assert busy.status_code == 409 and busy.json()["error"]["code"] == "session_busy"
         cancelled = kq.client.post(f"/queries/{doc['id']}/cancel")

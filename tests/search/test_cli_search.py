@@ -52,7 +52,7 @@ def test_search_cli_against_a_served_relay(tmp_path, capsys):
                 response = http.post(served.origin + "/v1/knowledge/events", content=fixture_bytes(name),
                                      headers={"content-type": "application/json"})
                 assert response.status_code == 200, response.text
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # acceptance -> searchable, in whichever worker indexes
                 page = http.post(served.origin + "/v1/knowledge/search", json={"text": "alpha", "mode": "lexical"}).json()
                 if page["coverage"]["exhaustive"]:

@@ -42,7 +42,7 @@ def _load(h, accepted=(), hidden=()):
         h.relay.store.commit(_envelope(name), h.clock.now)
     for name in hidden:
         h.relay.withhold(FIXTURES[name]["envelope"]["hash"])
-    assert h.node.search.service.wait_indexed(timeout=10)
+    assert h.node.search.service.wait_indexed(timeout=60)
 
 
 def _apply(doc, changes):

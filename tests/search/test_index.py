@@ -35,7 +35,7 @@ def test_restart_reregisters_the_analyzer_and_keeps_the_position(env, tmp_path):
     relay = env.disk_relay(tmp_path)
     docs = _fill(relay, 5)
     first = env.service(relay, tmp_path)
-    assert first.is_indexer and first.wait_indexed(timeout=10)
+    assert first.is_indexer and first.wait_indexed(timeout=60)
     first.close()
 
     # Without re-registering the custom analyzer, Tantivy cannot index into the
@@ -57,7 +57,7 @@ def test_restart_reregisters_the_analyzer_and_keeps_the_position(env, tmp_path):
     second = env.service(relay, tmp_path)
     assert second.is_indexer
     assert second.index_seq() >= 5  # the committed position survived the restart
-    assert second.wait_indexed(timeout=10)
+    assert second.wait_indexed(timeout=60)
     page, ids = _lexical(second, "语言")
     assert set(ids) == {e.id for e in docs + more} and page["coverage"]["exhaustive"]
     assert page["index_seq"] == page["checkpoint"] == 8
@@ -72,7 +72,7 @@ def test_documents_beyond_the_position_are_not_duplicated(env, tmp_path):
     index.close()
     del index
     service = env.service(relay, tmp_path)
-    assert service.wait_indexed(timeout=10)
+    assert service.wait_indexed(timeout=60)
     page, ids = _lexical(service, "dup")
     assert sorted(ids) == sorted(e.id for e in docs)
     searcher = service._index.searcher()
@@ -87,7 +87,7 @@ def test_corrupt_or_missing_index_is_rebuilt_at_start(env, tmp_path, damage):
     relay = env.disk_relay(tmp_path)
     docs = _fill(relay, 6, word="corrupt")
     service = env.service(relay, tmp_path)
-    assert service.wait_indexed(timeout=10)
+    assert service.wait_indexed(timeout=60)
     service.close()
     path = index_dir(tmp_path)
     if damage == "garbage_meta":
@@ -104,7 +104,7 @@ def test_corrupt_or_missing_index_is_rebuilt_at_start(env, tmp_path, damage):
         for file in path.iterdir():
             file.unlink()
     rebuilt = env.service(relay, tmp_path)
-    assert rebuilt.is_indexer and rebuilt.wait_indexed(timeout=20)
+    assert rebuilt.is_indexer and rebuilt.wait_indexed(timeout=60)
     page, ids = _lexical(rebuilt, "corrupt")
     assert set(ids) == {e.id for e in docs} and page["coverage"]["exhaustive"]
 
@@ -116,7 +116,7 @@ def test_a_new_configuration_gets_a_new_index_and_old_ones_are_removed(env, tmp_
     relay = env.disk_relay(tmp_path)
     _fill(relay, 1)
     service = env.service(relay, tmp_path)
-    assert service.wait_indexed(timeout=10)
+    assert service.wait_indexed(timeout=60)
     assert not stale.exists() and index_dir(tmp_path).is_dir()
 
 
@@ -148,8 +148,8 @@ def test_a_service_that_does_not_follow_only_reads(env, tmp_path):
     assert lock.acquire()  # the reader neither holds it nor waits for it
     lock.release()
     indexer = env.service(relay, tmp_path)
-    assert indexer.is_indexer and indexer.wait_indexed(timeout=10)
-    assert reader.wait_indexed(timeout=10) and not reader.is_indexer
+    assert indexer.is_indexer and indexer.wait_indexed(timeout=60)
+    assert reader.wait_indexed(timeout=60) and not reader.is_indexer
     assert sorted(_lexical(reader, "reader")[1]) == sorted(d.id for d in docs)
     indexer.close()  # the indexing process stops: the reader still does not take over
     time.sleep(0.1)
@@ -233,7 +233,7 @@ def test_one_writer_among_several_processes_and_failover(env, tmp_path):
         assert len(indexers) == 1, states  # exactly one writer
         victim = next(p for p in procs if p.pid == indexers[0])
         victim.kill()
-        victim.join(10)
+        victim.join(60)
         (status_dir / f"{victim.pid}.json").unlink()
         _fill(relay, 5, word="worker", start=50)
         states = _until(lambda: all_see_two(status_dir, 15))
@@ -268,9 +268,9 @@ def test_indexer_thread_commits_at_most_once_per_min_interval_while_records_keep
     thread = IndexerThread(follower, interval=0.01)  # type: ignore[arg-type]
     thread.min_commit_interval = 0.2
     thread.start()
-    time.sleep(0.7)
+    assert _until(lambda: len(follower.steps) >= 4)
     thread.stop()
     assert not thread.is_alive()
     steps = follower.steps
-    assert 2 <= len(steps) <= 5, len(steps)  # unthrottled, this loop runs thousands of steps
-    assert all(b - a >= 0.19 for a, b in zip(steps, steps[1:]))
+    # Spacing, a lower bound a loaded machine cannot break (unthrottled, the steps come microseconds apart).
+    assert all(b - a >= 0.19 for a, b in zip(steps, steps[1:])), steps

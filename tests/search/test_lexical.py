@@ -21,7 +21,7 @@ def _service(env, envelopes, **kw):
     for envelope in envelopes:
         relay.store.commit(envelope, T0)
     service = env.service(relay, None, **kw)
-    assert service.wait_indexed(timeout=10)
+    assert service.wait_indexed(timeout=60)
     return relay, service
 
 
@@ -107,8 +107,8 @@ def test_tie_break_is_deterministic_across_segments(env):
     for i, envelope in enumerate(docs):
         relay.store.commit(envelope, T0)
         if i % 3 == 2:  # several commits -> several segments
-            assert service.wait_indexed(timeout=10)
-    assert service.wait_indexed(timeout=10)
+            assert service.wait_indexed(timeout=60)
+    assert service.wait_indexed(timeout=60)
     first = _search(service, "omega", limit=5)
     assert [h["record"]["seq"] for h in first["result"]] == [1, 2, 3, 4, 5]
     assert _search(service, "omega", limit=5) == first
@@ -180,7 +180,7 @@ def test_records_beyond_the_checkpoint_are_excluded(env):
     relay, service = _service(env, [a])
     b = publication("race two", nonce=2)
     relay.store.commit(b, T0)
-    assert service.wait_indexed(timeout=10)
+    assert service.wait_indexed(timeout=60)
     from akrelay.protocol.reads import parse_search_request as parse
 
     # Pretend the checkpoint was captured before b committed: the index is ahead.

@@ -91,7 +91,7 @@ def test_lexical_search_agrees_with_exact_query(specs, terms, picked, chosen, li
     text = " ".join(texts.split(" ")[:16])
     service = SearchService(relay, None)
     try:
-        assert service.wait_indexed(timeout=10)
+        assert service.wait_indexed(timeout=60)
         body = {"text": text, "mode": "lexical", "filters": chosen, "limit": limit}
         page = json.loads(service.search(json.dumps(body).encode()).to_json())
     finally:

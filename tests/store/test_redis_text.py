@@ -342,7 +342,7 @@ def test_the_background_indexer_catches_up(redis_url, tmp_path, corpus_3k):
     store = RedisStore(redis_url, text_index=tmp_path / TEXT_INDEX_FILE)
     try:
         store.commit_many([(e, 1) for e in corpus_3k[:400]])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while store.text_index_lag() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert store.text_index_lag() == 0
@@ -362,8 +362,26 @@ def test_serve_over_redis_uses_the_text_index(redis_url, tmp_path):
         relay.close()
 
 
-def _index_forever(url: str, path: str) -> None:  # pragma: no cover - runs in a child process, killed
+def _index_until_stuck(url: str, path: str, marker: str, stuck_at: int) -> None:  # pragma: no cover - child, killed
+    """Index 7 records at a time; the batch reaching ``stuck_at`` stops inside its write transaction.
+
+    The kill then lands mid-index by construction (a tight loop raced the parent's poll, and a loaded
+    machine let it finish first)."""
+    import time
+
     store = RedisStore(url, text_index=path, text_indexer=False)
+    index = store.text_index
+    real_add = index.add
+
+    class Rows(list):
+        def __iter__(self):  # read inside the transaction (after BEGIN IMMEDIATE)
+            for row in list.__iter__(self):
+                if row[0] >= stuck_at:
+                    Path(marker).touch()
+                    time.sleep(3600)
+                yield row
+
+    index.add = lambda rows, position: real_add(Rows(rows), position)
     while True:
         store.index_text(7)
 
@@ -381,13 +399,16 @@ def test_an_indexer_killed_mid_index_resumes_consistently(redis_url, tmp_path, c
     try:
         store.commit_many([(e, 1) for e in envs])
         memory.commit_many([(e, 1) for e in envs])
-        child = multiprocessing.get_context("spawn").Process(target=_index_forever, args=(redis_url, str(path)))
+        marker = tmp_path / "stuck"
+        child = multiprocessing.get_context("spawn").Process(target=_index_until_stuck,
+                                                             args=(redis_url, str(path), str(marker), 903))
         child.start()
-        deadline = time.monotonic() + 60
-        while store.text_index_lag() > 600 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and child.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert marker.exists(), "the indexer did not reach the batch it stops in"
         os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
+        child.join(60)
         lag = store.text_index_lag()
         assert 0 < lag < 1500  # killed part way
         for term in ("redis", "日本語", "tail-x", "ok"):  # half indexed, half scanned: still exact
