@@ -95,17 +95,6 @@ class QueryDocument:
                 "workflow": self.workflow}
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def parse_json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError, UnicodeDecodeError):
-        raise bad_request("the body is not a JSON document") from None
-
-
 def _string(doc: dict[str, Any], name: str, max_chars: int, *, empty: bool = False) -> str | None:
     value = doc.get(name)
     if value is None:
