@@ -10,8 +10,10 @@ sends keep-alives but no text, or an endless answer), publishes a few capsules, 
    client IP of its own (127.0.1.<n>, so that every attack gets a full per-client budget):
    ``$ref`` fan-out shapes (18 and 30 levels), a 45 KB ``allOf`` of 15,000 items, a turn
    flood, background bursts, event-stream tails held open, LLM turns against the
-   keep-alive and the endless upstream, a long session continued and read back, and
-   malformed documents; meanwhile the other client asks again: its loaded p50/p99.
+   keep-alive and the endless upstream, a long session continued and read back,
+   malformed documents, made-up methods and paths (/metrics labels), the explorer's 404
+   and 405 pages, and UTF-16, BOM-prefixed and duplicate-key bodies; meanwhile the other
+   client asks again: its loaded p50/p99.
 
 Everything is bounded: each request has a client deadline (``--request-timeout``) and
 the run ends after ``--duration`` plus the relay's shutdown. Reports the statuses per
@@ -56,7 +58,7 @@ from soak import Relay, log_findings, stop_relay, tree_rss_bytes  # noqa: E402
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 HOSTILE_IP, OTHER_IP = "127.0.0.1", "127.0.0.2"
 CLASSES = ("fan_out", "all_of", "flood", "background", "tails", "llm_keepalive", "llm_endless", "long_session",
-           "malformed")
+           "malformed", "odd_methods", "explorer_errors", "loose_json")
 HOSTILE_IPS = {name: f"127.0.1.{n + 1}" for n, name in enumerate(CLASSES)}
 _current_class: contextvars.ContextVar[str] = contextvars.ContextVar("soak_class", default="")
 ASK = {"ask": "cache restart", "scope": ["knowledge"]}
@@ -271,6 +273,26 @@ class Hostile:
     async def malformed(self) -> int:
         bodies: list[Any] = [b"{", [1], {"ask": 7, "scope": ["knowledge"]}, {"ask": "q", "scope": []},
                              {**ASK, "shape": {"type": "object", "pattern": "(a)\\1"}}]
+        return (await self.send("POST", "/query", bodies[next(self.turns) % len(bodies)]))[0]
+
+
+    async def odd_methods(self) -> int:
+        """Made-up HTTP methods and paths: each answered 404/405, none adding a metric series (item 16)."""
+        n = next(self.turns)
+        statuses = [(await self.send(f"M{n:05d}X", "/v1/knowledge/query"))[0],
+                    (await self.send("GET", f"/no/such/path/{n}"))[0]]
+        return max(statuses)
+
+    async def explorer_errors(self) -> int:
+        """The explorer's 404 and 405 (item 17): HTML pages, never a 5xx."""
+        n = next(self.turns)
+        return max((await self.send("GET", f"/explorer/no/such/page/{n}"))[0],
+                   (await self.send("DELETE", "/explorer/"))[0])
+
+    async def loose_json(self) -> int:
+        """UTF-16, a byte order mark, duplicate keys (item 18): 400 each."""
+        text = json.dumps(ASK)
+        bodies = [text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode(), text[:-1].encode() + b', "ask": "again"}']
         return (await self.send("POST", "/query", bodies[next(self.turns) % len(bodies)]))[0]
 
 
