@@ -108,7 +108,7 @@ def fake_upstream() -> ThreadingHTTPServer:
 def start_relay(root: Path, workers: int, llm: str, extra: list[str]) -> Relay:
     data, port, log = root / "data", free_port(), root / "serve.log"
     args = [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(workers), "--write-rate", "0", "--read-rate", "0",
+            "--port", str(port), "--workers", str(workers),  # every rate limit at its default
             "--knowql-llm-base-url", llm, "--knowql-llm-model", "fake", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     with open(log, "wb") as out:
