@@ -60,6 +60,8 @@ HOSTILE_IP, OTHER_IP = "127.0.0.1", "127.0.0.2"
 CLASSES = ("fan_out", "all_of", "flood", "background", "tails", "llm_keepalive", "llm_endless", "long_session",
            "malformed", "odd_methods", "explorer_errors", "loose_json")
 HOSTILE_IPS = {name: f"127.0.1.{n + 1}" for n, name in enumerate(CLASSES)}
+#: --one-client: every attack from one address (the issue's "one client"), not one address per class
+ONE_CLIENT = False
 _current_class: contextvars.ContextVar[str] = contextvars.ContextVar("soak_class", default="")
 ASK = {"ask": "cache restart", "scope": ["knowledge"]}
 UPSTREAM_SECONDS = 60.0
@@ -221,6 +223,8 @@ class Hostile:
     @staticmethod
     def source() -> str:
         """The class's own client IP (127.0.1.<n>): every attack gets its own per-client budget."""
+        if ONE_CLIENT:
+            return HOSTILE_IP
         return HOSTILE_IPS.get(_current_class.get(), HOSTILE_IP)
 
     async def send(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -389,9 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hostile", type=int, default=6, help="concurrent hostile loops (default 6)")
     parser.add_argument("--asks", type=int, default=40, help="the other client's quiet turns (default 40)")
     parser.add_argument("--workers", type=int, default=1, help="relay workers (default 1)")
+    parser.add_argument("--one-client", action="store_true",
+                        help="send every attack from one address (default: one address per attack class)")
     parser.add_argument("--serve-args", default="", help="more `akrelay serve` options, e.g. '--knowql-rate 2'")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="client deadline per request")
     args = parser.parse_args(argv)
+    global ONE_CLIENT
+    ONE_CLIENT = args.one_client
     upstream = fake_upstream()
     root = Path(tempfile.mkdtemp(prefix="akrelay-soak-knowql-"))
     relay = start_relay(root, args.workers, f"http://127.0.0.1:{upstream.server_address[1]}/v1",
