@@ -61,3 +61,19 @@ def test_audit_ok_then_every_kind_of_lie(node: Node, tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(AuditFailure, match="do not hash to the checkpoint's root"):
         audit(client_of(node), full=True)
+
+
+def test_audit_escapes_what_the_relay_says(monkeypatch, capsys, tmp_path) -> None:
+    """A relay's error message reaches the terminal escaped (issue 24 item 12, for ``audit`` too)."""
+    import akrelay.service.audit as audit_module
+    from akrelay.cli import main
+    from akrelay.client import ServiceError
+
+    def refuse(*args, **kwargs):
+        raise ServiceError(400, "invalid_request", "bad\x1b]0;pwned\x07 size\x1b[2J\u009b31m")
+
+    monkeypatch.setattr(audit_module, "audit", refuse)
+    code = main(["audit", "https://relay.example", "--state", str(tmp_path / "state.json")])
+    err = capsys.readouterr().err
+    assert code != 0 and "the relay refused a log read" in err
+    assert "\x1b" not in err and "\x07" not in err and "\u009b" not in err, repr(err)

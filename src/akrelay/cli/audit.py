@@ -57,8 +57,13 @@ class _Progress:
 def cmd_audit(args: argparse.Namespace) -> int:
     import httpx
 
+    from akrelay.cli.terminal import printable
     from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
     from akrelay.service.audit import AuditFailure, State, audit
+
+    def say(text: str, *, err: bool = True) -> None:
+        # what a relay sent (its error messages, its checkpoint's origin) reaches the terminal escaped
+        print(printable(text), file=sys.stderr if err else sys.stdout)
 
     state_path = Path(args.state) if args.state else default_state()
     try:
@@ -66,26 +71,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
         with RelayClient(args.url, cacert=args.cacert) as client:
             result = audit(client, pinned=args.key, state=state, full=args.full, progress=_Progress())
     except AuditFailure as exc:
-        print(f"audit: MISMATCH: {exc}", file=sys.stderr)
+        say(f"audit: MISMATCH: {exc}")
         return EXIT_MISMATCH
     except ServiceError as exc:
-        print(f"audit: the relay refused a log read: {exc.code} ({exc.status}): {exc.message}", file=sys.stderr)
+        say(f"audit: the relay refused a log read: {exc.code} ({exc.status}): {exc.message}")
         return EXIT_MISMATCH if exc.status == 400 else EXIT_USAGE
     except ResponseError as exc:
-        print(f"audit: invalid response: {exc.message}", file=sys.stderr)
+        say(f"audit: invalid response: {exc.message}")
         return EXIT_MISMATCH
     except httpx.HTTPError as exc:
-        print(f"audit: {connection_failure(exc, args.url, args.cacert)}", file=sys.stderr)
+        say(f"audit: {connection_failure(exc, args.url, args.cacert)}")
         return EXIT_USAGE
     except ValueError as exc:
-        print(f"audit: {exc}", file=sys.stderr)
+        say(f"audit: {exc}")
         return EXIT_USAGE
     cp = result.checkpoint
     since = f", consistent with size {result.previous} seen before" if result.previous is not None else ", first seen"
-    print(f"audit: ok: {cp.origin} size {cp.size} root {cp.root.hex()}{since}")
+    say(f"audit: ok: {cp.origin} size {cp.size} root {cp.root.hex()}{since}", err=False)
     if args.full:
-        print(f"audit: ok: {result.entries} entries hash to the root; {result.records} records verified, "
-              f"{result.withheld} withheld")
+        say(f"audit: ok: {result.entries} entries hash to the root; {result.records} records verified, "
+            f"{result.withheld} withheld", err=False)
     return 0
 
 
