@@ -27,6 +27,7 @@ import re
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import httpx
@@ -205,8 +206,7 @@ class ChatCompletionsComposer:
         parts: list[str] = []
         size = 0
         usage: dict[str, int] = {}
-        watchdog = _Watchdog(response, turn.deadline, self.clock)
-        try:
+        with self._guarded(response, turn, "stream") as watchdog:
             for line in self._lines(response, watchdog):
                 if not line.startswith("data:"):
                     continue
@@ -226,15 +226,22 @@ class ChatCompletionsComposer:
                             raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
                         parts.append(delta)
                         emit(delta)
+        return "".join(parts), usage
+
+    @contextmanager
+    def _guarded(self, response: httpx.Response, turn: TurnInput, what: str) -> Iterator[_Watchdog]:
+        """Read ``response`` under the turn's watchdog; a stall or a broken read is the composer's error."""
+        watchdog = _Watchdog(response, turn.deadline, self.clock)
+        try:
+            yield watchdog
         except httpx.TimeoutException:
             raise ComposerError(f"the model endpoint stalled beyond {self._timeout_text(turn)}") from None
         except httpx.HTTPError as exc:
             watchdog.check()
-            raise ComposerError(f"the model endpoint's stream broke: {type(exc).__name__}") from None
+            raise ComposerError(f"the model endpoint's {what} broke: {type(exc).__name__}") from None
         finally:
             watchdog.stop()
             response.close()
-        return "".join(parts), usage
 
     def _shaped(self, messages: list[dict[str, str]], turn: TurnInput,
                 sources: dict[str, dict[str, Any]]) -> Composition:
@@ -249,17 +256,8 @@ class ChatCompletionsComposer:
                     "response_format": {"type": "json_schema",
                                         "json_schema": {"name": "shape", "schema": turn.shape, "strict": False}}}
             response = self._call(body, turn)
-            watchdog = _Watchdog(response, turn.deadline, self.clock)
-            try:
+            with self._guarded(response, turn, "reply") as watchdog:
                 raw = self._body(response, watchdog)
-            except httpx.TimeoutException:
-                raise ComposerError(f"the model endpoint stalled beyond {self._timeout_text(turn)}") from None
-            except httpx.HTTPError as exc:
-                watchdog.check()
-                raise ComposerError(f"the model endpoint's reply broke: {type(exc).__name__}") from None
-            finally:
-                watchdog.stop()
-                response.close()
             try:
                 reply = json.loads(raw)
                 text = reply["choices"][0]["message"]["content"]
