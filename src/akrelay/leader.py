@@ -2,7 +2,8 @@
 
 Granian runs several worker processes on one data directory, and some jobs
 must have exactly one runner: the Tantivy writer (one writer per index), the
-sync loop (one writer per peer checkpoint), the KIP snapshot writer. The
+sync loop (one writer per peer checkpoint), the KIP snapshot writer, the Redis
+store's node-local text index (:mod:`akrelay.store.redis_text`). The
 process that holds an exclusive, non-blocking ``flock`` on the job's lock file
 is its leader; the kernel drops the lock when the holder dies, so a killed
 leader is replaced by the next process that asks and no stale lock survives.

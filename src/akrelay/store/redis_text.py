@@ -27,7 +27,6 @@ the SQLite store follows its own log, and the store asks it only for *candidates
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+from akrelay.leader import LeaderLock
 from akrelay.store.follow import LogFollower
 from akrelay.store.sqlite_planner import fts_query
 
@@ -71,36 +71,6 @@ def digest(value: bytes) -> str:
 def indexable(texts: Sequence[str]) -> list[str]:
     """The ``q`` terms the trigram index can narrow: three or more characters and no NUL."""
     return [t for t in texts if len(t) >= 3 and "\x00" not in t]
-
-
-class _WriterLock:
-    """The non-blocking ``flock`` that elects one writing process per index file (the kernel drops it on death).
-
-    The store cannot use :class:`akrelay.leader.LeaderLock`: that module sits above the store.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> bool:
-        if self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-            except BlockingIOError:
-                os.close(fd)
-        return self._fd is not None
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)  # closing the only descriptor drops the flock
 
 
 @dataclass(slots=True)
@@ -143,7 +113,8 @@ class TextIndex:
     def __init__(self, path: str | os.PathLike[str], log_id: str) -> None:
         self.path = Path(path)
         self.log_id = log_id
-        self.leader = _WriterLock(self.path.with_name(self.path.name + ".lock"))
+        #: elects the one writing process of the data directory (the kernel drops it when that process dies)
+        self.leader = LeaderLock(self.path.with_name(self.path.name + ".lock"))
         self._writer: sqlite3.Connection | None = None
         self._writer_inode = -1
         #: one writing thread at a time in this process (the leader lock is per process)
