@@ -1,4 +1,4 @@
-"""The node-local trigram index of a Redis log's search text (``q`` candidates for :class:`RedisStore`).
+"""The node-local trigram index of a Redis log's search text (``q`` candidates for the Redis store).
 
 Why node-local (docs/architecture.md, "The Redis store", weighs it against posting
 sets in Redis): the trigram postings of ~1.5 KiB of text per record would cost
@@ -36,14 +36,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-from akrelay.leader import LeaderLock
-from akrelay.store.follow import LogFollower
+from akrelay.store.leader_lock import LeaderLock
 from akrelay.store.sqlite_planner import fts_query
-
-if TYPE_CHECKING:
-    from akrelay.store.redis import RedisStore
 
 log = logging.getLogger("akrelay.store.redis_text")
 
@@ -333,33 +329,4 @@ class TextIndex:
         self.leader.release()
 
 
-class TextIndexer(LogFollower):
-    """Keeps this node's text index caught up with the shared log (the elected worker of the data directory).
-
-    Paced like the SQLite store's indexer: trigram indexing costs about half a
-    millisecond of CPU per record, which ingest needs more while the log grows,
-    so a step takes :attr:`busy_batch` records while the checkpoint moves and
-    :attr:`batch` while it is still; queries scan whatever it has not reached.
-    """
-
-    thread_name = "akrelay-redis-text-indexer"
-    min_step_interval = 0.25
-    busy_batch = 32
-
-    def __init__(self, store: RedisStore, *, interval: float = 0.2, batch: int = 500) -> None:
-        super().__init__(interval=interval)
-        self.store = store
-        self.batch = batch
-        self._last = -1
-
-    def position(self) -> int:
-        index = self.store.text_index
-        return index.state()[0] if index is not None and index.leader.held else 0
-
-    def step(self) -> int:
-        checkpoint = self.store.checkpoint()
-        busy, self._last = checkpoint != self._last and self._last >= 0, checkpoint
-        return self.store.index_text(self.busy_batch if busy else self.batch)
-
-
-__all__ = ["FORMAT", "TEXT_INDEX_FILE", "Snapshot", "TextIndex", "TextIndexer", "digest", "fts_query", "indexable"]
+__all__ = ["FORMAT", "TEXT_INDEX_FILE", "Snapshot", "TextIndex", "digest", "fts_query", "indexable"]

@@ -53,6 +53,7 @@ from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts
 from akrelay.store.schema import ensure_schema
 from akrelay.store.sqlite_background import BackgroundWork
+from akrelay.store.text_indexer import TextIndexer
 from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_schema import SCHEMA
@@ -151,9 +152,9 @@ class SqliteStore(BackgroundWork):
             raise
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
-        self._indexer: threading.Thread | None = None
+        self._indexer: TextIndexer | None = None
         if text_indexer:
-            self._indexer = threading.Thread(target=self._run_text_indexer, name="akrelay-text-index", daemon=True)
+            self._indexer = self.text_indexer()
             self._indexer.start()
         self._checkpoint_interval = checkpoint_interval
         self._checkpointer: threading.Thread | None = None
@@ -612,7 +613,9 @@ class SqliteStore(BackgroundWork):
         if self._closed:
             return
         self._stop.set()
-        for thread in (self._indexer, self._checkpointer):
+        if self._indexer is not None:
+            self._indexer.stop()  # a step in progress finishes first, on the open store
+        for thread in (self._checkpointer,):
             if thread is not None and thread is not threading.current_thread():
                 with self._write_lock:  # let a step that holds the commit point finish first
                     self._closed = True
