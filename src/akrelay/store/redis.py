@@ -47,7 +47,8 @@ import redis.exceptions
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
-from akrelay.store.base import LogEntry, Record, StoreRefused, StoreUnavailable, event_hash_bytes, indexed_facts, term_key
+from akrelay.store.base import (LogEntry, Queryable, QueryParams, Record, StoreRefused, StoreUnavailable, event_hash_bytes,
+                                indexed_facts)
 from akrelay.store.tlog import append_entries, leaf_of
 from akrelay.store import redis_client
 from akrelay.store.redis_client import RETRY_AFTER, connect, describe
@@ -501,7 +502,7 @@ class _Filters:
                 len(self.terms), *self.terms, len(self.texts), *self.texts]
 
 
-class RedisStore:
+class RedisStore(Queryable):
     """The shared acceptance log (``redis://``); see the module docstring for the design."""
 
     #: Candidates one query script call may examine before handing back to the client.
@@ -636,27 +637,14 @@ class RedisStore:
             after = out[-1].seq
         return out
 
-    def query(
-        self,
-        request_terms: Iterable[str | tuple[str, str]] = (),
-        created_from: int | None = None,
-        created_before: int | None = None,
-        text_terms: Iterable[str] = (),
-        *,
-        after_seq: int = 0,
-        upto_seq: int | None = None,
-        limit: int = 100,
-        include_withheld: bool = False,
-    ) -> list[Record]:
+    def select(self, params: QueryParams) -> list[Record]:
         """Exact, complete enumeration: text-index candidates verified in Redis where that is the
         narrower path (see :meth:`_query_indexed`), else server-side scans of bounded size, resumed
         until ``limit`` or the end."""
-        terms = sorted({term_key(t) for t in request_terms})
-        texts = list(dict.fromkeys(text_terms))
-        if limit <= 0:
-            return []
-        filters = _Filters(terms, texts, created_from, created_before, include_withheld)
-        after = int(after_seq)
+        texts, upto_seq, limit = list(params.texts), params.upto_seq, params.limit
+        filters = _Filters(list(params.terms), texts, params.created_from, params.created_before,
+                           params.include_withheld)
+        after = int(params.after_seq)
         if self.text_index is not None and indexable(texts):
             indexed = self._query_indexed(filters, after, upto_seq, limit)
             if indexed is not None:

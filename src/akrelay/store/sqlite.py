@@ -50,7 +50,7 @@ from typing import Callable, Iterable, Sequence, TypeVar, cast
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
-from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts
+from akrelay.store.base import LogEntry, Queryable, QueryParams, Record, event_hash_bytes, indexed_facts
 from akrelay.store.schema import ensure_schema
 from akrelay.store.sqlite_background import BackgroundWork
 from akrelay.store.text_indexer import TextIndexer
@@ -83,7 +83,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-class SqliteStore(BackgroundWork):
+class SqliteStore(BackgroundWork, Queryable):
     """The embedded default store (one file, WAL, safe across processes)."""
 
     #: ``q`` pages may first scan this many ``seq`` values exactly before using the
@@ -232,24 +232,9 @@ class SqliteStore(BackgroundWork):
         ).fetchall()
         return [record_of(row) for row in rows]
 
-    def query(
-        self,
-        request_terms: Iterable[str | tuple[str, str]] = (),
-        created_from: int | None = None,
-        created_before: int | None = None,
-        text_terms: Iterable[str] = (),
-        *,
-        after_seq: int = 0,
-        upto_seq: int | None = None,
-        limit: int = 100,
-        include_withheld: bool = False,
-    ) -> list[Record]:
+    def select(self, params: QueryParams) -> list[Record]:
         """One exact page; the plan is :func:`akrelay.store.sqlite_planner.run_query`'s."""
-        return run_query(
-            self._reader(), request_terms, created_from, created_before, text_terms, after_seq=after_seq,
-            upto_seq=upto_seq, limit=limit, include_withheld=include_withheld,
-            probe_window=self.probe_window, density_window=self.density_window,
-        )
+        return run_query(self._reader(), params, probe_window=self.probe_window, density_window=self.density_window)
 
     # -- writes ------------------------------------------------------------
     def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
