@@ -251,6 +251,31 @@ def test_no_import_cycles_between_layer_packages() -> None:
     assert _cycles(packages) == []
 
 
+def _private_imports(path: Path, name: str) -> list[tuple[str, str, int]]:
+    """``(module, private name, line)`` for each ``from akrelay.x import _y`` in ``path``."""
+    out = []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.extend((target, a.name, node.lineno) for a in node.names
+                       if a.name.startswith("_") and not a.name.startswith("__") and target.startswith("akrelay"))
+    return out
+
+
+def test_redis_and_sqlite_code_share_no_private_names() -> None:
+    """A rule both backends need lives in a module of its own (``knowql.lifecycle``, ``store.text_indexer``,
+    ``store.leader_lock``): a Redis module reaching into another's private names copies a rule instead."""
+    offenders = [f"{name}:{line} imports {target}.{private}"
+                 for name, path in sources() for target, private, line in _private_imports(path, name)
+                 if "redis" in name.rpartition(".")[2] or "redis" in target.rpartition(".")[2]]
+    assert offenders == []
+
+
 def test_sans_io_layers_import_no_io_and_read_no_clock() -> None:
     offenders = []
     sans_io = {index for index, (label, _) in enumerate(LAYERS) if label in SANS_IO}
