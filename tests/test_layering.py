@@ -94,16 +94,20 @@ def imports(path: Path, name: str | None = None, *, runtime_only: bool = False) 
         if isinstance(node, ast.Import):
             out.extend((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             subs = [f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")]
             out.extend((sub, node.lineno) for sub in subs)
             if len(subs) < len(node.names):
                 out.append((target, node.lineno))
     return out
+
+
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names (relative levels resolved against ``package``)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _is_module(name: str) -> bool:
@@ -257,11 +261,7 @@ def _private_imports(path: Path, name: str) -> list[tuple[str, str, int]]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             out.extend((target, a.name, node.lineno) for a in node.names
                        if a.name.startswith("_") and not a.name.startswith("__") and target.startswith("akrelay"))
     return out
