@@ -4,7 +4,8 @@ Every module belongs to one layer (the longest matching prefix in ``LAYERS``);
 a module may import its own layer and the layers below it, never one above.
 Relative imports are resolved first, and imports inside functions count (a
 lazy import is still a dependency). Separately, the module graph has no cycles,
-and the sans-I/O layers (the protocol core and the KIP core with KQL) import no
+not even through imports under ``TYPE_CHECKING`` (a cycle that only type hints
+close still ties the two modules into one), and the sans-I/O layers (the protocol core and the KIP core with KQL) import no
 I/O library and read no clock.
 """
 
@@ -38,6 +39,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("http", ("akrelay.http", "akrelay.tls")),
     # pages and documents over the components: the explorer, /metrics, /openapi.json
     ("web", ("akrelay.explorer", "akrelay.observability", "akrelay.openapi", "akrelay.web")),
+    # the app that mounts every component's routes and pages: nothing it mounts may import it
+    ("app", ("akrelay.http.app",)),
     ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (in akrelay.http)
     ("server", ("akrelay.server", "akrelay.app", "akrelay.followers")),
     ("cli", ("akrelay.cli", "akrelay.__main__")),
@@ -91,16 +94,20 @@ def imports(path: Path, name: str | None = None, *, runtime_only: bool = False) 
         if isinstance(node, ast.Import):
             out.extend((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             subs = [f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")]
             out.extend((sub, node.lineno) for sub in subs)
             if len(subs) < len(node.names):
                 out.append((target, node.lineno))
     return out
+
+
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names (relative levels resolved against ``package``)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _is_module(name: str) -> bool:
@@ -225,6 +232,14 @@ def test_no_import_cycles_between_modules() -> None:
     assert _cycles(_graph()) == []
 
 
+def test_no_import_cycles_even_through_type_checking_imports() -> None:
+    """``store.redis`` and ``store.redis_text``, ``kip.meta`` and ``kip.runtime`` were one such pair each:
+    the lower module names what it needs as a Protocol instead of importing its caller."""
+    names = {name for name, _ in sources()}
+    graph = {name: {t for t, _ in imports(path) if t in names and t != name} for name, path in sources()}
+    assert _cycles(graph) == []
+
+
 def test_no_import_cycles_between_layer_packages() -> None:
     """``kip`` and ``kip.kql`` (and any two packages) do not import each other, even through a third."""
     packages: dict[str, set[str]] = {}
@@ -238,6 +253,27 @@ def test_no_import_cycles_between_layer_packages() -> None:
     for source, target in pending:
         packages[source].discard(target)
     assert _cycles(packages) == []
+
+
+def _private_imports(path: Path, name: str) -> list[tuple[str, str, int]]:
+    """``(module, private name, line)`` for each ``from akrelay.x import _y`` in ``path``."""
+    out = []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            target = _from_target(node, package)
+            out.extend((target, a.name, node.lineno) for a in node.names
+                       if a.name.startswith("_") and not a.name.startswith("__") and target.startswith("akrelay"))
+    return out
+
+
+def test_redis_and_sqlite_code_share_no_private_names() -> None:
+    """A rule both backends need lives in a module of its own (``knowql.lifecycle``, ``store.text_indexer``,
+    ``store.leader_lock``): a Redis module reaching into another's private names copies a rule instead."""
+    offenders = [f"{name}:{line} imports {target}.{private}"
+                 for name, path in sources() for target, private, line in _private_imports(path, name)
+                 if "redis" in name.rpartition(".")[2] or "redis" in target.rpartition(".")[2]]
+    assert offenders == []
 
 
 def test_sans_io_layers_import_no_io_and_read_no_clock() -> None:

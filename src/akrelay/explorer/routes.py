@@ -22,7 +22,7 @@ from litestar.response.base import ASGIResponse
 import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
 from akrelay.explorer import views
 from akrelay.explorer.html import BASE, SECURITY_HEADERS
-from akrelay.http.app import query_pairs
+from akrelay.http.querystring import query_pairs
 from akrelay.observability import sources
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Protocol
-from urllib.parse import parse_qsl
 
 import anyio
 import msgspec
@@ -28,21 +27,17 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON
 from akrelay.http.health import Readiness, health_routes
+from akrelay.http.querystring import query_pairs
 from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, check_content_type, client_ip,
                                  refuse_rate_limited)
 from akrelay.http.ratelimit import RateLimits, TokenBucket, open_rate_limits, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
-from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.service.relay import Relay
 
 log = logging.getLogger("akrelay.http")
-
-#: Query strings with more pairs than this are refused before reaching the core.
-MAX_QUERY_PAIRS = 64
-
 
 def _json(body: bytes) -> ASGIResponse:
     """A 200 JSON answer as Litestar's low-level response: no serialization step at all."""
@@ -52,18 +47,6 @@ def _json(body: bytes) -> ASGIResponse:
 def _require_json(request: Request) -> None:
     """POST bodies are JSON (Knowledge §9.1); anything else is ``invalid_request``."""
     check_content_type(request.headers.get("content-type"))
-
-
-def query_pairs(raw: bytes) -> list[tuple[str, str]]:
-    """Decode a query string as application/x-www-form-urlencoded, keeping order and repeats."""
-    try:
-        text = raw.decode("ascii")
-        return parse_qsl(text, keep_blank_values=True, strict_parsing=False,
-                         encoding="utf-8", errors="strict", max_num_fields=MAX_QUERY_PAIRS)
-    except UnicodeDecodeError:
-        raise ProtocolError("invalid_request", "The query string is not valid percent-encoded UTF-8.") from None
-    except ValueError:
-        raise ProtocolError("invalid_request", f"The query string has more than {MAX_QUERY_PAIRS} parameters.") from None
 
 
 class Node(Protocol):

@@ -43,7 +43,7 @@ MAX_INFLIGHT = 4
 
 
 def check_content_type(content_type: str | None) -> None:
-    """The POST content-type rule (JSON, UTF-8) on the header value; ``akrelay.http.app._require_json`` applies it too."""
+    """The POST content-type rule (JSON, UTF-8) on the header value; every JSON POST endpoint applies it."""
     if content_type is None:
         raise ProtocolError("invalid_request", "Content-Type must be application/json.")
     if content_type == JSON:  # the common case, no parsing

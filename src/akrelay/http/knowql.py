@@ -189,9 +189,9 @@ def routes(component: KnowqlComponent) -> list[Any]:
     @post(QUERY_PATH, status_code=200, opt={"rate": "knowql"})
     async def query(request: Request) -> ASGIResponse:
         async def work(version: str) -> Any:
-            from akrelay.http.app import _require_json
+            from akrelay.http.ingest import check_content_type
 
-            _require_json(request)
+            check_content_type(request.headers.get("content-type"))
             value = parse_body(await request.body())
             if isinstance(value, dict) and value.get("shape") is not None:
                 # Off the loop: checking a shape is bounded (knowql.shape) but not free, and a

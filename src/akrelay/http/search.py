@@ -92,9 +92,9 @@ class SearchComponent:
     def routes(self) -> list[Any]:
         @post(self.relay.config.search_path, status_code=200)
         async def search(request: Request) -> ASGIResponse:
-            from akrelay.http.app import _require_json
+            from akrelay.http.ingest import check_content_type
 
-            _require_json(request)
+            check_content_type(request.headers.get("content-type"))
             body = await request.body()
             page = await anyio.to_thread.run_sync(self.service.search, body)
             return ASGIResponse(body=page.to_json(), status_code=200, media_type=JSON)

@@ -84,7 +84,7 @@ class LogComponent:
         offload = bool(getattr(self.relay.store, "blocking_io", False))
 
         def params(request: Request) -> dict[str, str]:
-            from akrelay.http.app import query_pairs
+            from akrelay.http.querystring import query_pairs
 
             return dict(query_pairs(request.scope["query_string"]))
 

@@ -7,7 +7,7 @@ serve answer ``UnsupportedCapability`` (§67).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from akrelay import __version__
 from akrelay.kip import grounding
@@ -21,12 +21,38 @@ from akrelay.kip.projection import POLICIES, policy as resolve_policy
 from akrelay.kip.timefmt import parse_kip_timestamp
 
 if TYPE_CHECKING:
-    from akrelay.kip.runtime import KipRuntime
+    from akrelay.kip.config import KipConfig
+    from akrelay.kip.nexus import NexusBase
+    from akrelay.kip.package import SchemaEnvironment
+    from akrelay.kip.paging import CursorCodec
+
+
+class MetaRuntime(Protocol):
+    """What META reads of the runtime that calls it (:class:`akrelay.kip.runtime.KipRuntime`).
+
+    A protocol, not the class: the runtime calls this module, so importing it back
+    would make the two modules a cycle.
+    """
+
+    @property
+    def config(self) -> KipConfig: ...
+    @property
+    def environment(self) -> SchemaEnvironment: ...
+    @property
+    def nexus(self) -> NexusBase: ...
+    @property
+    def cursors(self) -> CursorCodec: ...
+    @property
+    def budget_ms(self) -> int | None: ...
+    def kql_available(self) -> bool: ...
+    def type_count(self, type_name: str, seq: int) -> int: ...
+    def symbol_view(self, name: str, ref: str, sym: dict[str, Any]) -> dict[str, Any]: ...
+    def snapshot_at_time(self, at_ms: int, head: int) -> int: ...
 
 #: A command's bound parameters; a handler's answer: ``(result, extra result context)``.
 Params = Mapping[str, Any]
 Outcome = tuple[Any, dict[str, Any]]
-Handler = Callable[["KipRuntime", Any, Params, int], Outcome]
+Handler = Callable[["MetaRuntime", Any, Params, int], Outcome]
 
 MAX_LIMIT = 100
 DEFAULT_SEARCH_LIMIT = 20
@@ -71,12 +97,12 @@ LIMITS = {"max_operations_per_request": 32, "max_list_limit": MAX_LIMIT, "max_se
           "max_regex_subject": MAX_SUBJECT}
 
 
-def _limits(rt: "KipRuntime") -> dict[str, Any]:
+def _limits(rt: "MetaRuntime") -> dict[str, Any]:
     """The declared limits, with this runtime's CPU budget per request (``None``: unlimited)."""
     return {**LIMITS, "cpu_budget_ms": rt.budget_ms}
 
 
-def execute(rt: "KipRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
+def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
     """Run one parsed META command at snapshot ``seq``: ``(result, extra result context)``."""
     missing = sorted(n for n in cmd.parameter_names() if n not in params)
     if missing:
@@ -89,13 +115,13 @@ def execute(rt: "KipRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], s
     return handler(rt, cmd, params, seq)
 
 
-def _as_of(rt: "KipRuntime", value: Any, params: Mapping[str, Any], seq: int) -> int:
+def _as_of(rt: "MetaRuntime", value: Any, params: Mapping[str, Any], seq: int) -> int:
     if value is None:
         return seq
     return rt.nexus.check_seq(check_seq(resolve(value, params)))
 
 
-def _primer(rt: KipRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -> Any:
+def _primer(rt: MetaRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -> Any:
     mode = resolve(cmd.mode, params) or "compact"
     if mode not in ("compact", "full"):
         raise KipError("ConstraintViolation", 'PRIMER MODE must be "compact" or "full"')
@@ -136,11 +162,11 @@ def _primer(rt: KipRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -
     }
 
 
-def _count_type(rt: KipRuntime, type_name: str, seq: int) -> int:
+def _count_type(rt: MetaRuntime, type_name: str, seq: int) -> int:
     return rt.type_count(type_name, seq)
 
 
-def _protocol(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _protocol(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
     return {
         "kip": "2.0", "specification": "KIP 2.0 (2.0-draft)", "runtime": "readonly",
         "engine": {"name": "akrelay", "version": __version__},
@@ -153,7 +179,7 @@ def _protocol(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
     }
 
 
-def _capabilities(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _capabilities(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
     supported = dict(SUPPORTED_CAPABILITIES)
     supported.update(ENGINE_CAPABILITIES)
     return {
@@ -169,7 +195,7 @@ def _capabilities(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
     }
 
 
-def _space(rt: KipRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> Any:
+def _space(rt: MetaRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> Any:
     wanted = resolve(cmd.space, params)
     if wanted is not None and wanted != rt.nexus.space_id:
         raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
@@ -181,13 +207,13 @@ def _space(rt: KipRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> 
             "elements": rt.nexus.counts(seq)}
 
 
-def _schema_env(rt: KipRuntime, cmd: ast.DescribeSchemaEnvironment, params: Params, seq: int) -> Any:
+def _schema_env(rt: MetaRuntime, cmd: ast.DescribeSchemaEnvironment, params: Params, seq: int) -> Any:
     at = _as_of(rt, cmd.as_of_seq, params, seq)
     return {**rt.environment.describe(), "space_id": rt.nexus.space_id, "as_of_seq": at}
 
 
-def _describe_symbol(kind: str) -> Callable[[KipRuntime, Any, Params, int], Any]:
-    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _describe_symbol(kind: str) -> Callable[[MetaRuntime, Any, Params, int], Any]:
+    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
         name = check_string(resolve(cmd.name, params), kind)
         ref, sym = rt.environment.resolve(name, "ConceptType" if kind == "TYPE" else "Predicate")
         local = ref.rsplit("/", 1)[1]
@@ -195,7 +221,7 @@ def _describe_symbol(kind: str) -> Callable[[KipRuntime, Any, Params, int], Any]
     return run
 
 
-def _policy(rt: KipRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Any:
+def _policy(rt: MetaRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Any:
     name = resolve(cmd.policy, params)
     if name is not None:
         check_string(name, "EPISTEMIC POLICY")
@@ -204,7 +230,7 @@ def _policy(rt: KipRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, se
             "trust_state_version": rt.config.trust.version}
 
 
-def _snapshot(rt: KipRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: int) -> Any:
+def _snapshot(rt: MetaRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: int) -> Any:
     if cmd.at_time is not None:
         at_text = resolve(cmd.at_time, params)
         if not isinstance(at_text, str):
@@ -223,7 +249,7 @@ def _snapshot(rt: KipRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: in
             "schema_environment_version": rt.environment.version, "head_seq": seq}
 
 
-def _paged(rt: KipRuntime, family: str, items: list[Any], cmd: Any, params: Params, seq: int,
+def _paged(rt: MetaRuntime, family: str, items: list[Any], cmd: Any, params: Params, seq: int,
            binding: Any) -> Outcome:
     limit = check_limit(resolve(cmd.limit, params)) if cmd.limit is not None else MAX_LIMIT
     if limit > MAX_LIMIT:
@@ -241,20 +267,20 @@ def _paged(rt: KipRuntime, family: str, items: list[Any], cmd: Any, params: Para
 
 
 def _list_symbols(kind: str, family: str) -> Handler:
-    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
         items = [{"name": n, "ref": r, "kind": kind, "description": s.get("description")}
                  for n, r, s in rt.environment.symbols_of(kind)]
         return _paged(rt, family, items, cmd, params, seq, [family])
     return run
 
 
-def _list_policies(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+def _list_policies(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
     items = [{**p.identity(), "description": p.description, "default": p.id == rt.config.default_policy}
              for p in sorted(POLICIES.values(), key=lambda p: p.id)]
     return _paged(rt, "LIST EPISTEMIC POLICIES", items, cmd, params, seq, ["LIST EPISTEMIC POLICIES"])
 
 
-def _search(rt: KipRuntime, cmd: ast.Search, params: Params, seq: int) -> Outcome:
+def _search(rt: MetaRuntime, cmd: ast.Search, params: Params, seq: int) -> Outcome:
     kind = cmd.kind.lower()
     if kind not in ("concept", "proposition", "assertion", "evidence"):
         raise KipError("UnsupportedCapability", f"SEARCH {cmd.kind} is not served (CONCEPT, PROPOSITION, ASSERTION, "
@@ -300,8 +326,8 @@ def _search(rt: KipRuntime, cmd: ast.Search, params: Params, seq: int) -> Outcom
     return result, context
 
 
-def _plain(fn: Callable[[KipRuntime, Any, Params, int], Any]) -> Handler:
-    def run(rt: KipRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+def _plain(fn: Callable[[MetaRuntime, Any, Params, int], Any]) -> Handler:
+    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
         return fn(rt, cmd, params, seq), {}
     return run
 

@@ -34,7 +34,8 @@ import redis.client
 import redis.exceptions
 
 from akrelay.knowql.errors import conflict, not_found
-from akrelay.knowql.store import _EVENT_OF, TERMINAL, _dump, rfc3339
+from akrelay.knowql import lifecycle
+from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, rfc3339
 from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.redis_client import connect, unavailable
 
@@ -190,10 +191,8 @@ class RedisTurnStore:
         if doc is None:
             return None
         now = self.clock() if now is None else now
-        if status == b"in_progress" and now > float(deadline or 0):
-            limit = json.loads(doc).get("_timeout")
-            message = f"timed out after {limit} s" if limit else "timed out"
-            self.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+        if lifecycle.expired(_text(status), float(deadline or 0), now):
+            self.finish(query_id, "failed", *lifecycle.timeout(json.loads(doc)))
             return self.get_query(query_id, now=now)
         return json.loads(doc)  # type: ignore[no-any-return]
 
@@ -219,20 +218,13 @@ class RedisTurnStore:
             if current != b"in_progress" or doc_text is None:
                 return False
             inflight = pipe.hget(skey, "inflight")
-            doc = json.loads(doc_text)
-            doc.update(fields)
-            doc["status"] = status
-            doc["runtime_ms"] = max(0, int(round((now - doc.get("_started", now)) * 1000)))
-            terminal = dict(event or {"type": _EVENT_OF[status]})
-            terminal.setdefault("type", _EVENT_OF[status])
-            terminal["query_id"] = query_id
-            if status != "completed" and "error" not in terminal and doc.get("error"):
-                terminal["error"] = doc["error"]
+            doc = lifecycle.finished(json.loads(doc_text), status, fields, now)
+            terminal = lifecycle.terminal_event(query_id, status, event, doc)
             pipe.multi()
             pipe.hset(qkey, mapping={"status": status, "doc": _dump(doc)})
             if inflight is not None and inflight.decode() == query_id:
                 pipe.hset(skey, mapping={"inflight": "", "updated": rfc3339(now)})
-            events = [dict(progress, query_id=query_id) for progress in pending] + [terminal]
+            events = lifecycle.progress_events(query_id, pending) + [terminal]
             pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
             pipe.hincrby(self._counts, "in_progress", -1)
             pipe.hincrby(self._counts, status, 1)
@@ -257,7 +249,7 @@ class RedisTurnStore:
                 return 0
             pipe.multi()
             pipe.publish(self._wake, query_id)  # delivered after EXEC: a woken tail reads the push
-            pipe.rpush(ekey, *(_dump(dict(e, query_id=query_id)) for e in events))
+            pipe.rpush(ekey, *(_dump(e) for e in lifecycle.progress_events(query_id, events)))
             return lambda replies: int(replies[-1])  # the list's length after the push: the last seq
 
         last: int | None = self._transaction([qkey], body)

@@ -24,13 +24,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from akrelay.knowql import lifecycle
 from akrelay.knowql.errors import conflict, not_found
+from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, public, rfc3339
 from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.schema import Schema, ensure_schema, script
 
 FILE_NAME = "knowql.sqlite3"
-TERMINAL = ("completed", "failed", "cancelled")
-_EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}
+__all__ = ["FILE_NAME", "SCHEMA", "TERMINAL", "SqliteTurnStore", "TurnStore", "public", "rfc3339"]
 
 #: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
 _SCHEMA_V1 = """
@@ -68,19 +69,6 @@ class TurnStore(Protocol):
     def in_progress(self, limit: int) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
-
-
-def public(doc: dict[str, Any]) -> dict[str, Any]:
-    """A stored document without its private members (``_started``, ``_timeout``, …)."""
-    return {k: v for k, v in doc.items() if not k.startswith("_")}
-
-
-def rfc3339(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 class SqliteTurnStore:
@@ -185,10 +173,8 @@ class SqliteTurnStore:
             return None
         status, deadline, doc = rows[0]
         now = self.clock() if now is None else now
-        if status == "in_progress" and now > deadline:
-            limit = json.loads(doc).get("_timeout")
-            message = f"timed out after {limit} s" if limit else "timed out"
-            self.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+        if lifecycle.expired(status, deadline, now):
+            self.finish(query_id, "failed", *lifecycle.timeout(json.loads(doc)))
             return self.get_query(query_id, now=now)
         return json.loads(doc)
 
@@ -207,21 +193,13 @@ class SqliteTurnStore:
             row = db.execute("SELECT status, session_id, doc FROM queries WHERE id = ?", (query_id,)).fetchone()
             if row is None or row[0] != "in_progress":
                 return False
-            doc = json.loads(row[2])
-            doc.update(fields)
-            doc["status"] = status
-            doc["runtime_ms"] = max(0, int(round((now - doc.get("_started", now)) * 1000)))
+            doc = lifecycle.finished(json.loads(row[2]), status, fields, now)
             db.execute("UPDATE queries SET status = ?, doc = ? WHERE id = ?", (status, _dump(doc), query_id))
             db.execute("UPDATE sessions SET inflight = NULL, updated_at = ? WHERE id = ? AND inflight = ?",
                        (rfc3339(now), row[1], query_id))
-            for progress in pending:
-                self._append(db, query_id, dict(progress, query_id=query_id))
-            terminal = dict(event or {"type": _EVENT_OF[status]})
-            terminal.setdefault("type", _EVENT_OF[status])
-            terminal["query_id"] = query_id
-            if status != "completed" and "error" not in terminal and doc.get("error"):
-                terminal["error"] = doc["error"]
-            self._append(db, query_id, terminal)
+            for stored in lifecycle.progress_events(query_id, pending):
+                self._append(db, query_id, stored)
+            self._append(db, query_id, lifecycle.terminal_event(query_id, status, event, doc))
             return True
 
         done: bool = self._write(tx)
@@ -236,8 +214,8 @@ class SqliteTurnStore:
             if row is None or row[0] != "in_progress":
                 return None
             seq = 0
-            for event in events:
-                seq = self._append(db, query_id, dict(event, query_id=query_id))
+            for stored in lifecycle.progress_events(query_id, events):
+                seq = self._append(db, query_id, stored)
             return seq
 
         last: int | None = self._write(tx)

@@ -248,12 +248,8 @@ class Relay:
         existing = self.retained(envelope.id)  # step 2
         if existing is not None:
             return existing, envelope, 0
-        check_payload_rules(envelope, self.config.options)  # step 3
-        now = self.clock()
-        check_created_at(envelope, now, self.config.skew_ms)  # step 4
-        check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
-        self._admit(envelope, size)  # step 6
-        return None, envelope, now
+        outcome = self._local_steps(envelope, size)
+        return self._store_steps(outcome) if isinstance(outcome, PendingCheck) else outcome
 
     def check_local(self, raw: bytes) -> tuple[None, Envelope, int] | PendingCheck:
         """:meth:`check` with ``expect_new`` as far as it goes without the store: never waits for I/O.
@@ -265,6 +261,23 @@ class Relay:
         step 2 after a refusal. Step 1's refusals raise here, as in :meth:`check`.
         """
         envelope, size = self._verify(raw)  # step 1
+        return self._local_steps(envelope, size)
+
+    def finish_check(self, pending: PendingCheck) -> tuple[Record | None, Envelope, int]:
+        """The store lookups :meth:`check_local` left (blocking): the rest of :meth:`check` with ``expect_new``."""
+        try:
+            return self._store_steps(pending)
+        except ProtocolError as exc:
+            refusal = exc
+        existing = self.retained(pending.envelope.id)  # step 2, asked only now
+        if existing is not None:
+            return existing, pending.envelope, 0
+        raise refusal
+
+    # Steps 3–6 are written once, in these two halves, whichever order step 2 takes
+    # (first in :meth:`check`, after a refusal on the ingest path).
+    def _local_steps(self, envelope: Envelope, size: int) -> tuple[None, Envelope, int] | PendingCheck:
+        """Steps 3, 4 and (for an envelope without targets) 6: no store read; a refusal is held, not raised."""
         now = 0
         try:
             check_payload_rules(envelope, self.config.options)  # step 3
@@ -277,20 +290,13 @@ class Relay:
             return PendingCheck(envelope, size, now, exc)
         return None, envelope, now
 
-    def finish_check(self, pending: PendingCheck) -> tuple[Record | None, Envelope, int]:
-        """The store lookups :meth:`check_local` left (blocking): the rest of :meth:`check` with ``expect_new``."""
-        envelope, refusal = pending.envelope, pending.refusal
-        if refusal is None:
-            try:
-                check_targets(envelope, self._resolve)  # step 5 (withheld envelopes resolve too)
-                self._admit(envelope, pending.size)  # step 6
-                return None, envelope, pending.accepted_at
-            except ProtocolError as exc:
-                refusal = exc
-        existing = self.retained(envelope.id)  # step 2, asked only now
-        if existing is not None:
-            return existing, envelope, 0
-        raise refusal
+    def _store_steps(self, pending: PendingCheck) -> tuple[None, Envelope, int]:
+        """The held refusal, or steps 5 (targets resolved in the store, withheld ones too) and 6."""
+        if pending.refusal is not None:
+            raise pending.refusal
+        check_targets(pending.envelope, self._resolve)  # step 5
+        self._admit(pending.envelope, pending.size)  # step 6
+        return None, pending.envelope, pending.accepted_at
 
     def _verify(self, raw: bytes) -> tuple[Envelope, int]:
         """Step 1 (and the size limit before it): the verified envelope and its size in bytes."""

@@ -155,8 +155,64 @@ class StoreRefused(RuntimeError):
     """The store answers but must not be used as configured (e.g. Redis persistence too weak); say why and stop."""
 
 
-class Store(Protocol):
-    """Durable acceptance log with exact filtered enumeration."""
+@dataclass(frozen=True, slots=True)
+class QueryParams:
+    """One query page as every backend receives it (:meth:`Queryable.select`): normalized once, here.
+
+    ``terms`` are distinct :func:`term_key` strings, sorted; ``texts`` distinct
+    ASCII-folded substrings in first-seen order; ``limit`` is positive.
+    """
+
+    terms: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()
+    created_from: int | None = None
+    created_before: int | None = None
+    after_seq: int = 0
+    upto_seq: int | None = None
+    limit: int = 100
+    include_withheld: bool = False
+
+
+class Queryable(Protocol):
+    """Exact filtered enumeration: the one signature of ``query``, for every backend.
+
+    A backend subclasses this and implements :meth:`select` only.
+    """
+
+    def query(
+        self,
+        request_terms: Iterable[str | tuple[str, str]] = (),
+        created_from: int | None = None,
+        created_before: int | None = None,
+        text_terms: Iterable[str] = (),
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int = 100,
+        include_withheld: bool = False,
+    ) -> list[Record]:
+        """Exact filtered enumeration in ascending ``seq``; complete, never top-k.
+
+        A record matches when its index terms (``protocol.query.index_terms``, as
+        ``(name, value)`` pairs or :func:`term_key` strings) contain every ``request_terms`` item,
+        ``created_from <= created_at < created_before`` (each bound optional),
+        every ``text_terms`` item (already ASCII-folded) is a substring of its
+        search text, and ``after_seq < seq <= upto_seq``. Returns at most ``limit``.
+        """
+        if limit <= 0:
+            return []
+        return self.select(QueryParams(
+            terms=tuple(sorted({term_key(t) for t in request_terms})), texts=tuple(dict.fromkeys(text_terms)),
+            created_from=created_from, created_before=created_before, after_seq=after_seq, upto_seq=upto_seq,
+            limit=limit, include_withheld=include_withheld))
+
+    def select(self, params: QueryParams) -> list[Record]:
+        """The records :meth:`query` describes, for ``params`` as normalized there."""
+        ...
+
+
+class Store(Queryable, Protocol):
+    """Durable acceptance log with exact filtered enumeration (:class:`Queryable`)."""
 
     def get(self, event_id: str) -> Record | None:
         """The record for ``event_id``, withheld or not; ``None`` if not retained."""
@@ -187,27 +243,6 @@ class Store(Protocol):
 
     def iter_records(self, after_seq: int, limit: int) -> list[Record]:
         """Records with ``seq > after_seq`` in ascending ``seq``, withheld included."""
-
-    def query(
-        self,
-        request_terms: Iterable[str | tuple[str, str]] = (),
-        created_from: int | None = None,
-        created_before: int | None = None,
-        text_terms: Iterable[str] = (),
-        *,
-        after_seq: int = 0,
-        upto_seq: int | None = None,
-        limit: int = 100,
-        include_withheld: bool = False,
-    ) -> list[Record]:
-        """Exact filtered enumeration in ascending ``seq``; complete, never top-k.
-
-        A record matches when its index terms (``protocol.query.index_terms``, as
-        ``(name, value)`` pairs or :func:`term_key` strings) contain every ``request_terms`` item,
-        ``created_from <= created_at < created_before`` (each bound optional),
-        every ``text_terms`` item (already ASCII-folded) is a substring of its
-        search text, and ``after_seq < seq <= upto_seq``. Returns at most ``limit``.
-        """
 
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
         """Hide or show a retained record; ``False`` if it is not retained."""

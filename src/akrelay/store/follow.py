@@ -91,7 +91,7 @@ class LogFollower:
 
     Subclasses implement :meth:`step` (follow what is there; return how many
     records were taken) and may override :meth:`release` (close files, give up
-    leadership) and :attr:`min_step_interval` (pace commits under load).
+    leadership) and :attr:`min_step_interval` or :meth:`step_interval` (pace commits under load).
     """
 
     #: the thread's name (one per kind of follower)
@@ -127,6 +127,10 @@ class LogFollower:
 
     def release(self) -> None:
         """Give back what the follower holds (after its thread ended)."""
+
+    def step_interval(self) -> float:
+        """Shortest time before the next step after one that took records (:attr:`min_step_interval`)."""
+        return self.min_step_interval
 
     def log_head(self) -> int | None:
         """The log's committed head, for :class:`BurstGate`; ``None``: do not hold off (not following now)."""
@@ -231,5 +235,5 @@ class LogFollower:
             if not taken:
                 self._wake.wait(self.interval)
                 self._wake.clear()
-            elif self.min_step_interval:
-                self._halt.wait(max(0.0, self.min_step_interval - (time.monotonic() - started)))
+            elif pace := self.step_interval():
+                self._halt.wait(max(0.0, pace - (time.monotonic() - started)))

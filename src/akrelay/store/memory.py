@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
-from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts, term_key
+from akrelay.store.base import LogEntry, Queryable, QueryParams, Record, event_hash_bytes, indexed_facts
 from akrelay.store.tlog import append_entries, leaf_of
 
 
@@ -26,7 +26,7 @@ class _Row:
         self.text = text
 
 
-class MemoryStore:
+class MemoryStore(Queryable):
     """Acceptance log held in memory; thread-safe, not durable."""
 
     def __init__(self) -> None:
@@ -63,24 +63,13 @@ class MemoryStore:
             start = bisect_right(self._seqs, after_seq)
             return [row.record for row in self._rows[start : start + limit]]
 
-    def query(
-        self,
-        request_terms: Iterable[str | tuple[str, str]] = (),
-        created_from: int | None = None,
-        created_before: int | None = None,
-        text_terms: Iterable[str] = (),
-        *,
-        after_seq: int = 0,
-        upto_seq: int | None = None,
-        limit: int = 100,
-        include_withheld: bool = False,
-    ) -> list[Record]:
-        needed = frozenset(term_key(t) for t in request_terms)
-        texts = tuple(text_terms)
+    def select(self, params: QueryParams) -> list[Record]:
+        needed = frozenset(params.terms)
+        texts = params.texts
+        created_from, created_before = params.created_from, params.created_before
+        after_seq, upto_seq, limit, include_withheld = params.after_seq, params.upto_seq, params.limit, params.include_withheld
         upper = self._hwm if upto_seq is None else upto_seq
         out: list[Record] = []
-        if limit <= 0:
-            return out
         with self._lock:
             start = bisect_right(self._seqs, after_seq)
             rows = self._rows[start:]

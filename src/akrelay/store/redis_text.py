@@ -1,4 +1,4 @@
-"""The node-local trigram index of a Redis log's search text (``q`` candidates for :class:`RedisStore`).
+"""The node-local trigram index of a Redis log's search text (``q`` candidates for the Redis store).
 
 Why node-local (docs/architecture.md, "The Redis store", weighs it against posting
 sets in Redis): the trigram postings of ~1.5 KiB of text per record would cost
@@ -27,7 +27,6 @@ the SQLite store follows its own log, and the store asks it only for *candidates
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -37,13 +36,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-from akrelay.store.follow import LogFollower
+from akrelay.store.leader_lock import LeaderLock
 from akrelay.store.sqlite_planner import fts_query
-
-if TYPE_CHECKING:
-    from akrelay.store.redis import RedisStore
 
 log = logging.getLogger("akrelay.store.redis_text")
 
@@ -71,36 +67,6 @@ def digest(value: bytes) -> str:
 def indexable(texts: Sequence[str]) -> list[str]:
     """The ``q`` terms the trigram index can narrow: three or more characters and no NUL."""
     return [t for t in texts if len(t) >= 3 and "\x00" not in t]
-
-
-class _WriterLock:
-    """The non-blocking ``flock`` that elects one writing process per index file (the kernel drops it on death).
-
-    The store cannot use :class:`akrelay.leader.LeaderLock`: that module sits above the store.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> bool:
-        if self._fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-            except BlockingIOError:
-                os.close(fd)
-        return self._fd is not None
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)  # closing the only descriptor drops the flock
 
 
 @dataclass(slots=True)
@@ -143,7 +109,8 @@ class TextIndex:
     def __init__(self, path: str | os.PathLike[str], log_id: str) -> None:
         self.path = Path(path)
         self.log_id = log_id
-        self.leader = _WriterLock(self.path.with_name(self.path.name + ".lock"))
+        #: elects the one writing process of the data directory (the kernel drops it when that process dies)
+        self.leader = LeaderLock(self.path.with_name(self.path.name + ".lock"))
         self._writer: sqlite3.Connection | None = None
         self._writer_inode = -1
         #: one writing thread at a time in this process (the leader lock is per process)
@@ -362,33 +329,4 @@ class TextIndex:
         self.leader.release()
 
 
-class TextIndexer(LogFollower):
-    """Keeps this node's text index caught up with the shared log (the elected worker of the data directory).
-
-    Paced like the SQLite store's indexer: trigram indexing costs about half a
-    millisecond of CPU per record, which ingest needs more while the log grows,
-    so a step takes :attr:`busy_batch` records while the checkpoint moves and
-    :attr:`batch` while it is still; queries scan whatever it has not reached.
-    """
-
-    thread_name = "akrelay-redis-text-indexer"
-    min_step_interval = 0.25
-    busy_batch = 32
-
-    def __init__(self, store: RedisStore, *, interval: float = 0.2, batch: int = 500) -> None:
-        super().__init__(interval=interval)
-        self.store = store
-        self.batch = batch
-        self._last = -1
-
-    def position(self) -> int:
-        index = self.store.text_index
-        return index.state()[0] if index is not None and index.leader.held else 0
-
-    def step(self) -> int:
-        checkpoint = self.store.checkpoint()
-        busy, self._last = checkpoint != self._last and self._last >= 0, checkpoint
-        return self.store.index_text(self.busy_batch if busy else self.batch)
-
-
-__all__ = ["FORMAT", "TEXT_INDEX_FILE", "Snapshot", "TextIndex", "TextIndexer", "digest", "fts_query", "indexable"]
+__all__ = ["FORMAT", "TEXT_INDEX_FILE", "Snapshot", "TextIndex", "digest", "fts_query", "indexable"]

@@ -50,9 +50,10 @@ from typing import Callable, Iterable, Sequence, TypeVar, cast
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
-from akrelay.store.base import LogEntry, Record, event_hash_bytes, indexed_facts
+from akrelay.store.base import LogEntry, Queryable, QueryParams, Record, event_hash_bytes, indexed_facts
 from akrelay.store.schema import ensure_schema
 from akrelay.store.sqlite_background import BackgroundWork
+from akrelay.store.text_indexer import TextIndexer
 from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_schema import SCHEMA
@@ -82,7 +83,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
-class SqliteStore(BackgroundWork):
+class SqliteStore(BackgroundWork, Queryable):
     """The embedded default store (one file, WAL, safe across processes)."""
 
     #: ``q`` pages may first scan this many ``seq`` values exactly before using the
@@ -151,9 +152,9 @@ class SqliteStore(BackgroundWork):
             raise
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
-        self._indexer: threading.Thread | None = None
+        self._indexer: TextIndexer | None = None
         if text_indexer:
-            self._indexer = threading.Thread(target=self._run_text_indexer, name="akrelay-text-index", daemon=True)
+            self._indexer = self.text_indexer()
             self._indexer.start()
         self._checkpoint_interval = checkpoint_interval
         self._checkpointer: threading.Thread | None = None
@@ -231,24 +232,9 @@ class SqliteStore(BackgroundWork):
         ).fetchall()
         return [record_of(row) for row in rows]
 
-    def query(
-        self,
-        request_terms: Iterable[str | tuple[str, str]] = (),
-        created_from: int | None = None,
-        created_before: int | None = None,
-        text_terms: Iterable[str] = (),
-        *,
-        after_seq: int = 0,
-        upto_seq: int | None = None,
-        limit: int = 100,
-        include_withheld: bool = False,
-    ) -> list[Record]:
+    def select(self, params: QueryParams) -> list[Record]:
         """One exact page; the plan is :func:`akrelay.store.sqlite_planner.run_query`'s."""
-        return run_query(
-            self._reader(), request_terms, created_from, created_before, text_terms, after_seq=after_seq,
-            upto_seq=upto_seq, limit=limit, include_withheld=include_withheld,
-            probe_window=self.probe_window, density_window=self.density_window,
-        )
+        return run_query(self._reader(), params, probe_window=self.probe_window, density_window=self.density_window)
 
     # -- writes ------------------------------------------------------------
     def commit(self, envelope: Envelope, accepted_at: int) -> tuple[Record, bool]:
@@ -612,7 +598,9 @@ class SqliteStore(BackgroundWork):
         if self._closed:
             return
         self._stop.set()
-        for thread in (self._indexer, self._checkpointer):
+        if self._indexer is not None:
+            self._indexer.stop()  # a step in progress finishes first, on the open store
+        for thread in (self._checkpointer,):
             if thread is not None and thread is not threading.current_thread():
                 with self._write_lock:  # let a step that holds the commit point finish first
                     self._closed = True

@@ -1,6 +1,7 @@
 """The SQLite store's background work: the trigram text index follower and the WAL checkpointer.
 
-Both run off the commit path on threads the store starts and joins on close;
+Both run off the commit path on threads the store starts and stops on close (the indexer is the shared
+:class:`~akrelay.store.text_indexer.TextIndexer` follower over :meth:`BackgroundWork.index_text`);
 this mixin holds what they do, :class:`akrelay.store.sqlite.SqliteStore` the
 threads, locks and connections they use.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar, cast
 
 from akrelay.store.sqlite_planner import text_position
+from akrelay.store.text_indexer import TextIndexer
 
 T = TypeVar("T")
 
@@ -67,27 +69,24 @@ class BackgroundWork:
 
         return self._write(run)
 
-    def _run_text_indexer(self) -> None:
-        """Catch up in batches while the log is quiet, in small steps while it grows.
+    def text_index_position(self) -> int:
+        """The last ``seq`` in the trigram index, as committed."""
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            return text_position(conn)
+        finally:
+            conn.execute("COMMIT")
 
-        "Quiet" is judged on the shared checkpoint, so a worker does not hold the
-        write lock for long while another worker of the same relay is ingesting.
+    def text_indexer(self) -> TextIndexer:
+        """The follower that keeps the trigram index caught up (built here, started by the caller).
+
+        While the log grows ("quiet" is judged on the shared checkpoint) it takes 8
+        records a tick, so a worker does not hold the write lock for long while
+        another worker of the same relay is ingesting; 100 a step while it is still.
         """
-        last = -1
-        while not self._stop.wait(self._indexer_interval):
-            try:
-                checkpoint = self.checkpoint()
-                busy, last = checkpoint != last, checkpoint
-                if busy:
-                    self.index_text(8)
-                    continue
-                while not self._stop.is_set() and self.index_text(100) == 100:
-                    if self.checkpoint() != last:
-                        break
-            except sqlite3.Error:  # pragma: no cover - retried on the next tick
-                continue
-            except RuntimeError:  # closed underneath us
-                return
+        return TextIndexer(self, thread_name="akrelay-text-index", interval=self._indexer_interval, batch=100,
+                           busy_batch=8, busy_pace=self._indexer_interval)
 
     #: WAL frames (pages) past which the checkpointer stops writers briefly to
     #: reset the WAL: passive checkpoints alone cannot bound it under steady writes.

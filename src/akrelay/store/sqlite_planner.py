@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+from typing import Any, cast
 
-from akrelay.store.base import Record, term_key
+from akrelay.store.base import QueryParams, Record
 
 #: Postings counted (at most) per term when choosing the driving index; a term
 #: reaching the cap is "broad", and ``q`` then drives through the trigram index.
@@ -74,39 +74,26 @@ def _term_count(conn: sqlite3.Connection, term: str, lower: int, upper: int) -> 
     ).fetchone()[0])
 
 
-def run_query(
-    conn: sqlite3.Connection,
-    request_terms: Iterable[str | tuple[str, str]] = (),
-    created_from: int | None = None,
-    created_before: int | None = None,
-    text_terms: Iterable[str] = (),
-    *,
-    after_seq: int = 0,
-    upto_seq: int | None = None,
-    limit: int = 100,
-    include_withheld: bool = False,
-    probe_window: int = 0,
-    density_window: int = 20000,
-) -> list[Record]:
-    """One exact query page (see :meth:`akrelay.store.sqlite.SqliteStore.query`) on ``conn``, a reader.
+def run_query(conn: sqlite3.Connection, params: QueryParams, *, probe_window: int = 0,
+              density_window: int = 20000) -> list[Record]:
+    """One exact query page (see :meth:`akrelay.store.base.Queryable.query`) on ``conn``, a reader.
 
     ``density_window`` is how many ``seq`` values after ``after_seq`` are sampled
     to choose the driving term; ``probe_window`` (tests) scans that many first.
     """
-    if limit <= 0:
-        return []
+    after_seq, upto_seq, limit = params.after_seq, params.upto_seq, params.limit
     upper = MAX_SEQ if upto_seq is None else upto_seq
     if upper <= after_seq:
         return []
-    texts = list(dict.fromkeys(text_terms))
+    texts = params.texts
     plan = QueryPlan(
-        terms=sorted({term_key(t) for t in request_terms}),
-        created_from=created_from,
-        created_before=created_before,
+        terms=list(params.terms),
+        created_from=params.created_from,
+        created_before=params.created_before,
         # Terms SQLite's instr cannot judge reliably (embedded NUL) are verified in Python.
         sql_texts=[t for t in texts if "\x00" not in t],
         py_texts=[t for t in texts if "\x00" in t],
-        include_withheld=include_withheld,
+        include_withheld=params.include_withheld,
     )
     fts_texts = [t for t in plan.sql_texts if len(t) >= 3]
     conn.execute("BEGIN")  # one snapshot: text-index position and rows agree
