@@ -99,8 +99,8 @@ def outage_reason(exc: BaseException) -> str:
 class Observer:
     """Where :class:`~akrelay.store.redis.RedisStore` reports each round trip and each outage.
 
-    The store cannot import the metrics layer (it is below it); the HTTP app points
-    :data:`observer` at ``/metrics`` (``akrelay.http.app``). The default ignores them.
+    The store cannot import the metrics layer (it is below it); the node's backend sets the
+    store's ``observer`` to one that counts into ``/metrics`` (``akrelay.backend``). This one ignores them.
     """
 
     def call(self, name: str, seconds: float) -> None:
@@ -109,8 +109,6 @@ class Observer:
     def outage(self) -> None:
         """One call failed as an outage (it becomes a 503)."""
 
-
-observer = Observer()
 
 
 def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) -> redis.Redis:
