@@ -39,10 +39,6 @@ class _SqliteContract(StoreContract):
         return lambda: self.store_class(tmp_path / f"fresh-{next(counter)}.sqlite3")
 
 
-class TestSqliteStore(_SqliteContract):
-    store_class = SqliteStore
-
-
 class _FullyIndexed(SqliteStore):
     """Every commit is followed by a full text-index catch-up: the trigram path."""
 
