@@ -166,7 +166,7 @@ class RedisBackend(Backend):
         from akrelay.store.redis import RedisStore
 
         super().bind(relay)
-        if isinstance(relay.store, RedisStore) and type(relay.store.observer) is not StoreObserver:
+        if isinstance(relay.store, RedisStore) and not isinstance(relay.store.observer, StoreObserver):
             relay.store.observer = StoreObserver()
 
     def turn_store(self) -> TurnStore:
@@ -208,12 +208,16 @@ def scheme_of(store: str) -> str:
     return store.split("://", 1)[0] if "://" in store else store
 
 
-def backend_for(settings: Settings) -> Backend:
-    """The backend ``settings.store`` names (built, nothing opened)."""
+def backend_class(settings: Settings) -> type[Backend]:
+    """The class of the backend ``settings.store`` names (its ``shared``, ``label``), building nothing."""
     store = getattr(settings, "store", "") or ""
     try:
-        cls = BACKENDS[scheme_of(store)]
+        return BACKENDS[scheme_of(store)]
     except KeyError:
         raise ValueError(f"no backend serves --store {store!r} (known schemes: "
                          f"{', '.join(s for s in BACKENDS if s)})") from None
-    return cls(settings)
+
+
+def backend_for(settings: Settings) -> Backend:
+    """The backend ``settings.store`` names (built, nothing opened)."""
+    return backend_class(settings)(settings)

@@ -196,3 +196,30 @@ def test_one_redis_client_serves_the_node(tmp_path: Path, redis_url: str) -> Non
         assert node.sync._loop is not None and node.sync._loop.leadership.lock.client is client  # noqa: SLF001
     finally:
         node.stop()
+
+
+class MemoryBackend(SqliteBackend):
+    """A third backend: the log in memory (the rest as SQLite's, in memory where it can be)."""
+
+    schemes = ("mem",)
+    label = "memory"
+
+    def open_relay(self) -> Any:
+        from akrelay.backend import service_config
+        from akrelay.service.relay import Relay
+        from akrelay.store.memory import MemoryStore
+
+        return Relay(MemoryStore(), service_config(self.settings), cursor_secret=b"k" * 32)
+
+
+def test_a_third_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(BACKENDS, "mem", MemoryBackend)
+    node = RelayNode.open(_settings(tmp_path, "mem://", peers=""))
+    app = create_app(node)
+    with TestClient(app) as client:
+        assert type(node.backend) is MemoryBackend and node.relay.data_dir is None
+        search = {"text": "x", "mode": "lexical"}
+        assert client.post("/v1/knowledge/search", content=json.dumps(search), headers=JSON_HEADERS).status_code == 200
+        ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
+        assert client.post("/query", content=json.dumps(ask), headers=JSON_HEADERS).status_code == 200
+    assert _wait_until(lambda: not _ours()), _ours()

@@ -528,7 +528,7 @@ class RedisStore:
         self.channel = f"{self.prefix}commits"
         self._client = client if client is not None else connect(url)
         #: where round trips and outages are reported (the node's backend points it at ``/metrics``)
-        self.observer: redis_client.Observer = redis_client.Observer()
+        self.observer: redis_client.Observing = redis_client.Observer()
         self._closed = False
         #: until when calls fail at once after an outage (see :meth:`_call`), and why
         self._down_until = 0.0

@@ -9,7 +9,7 @@ stalled costs a request a few seconds at most (never a hang), and becomes a 503 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import redis
 import redis.exceptions
@@ -94,6 +94,14 @@ def outage_reason(exc: BaseException) -> str:
         if code == "NOREPLICAS":
             return "Redis has too few replicas to accept writes (NOREPLICAS)"
     return str(exc).split(" script: ", 1)[0]
+
+
+class Observing(Protocol):
+    """What a Redis log reports its round trips and outages to (``akrelay.observability.metrics.StoreObserver``)."""
+
+    def call(self, name: str, seconds: float) -> None: ...
+
+    def outage(self) -> None: ...
 
 
 class Observer:
