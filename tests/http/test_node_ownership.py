@@ -39,8 +39,13 @@ def _settings(tmp_path: Path, store: str = "", **extra: Any):
     return defaults(**options)
 
 
-def _ours() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith(PREFIX)}
+def _ours(before: frozenset[int] = frozenset()) -> set[str]:
+    """Our threads (``akrelay-*``) alive now, but for those in ``before`` (other tests' leftovers)."""
+    return {t.name for t in threading.enumerate() if t.name.startswith(PREFIX) and t.ident not in before}
+
+
+def _idents() -> frozenset[int]:
+    return frozenset(t.ident for t in threading.enumerate() if t.ident is not None)
 
 
 def _wait_until(condition: Any, deadline: float = 30.0) -> bool:
@@ -58,45 +63,45 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 def test_only_start_starts_and_stop_leaves_no_thread(tmp_path: Path, store_url: str) -> None:
-    before = {t.ident for t in threading.enumerate()}
-    assert _wait_until(lambda: not _ours()), _ours()  # other tests' threads are gone
+    before = _idents()
     node = RelayNode.open(_settings(tmp_path, store_url))
     try:
-        assert _ours() == set()  # opening the store, the index, the nexus and the turn store started nothing
+        assert _ours(before) == set()  # opening the store, the index, the nexus and the turn store started nothing
         node.start()
         added = [t for t in threading.enumerate() if t.ident not in before]
         assert {"akrelay-sync"} <= {t.name for t in added}
-        assert "akrelay-text-index" in _ours() or "akrelay-redis-text-indexer" in _ours(), _ours()
+        assert {"akrelay-text-index", "akrelay-redis-text-indexer"} & {t.name for t in added}, added
         assert [t.name for t in added if not t.name.startswith(PREFIX)] == []  # every thread of ours is named
     finally:
         node.stop()
-    assert _wait_until(lambda: not _ours()), _ours()
+    assert _wait_until(lambda: not _ours(before)), _ours(before)
 
 
 def test_schema_creation_starts_no_thread(tmp_path: Path, store_url: str) -> None:
     """What ``akrelay serve`` does in the launcher before the workers start (``server.prepare``)."""
-    assert _wait_until(lambda: not _ours()), _ours()
+    before = _idents()
     node = RelayNode.open(_settings(tmp_path, store_url), components=())
-    assert _ours() == set()
+    assert _ours(before) == set()
     node.stop()
-    assert _ours() == set()
+    assert _ours(before) == set()
 
 
 def test_a_request_after_stop_is_503_and_reopens_nothing(tmp_path: Path) -> None:
+    before = _idents()
     app = create_app(_settings(tmp_path))
     search = {"text": "x", "mode": "lexical"}
     kip = {"kip": "2.0", "operations": [{"command": "DESCRIBE SNAPSHOT"}]}
     ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.post("/v1/knowledge/search", content=json.dumps(search), headers=JSON_HEADERS).status_code == 200
-    assert _wait_until(lambda: not _ours()), _ours()
+    assert _wait_until(lambda: not _ours(before)), _ours(before)
     # The app (its routes) outlives the node's stop: a late request must not open a service again.
     client = TestClient(app, raise_server_exceptions=False)
     for path, body in (("/v1/knowledge/search", search), ("/v1/kip", kip), ("/query", ask)):
         response = client.request("POST", path, content=json.dumps(body), headers=JSON_HEADERS)
         assert response.status_code == 503, (path, response.text)
         assert "not running" in response.text and response.headers["retry-after"] == "1"
-    assert _ours() == set()
+    assert _ours(before) == set()
     node = app.state.node
     with pytest.raises(NotRunning):
         node.search.service  # noqa: B018
@@ -105,11 +110,12 @@ def test_a_request_after_stop_is_503_and_reopens_nothing(tmp_path: Path) -> None
 
 
 def test_a_request_before_start_is_503(tmp_path: Path) -> None:
+    before = _idents()
     node = RelayNode.open(_settings(tmp_path), components=("search",))
     try:
         with pytest.raises(NotRunning):
             node.search.service  # noqa: B018
-        assert _ours() == set()
+        assert _ours(before) == set()
     finally:
         node.stop()
 
@@ -214,6 +220,7 @@ class MemoryBackend(SqliteBackend):
 
 def test_a_third_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(BACKENDS, "mem", MemoryBackend)
+    before = _idents()
     node = RelayNode.open(_settings(tmp_path, "mem://", peers=""))
     app = create_app(node)
     with TestClient(app) as client:
@@ -222,4 +229,4 @@ def test_a_third_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pyte
         assert client.post("/v1/knowledge/search", content=json.dumps(search), headers=JSON_HEADERS).status_code == 200
         ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
         assert client.post("/query", content=json.dumps(ask), headers=JSON_HEADERS).status_code == 200
-    assert _wait_until(lambda: not _ours()), _ours()
+    assert _wait_until(lambda: not _ours(before)), _ours(before)
