@@ -1,9 +1,11 @@
 """The owner of a running relay: :class:`RelayNode`.
 
-One object builds, in plain code, everything a relay process runs: the store
-and the relay service (or a relay it is given), then each component (search,
-KIP, sync, KnowQL). It starts them in that order and stops them in reverse,
-then closes the store it opened. Nothing starts when a module is imported or
+One object builds everything a relay process runs: the backend chosen once from
+the settings (:mod:`akrelay.backend`), the relay it opens (or a relay it is given),
+the store component, then each component of the :data:`REGISTRY` (log, search, KIP,
+sync, KnowQL, web), each given what it needs by the node (no globals). It starts
+them in that order and stops them in reverse, then closes the store and the backend
+it opened. Nothing starts when a module is imported, when the node is opened or
 when routes are mounted: the HTTP app mounts :meth:`RelayNode.routes`, and its
 lifespan calls :meth:`RelayNode.start` and :meth:`RelayNode.stop`. The CLI
 opens the same object with only the components a command needs.
