@@ -26,6 +26,7 @@ from akrelay.backend import Backend, backend_for, service_config
 from akrelay.http.kip import KipComponent
 from akrelay.http.knowql import KnowqlComponent
 from akrelay.http.peers import SyncComponent
+from akrelay.http.ratelimit import RateLimits
 from akrelay.http.search import SearchComponent
 from akrelay.http.transparency import LogComponent
 from akrelay.observability.sources import Sources
@@ -352,7 +353,7 @@ class RelayNode:
             merge_discovery(doc, component.discovery() or {})
         return doc
 
-    def rate_limits(self) -> Any:
+    def rate_limits(self) -> RateLimits:
         """One worker's token buckets, from the backend (the app's shutdown closes them)."""
         return self.backend.rate_limits()
 
