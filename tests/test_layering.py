@@ -37,6 +37,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # counters the HTTP layer increments (prometheus-client only)
     ("metrics", ("akrelay.observability.metrics", "akrelay.observability.requests")),
     ("http", ("akrelay.http", "akrelay.tls")),
+    # where the state is kept (SQLite or Redis): opens the log, turn store, federation state, rate buckets
+    ("backend", ("akrelay.backend",)),
     # pages and documents over the components: the explorer, /metrics, /openapi.json
     ("web", ("akrelay.explorer", "akrelay.observability", "akrelay.openapi", "akrelay.web")),
     # the app that mounts every component's routes and pages: nothing it mounts may import it

@@ -1,9 +1,11 @@
 """The owner of a running relay: :class:`RelayNode`.
 
-One object builds, in plain code, everything a relay process runs: the store
-and the relay service (or a relay it is given), then each component (search,
-KIP, sync, KnowQL). It starts them in that order and stops them in reverse,
-then closes the store it opened. Nothing starts when a module is imported or
+One object builds everything a relay process runs: the backend chosen once from
+the settings (:mod:`akrelay.backend`), the relay it opens (or a relay it is given),
+the store component, then each component of the :data:`REGISTRY` (log, search, KIP,
+sync, KnowQL, web), each given what it needs by the node (no globals). It starts
+them in that order and stops them in reverse, then closes the store and the backend
+it opened. Nothing starts when a module is imported, when the node is opened or
 when routes are mounted: the HTTP app mounts :meth:`RelayNode.routes`, and its
 lifespan calls :meth:`RelayNode.start` and :meth:`RelayNode.stop`. The CLI
 opens the same object with only the components a command needs.
@@ -15,24 +17,31 @@ their process with a lock file (:mod:`akrelay.leader`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-from typing import Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
 
+from akrelay.backend import Backend, backend_for, service_config
 from akrelay.http.kip import KipComponent
 from akrelay.http.knowql import KnowqlComponent
 from akrelay.http.peers import SyncComponent
+from akrelay.http.ratelimit import RateLimits
 from akrelay.http.search import SearchComponent
 from akrelay.http.transparency import LogComponent
+from akrelay.observability.sources import Sources
 from akrelay.web import WebComponent
-from akrelay.protocol.options import ValidationOptions
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay, open_relay, open_shared_relay
-from akrelay.settings import Settings, defaults, licence_allow_list
+from akrelay.service.relay import Relay
+from akrelay.settings import Settings, defaults
+from akrelay.store.base import BackgroundStore
 from akrelay.store.follow import set_max_defer
 
+__all__ = ["COMPONENTS", "REGISTRY", "Component", "ComponentRegistry", "ComponentSpec", "Assembly", "RelayNode",
+           "StoreComponent", "build_components", "check_components", "merge_discovery", "open_relay_for",
+           "service_config"]
+
 log = logging.getLogger("akrelay.node")
+C = TypeVar("C")
 
 
 @runtime_checkable
@@ -57,99 +66,178 @@ class Component(Protocol):
         ...
 
     def stop(self) -> None:
-        """Stop what :meth:`start` (or first use) started and close its files; idempotent."""
+        """Stop what :meth:`start` started and close its files; idempotent."""
         ...
 
 
-#: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
-COMPONENTS: tuple[str, ...] = ("log", "search", "kip", "sync", "knowql", "web")
+class StoreComponent:
+    """The log store's own background work (trigram indexer, WAL checkpointer), first in start order.
 
-
-def service_config(settings: Settings) -> ServiceConfig:
-    """Translate operator settings into the service's ``ServiceConfig``.
-
-    Operator options of other areas (search, peers, KIP) stay in ``Settings``;
-    they reach discovery through the components, not through here.
+    Always part of a node (it is not one of :data:`COMPONENTS`): opening a store starts
+    nothing, so schema creation and the CLI run no thread. ``background=False``: the
+    store's work runs in other processes (:mod:`akrelay.followers` leaves it to the workers).
     """
-    candidates: dict[str, Any] = dict(
-        origin=settings.origin,
-        max_envelope_bytes=settings.max_envelope_bytes,
-        options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
-        licence_allowlist=licence_allow_list(settings),
-    )
-    fields = {f.name for f in dataclasses.fields(ServiceConfig)}
-    return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
+
+    name = "store"
+    options: tuple[str, ...] = ()
+
+    def __init__(self, relay: Relay, *, background: bool = True) -> None:
+        self.relay = relay
+        self.background = background
+
+    def routes(self) -> list[Any]:
+        return []
+
+    def discovery(self) -> dict[str, Any]:
+        return {}
+
+    def start(self) -> None:
+        self.relay.start()  # hear commits of the other nodes (a shared store), before the followers start
+        store = self.relay.store
+        if self.background and isinstance(store, BackgroundStore):
+            store.start()
+
+    def stop(self) -> None:
+        store = self.relay.store
+        if isinstance(store, BackgroundStore):
+            store.stop()
+        self.relay.stop()  # what start() started, even over a relay the caller keeps open
 
 
-def open_relay_for(settings: Settings, *, store_background: bool = True) -> Relay:
-    """Open the relay: the log in ``settings.store`` (Redis) or in ``settings.data`` (SQLite).
+@dataclass
+class Assembly:
+    """What a component's builder is given: the relay, settings, backend and the components built before it."""
+
+    relay: Relay
+    settings: Settings
+    backend: Backend
+    follow: bool = True
+    built: dict[str, Component] = field(default_factory=dict)
+
+    def get(self, name: str, kind: type[C]) -> C | None:
+        """The component ``name`` if it was built (before this one), else ``None``."""
+        found = self.built.get(name)
+        return found if isinstance(found, kind) else None
+
+    def require(self, name: str, kind: type[C], by: str) -> C:
+        found = self.get(name, kind)
+        if found is None:
+            raise ValueError(f"the {by} component reads through the {name} component; list it too")
+        return found
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One entry of the :class:`ComponentRegistry`: how to build a component, and how to check its files."""
+
+    name: str
+    build: Callable[[Assembly], Component]
+    #: checks the files its options name before anything opens (a ``SettingsError``)
+    check: Callable[[Settings], None] | None = None
+
+
+class ComponentRegistry:
+    """The components a node may run, in start order (stop runs in reverse).
+
+    A new component is one :class:`ComponentSpec` (here in :data:`REGISTRY`, or in a copy
+    made with :meth:`with_component`); nothing else names it.
+    """
+
+    def __init__(self, specs: Sequence[ComponentSpec]) -> None:
+        self.specs: tuple[ComponentSpec, ...] = tuple(specs)
+        self.names: tuple[str, ...] = tuple(spec.name for spec in self.specs)
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"component names repeat: {self.names}")
+
+    def with_component(self, spec: ComponentSpec, *, after: str | None = None) -> "ComponentRegistry":
+        """A copy with ``spec`` added after the component ``after`` (default: last)."""
+        specs = list(self.specs)
+        specs.insert(specs.index(self.spec(after)) + 1 if after is not None else len(specs), spec)
+        return ComponentRegistry(specs)
+
+    def spec(self, name: str) -> ComponentSpec:
+        for spec in self.specs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def check(self, settings: Settings, names: Collection[str]) -> None:
+        for spec in self.specs:
+            if spec.name in names and spec.check is not None:
+                spec.check(settings)
+
+    def build(self, assembly: Assembly, names: Collection[str]) -> list[Component]:
+        """The components called ``names``, built in registry order; an unknown name is a ``ValueError``."""
+        unknown = set(names) - set(self.names)
+        if unknown:
+            raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(self.names)})")
+        built: list[Component] = []
+        for spec in self.specs:
+            if spec.name in names:
+                component = spec.build(assembly)
+                assembly.built[spec.name] = component
+                built.append(component)
+        return built
+
+
+def _web(a: Assembly) -> Component:
+    """The explorer, /metrics, /openapi.json: reads whichever of the other components are built."""
+    tlog = a.get("log", LogComponent)
+    sources = Sources(search=a.get("search", SearchComponent), kip=a.get("kip", KipComponent),
+                      knowql=a.get("knowql", KnowqlComponent), federation_state=a.backend.federation_state)
+    return WebComponent(a.relay, a.settings, sources=sources, log=tlog is not None and tlog.tlog is not None)
+
+
+#: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
+REGISTRY = ComponentRegistry([
+    # the signed Merkle log of acceptances (issue 23)
+    ComponentSpec("log", lambda a: LogComponent(a.relay, a.settings, shared=a.backend.shared,
+                                                federation_state=a.backend.federation_state)),
+    ComponentSpec("search", lambda a: SearchComponent(a.relay, a.settings, follow=a.follow)),
+    ComponentSpec("kip", lambda a: KipComponent(a.relay, a.settings, follow=a.follow)),
+    ComponentSpec("sync", lambda a: SyncComponent(a.relay, a.settings, leadership=a.backend.leadership),
+                  check=SyncComponent.check),
+    ComponentSpec("knowql", lambda a: KnowqlComponent(a.relay, a.settings,
+                                                      search=a.require("search", SearchComponent, "knowql"),
+                                                      kip=a.require("kip", KipComponent, "knowql"),
+                                                      turn_store=a.backend.turn_store),
+                  check=KnowqlComponent.check),
+    ComponentSpec("web", _web),
+])
+COMPONENTS: tuple[str, ...] = REGISTRY.names
+
+
+def open_relay_for(settings: Settings) -> Relay:
+    """Open the relay of ``settings`` through its backend (:func:`akrelay.backend.backend_for`).
 
     With a Redis store the data directory (created if needed) holds only this
-    node's derived state: search index, KIP nexus, TLS files.
-    ``store_background=False``: the SQLite store runs no trigram indexer and no WAL
-    checkpointer here (the workers do; :mod:`akrelay.followers` opens it so).
+    node's derived state: search index, KIP nexus, TLS files. Nothing starts.
     """
-    data = settings.data_dir
-    data.mkdir(parents=True, exist_ok=True)
-    if settings.store:
-        return open_shared_relay(settings.store, service_config(settings), namespace=settings.store_namespace,
-                                 accept_weak_durability=settings.accept_weak_durability, data_dir=data)
-    return open_relay(data, service_config(settings), text_indexer=store_background,
-                      merkle_log=not settings.no_merkle_log)
+    return backend_for(settings).open_relay()
 
 
-#: The component classes that check their own files (read by the settings as paths only).
-_CHECKS: dict[str, Any] = {"sync": SyncComponent, "knowql": KnowqlComponent}
-
-
-def check_components(settings: Settings, names: Collection[str] | None = None) -> None:
+def check_components(settings: Settings, names: Collection[str] | None = None, *,
+                     registry: ComponentRegistry = REGISTRY) -> None:
     """Have each named component check the files its options name (peer file, contexts file).
 
     A :class:`~akrelay.settings.SettingsError` naming the option and the entry;
     run once before anything starts (``akrelay serve``, ``akrelay sync``), not in every worker.
     """
     if names is None:
-        names = () if settings.core_only else COMPONENTS
-    for name in COMPONENTS:
-        if name in names and name in _CHECKS:
-            _CHECKS[name].check(settings)
+        names = () if settings.core_only else registry.names
+    registry.check(settings, names)
 
 
-def build_components(relay: Relay, settings: Settings, names: Collection[str], *,
-                     follow: bool = True) -> list[Component]:
-    """The components called ``names``, built in :data:`COMPONENTS` order; an unknown name is an error.
+def build_components(relay: Relay, settings: Settings, names: Collection[str], *, follow: bool = True,
+                     backend: Backend | None = None, registry: ComponentRegistry = REGISTRY) -> list[Component]:
+    """The components called ``names``, built in registry order; an unknown name is an error.
 
     ``follow=False``: the search index and the KIP nexus are kept current by another
     process (:mod:`akrelay.followers`); these components only read them.
     """
-    unknown = set(names) - set(COMPONENTS)
-    if unknown:
-        raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
-
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
-    built: list[Component] = []
-    search = kip = knowql = None
-    tlog = None
-    if "log" in names:  # the signed Merkle log of acceptances (issue 23)
-        tlog = LogComponent(relay, settings)
-        built.append(tlog)
-    if "search" in names:
-        search = SearchComponent(relay, settings, follow=follow)
-        built.append(search)
-    if "kip" in names:
-        kip = KipComponent(relay, settings, follow=follow)
-        built.append(kip)
-    if "sync" in names:
-        built.append(SyncComponent(relay, settings))
-    if "knowql" in names:
-        if search is None or kip is None:
-            raise ValueError("the knowql component reads through the search and kip components; list them too")
-        knowql = KnowqlComponent(relay, settings, search=search, kip=kip)
-        built.append(knowql)
-    if "web" in names:  # the explorer, /metrics, /openapi.json: reads whichever of the above are built
-        built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql,
-                                  log=tlog is not None and tlog.tlog is not None))
-    return built
+    assembly = Assembly(relay, settings, backend if backend is not None else backend_for(settings), follow)
+    return registry.build(assembly, names)
 
 
 def merge_discovery(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -172,66 +260,87 @@ class RelayNode:
     """A relay and its components, started and stopped together.
 
     ``relay`` given: the node runs components over it and leaves closing it to
-    the caller (tests, embedding code). Else :meth:`open` opens the store in
-    ``settings.data`` and :meth:`stop` closes it last. ``components`` names
-    which of :data:`COMPONENTS` to build (``settings.core_only``: none);
+    the caller (tests, embedding code). Else :meth:`open` opens the store through
+    the settings' backend and :meth:`stop` closes it last. ``components`` names
+    which of the registry's components to build (``settings.core_only``: none);
     ``extra`` adds components built by the caller, started after them.
     ``follow=False``: the log followers (search indexer, KIP importer) run in
     another process; this node only reads what they keep (``akrelay serve``'s workers).
+    ``store_background=False``: the store's own background work runs elsewhere.
     """
 
     def __init__(self, relay: Relay, settings: Settings | None = None, *,
                  components: Collection[str] | None = None, extra: Sequence[Component] = (),
-                 owns_relay: bool = False, follow: bool = True) -> None:
+                 owns_relay: bool = False, follow: bool = True, backend: Backend | None = None,
+                 registry: ComponentRegistry = REGISTRY, store_background: bool = True) -> None:
         self.relay = relay
         self.settings = settings if settings is not None else defaults()
+        #: where the state is kept (one for the node; opened by :meth:`open`, else only asked)
+        self.backend = backend if backend is not None else backend_for(self.settings)
+        self._owns_backend = backend is None or owns_relay
+        self.backend.bind(relay)
         if components is None:
-            components = () if self.settings.core_only else COMPONENTS
-        self.components: list[Component] = build_components(relay, self.settings, components,
-                                                                    follow=follow) + list(extra)
+            components = () if self.settings.core_only else registry.names
+        self.store = StoreComponent(relay, background=store_background)
+        self.components: list[Component] = build_components(relay, self.settings, components, follow=follow,
+                                                            backend=self.backend, registry=registry) + list(extra)
         self.owns_relay = owns_relay
         self._state = "built"
         self._lock = threading.Lock()
 
     @classmethod
     def open(cls, settings: Settings, *, components: Collection[str] | None = None,
-             extra: Sequence[Component] = (), follow: bool = True, store_background: bool = True) -> "RelayNode":
-        """A node over the relay in ``settings.data`` (opened here, closed by :meth:`stop`).
+             extra: Sequence[Component] = (), follow: bool = True, store_background: bool = True,
+             registry: ComponentRegistry = REGISTRY) -> "RelayNode":
+        """A node over the relay of ``settings``' backend (opened here, closed by :meth:`stop`).
 
         The components' files are checked first (:func:`check_components`): a bad one opens nothing.
-        ``store_background``: see :func:`open_relay_for`.
+        Nothing starts before :meth:`start`.
         """
-        check_components(settings, components)
-        relay = open_relay_for(settings, store_background=store_background)
+        check_components(settings, components, registry=registry)
+        backend = backend_for(settings)
+        relay = backend.open_relay()
         try:
-            return cls(relay, settings, components=components, extra=extra, owns_relay=True, follow=follow)
+            return cls(relay, settings, components=components, extra=extra, owns_relay=True, follow=follow,
+                       backend=backend, registry=registry, store_background=store_background)
         except BaseException:
             relay.close()
+            backend.close()
             raise
 
     # -- components -------------------------------------------------------------------
-    def component(self, name: str) -> Any:
-        """The component called ``name``; ``KeyError`` when this node was built without it."""
+    @overload
+    def component(self, name: str) -> Component: ...
+    @overload
+    def component(self, name: str, kind: type[C]) -> C: ...
+
+    def component(self, name: str, kind: type[Any] = object) -> Any:
+        """The component called ``name``, checked to be a ``kind``.
+
+        ``KeyError`` when this node was built without it, ``TypeError`` when it is of another type.
+        """
         for component in self.components:
             if component.name == name:
+                if not isinstance(component, kind):
+                    raise TypeError(f"the {name!r} component is a {type(component).__name__}, not a {kind.__name__}")
                 return component
         raise KeyError(f"this relay node runs no {name!r} component")
 
     @property
     def search(self) -> SearchComponent:
-        return self.component("search")  # type: ignore[no-any-return]
+        return self.component("search", SearchComponent)
 
     @property
     def kip(self) -> KipComponent:
-        return self.component("kip")  # type: ignore[no-any-return]
+        return self.component("kip", KipComponent)
 
     @property
     def sync(self) -> SyncComponent:
-        return self.component("sync")  # type: ignore[no-any-return]
+        return self.component("sync", SyncComponent)
 
     @property
     def knowql(self) -> KnowqlComponent:
-        return self.component("knowql")  # type: ignore[no-any-return]
+        return self.component("knowql", KnowqlComponent)
 
     def routes(self) -> list[Any]:
         """Every component's routes (the core §9.1 routes are the HTTP app's own)."""
@@ -244,6 +353,10 @@ class RelayNode:
             merge_discovery(doc, component.discovery() or {})
         return doc
 
+    def rate_limits(self) -> RateLimits:
+        """One worker's token buckets, from the backend (the app's shutdown closes them)."""
+        return self.backend.rate_limits()
+
     # -- lifecycle --------------------------------------------------------------------
     @property
     def started(self) -> bool:
@@ -251,14 +364,13 @@ class RelayNode:
         return self._state == "started"
 
     def start(self) -> None:
-        """Start every component in order; if one fails, stop those already started and re-raise."""
+        """Start the store component, then every component in order; if one fails, stop those started and re-raise."""
         with self._lock:
             if self._state != "built":
                 return
             started: list[Component] = []
             try:
-                self.relay.start()  # hear commits of the other nodes (a shared store), before the followers start
-                for component in self.components:
+                for component in [self.store, *self.components]:
                     component.start()
                     started.append(component)
             except BaseException:
@@ -267,19 +379,19 @@ class RelayNode:
             self._state = "started"
 
     def stop(self) -> None:
-        """Stop every component in reverse order, then close the store if this node opened it.
+        """Stop every component in reverse order, then the store component, then close what this node opened.
 
-        Components that were never started are stopped too (a request may have
-        opened a service on first use). Idempotent.
+        Components that were never started are stopped too (stop is idempotent). Idempotent.
         """
         with self._lock:
             if self._state == "stopped":
                 return
             self._state = "stopped"
-            _stop_all(reversed(self.components))
-            self.relay.stop()  # what start() started, even over a relay the caller keeps open
+            _stop_all(reversed([self.store, *self.components]))
             if self.owns_relay:
                 self.relay.close()
+            if self._owns_backend:
+                self.backend.close()
 
     close = stop
 

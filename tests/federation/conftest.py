@@ -24,6 +24,7 @@ from akrelay.protocol.signer import Signer, assess_event, publish_event, retract
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.store.memory import MemoryStore
+from backends import params
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 PUBLIC_IP = "93.184.216.34"
@@ -208,7 +209,7 @@ def author() -> Author:
     return Author("alice")
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=params(without=("memory",)))  # the SQLite state's ":memory:" is the fresh one
 def new_state(request, tmp_path):
     """Opens federation states of one backend, so state tests run on both.
 

@@ -10,7 +10,8 @@ import pytest
 
 from akrelay.federation.peers import Peer, PeerFile, save_peers
 from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
-from akrelay.federation.runner import BackgroundSync, Leadership, sync_once
+from akrelay.backend import backend_for
+from akrelay.federation.runner import BackgroundSync, sync_once
 from akrelay.federation.state import PeerState
 from akrelay.leader import LeadershipLost, LeaseKeeper, RedisLease
 from akrelay.settings import defaults
@@ -154,8 +155,8 @@ def test_background_sync_one_leader_across_nodes_handover_and_fencing(tmp_path, 
     monkeypatch.setattr(runner, "sync_options", lambda settings: dataclasses.replace(options(settings), max_backoff=0.4))
     # A lease far longer than the test: it ends only when the test expires it or a node releases it,
     # never because a loaded machine delayed a renewal.
-    nodes = [BackgroundSync(_settings(tmp_path, redis_url, n), make_relay(), retry=0.05, lease_ttl=300)
-             for n in ("a", "b")]
+    settings = [_settings(tmp_path, redis_url, n) for n in ("a", "b")]
+    nodes = [BackgroundSync(s, make_relay(), backend_for(s).leadership(ttl=300), retry=0.05) for s in settings]
     for node in nodes:
         node.start()
     try:
@@ -191,14 +192,15 @@ def test_background_sync_one_leader_across_nodes_handover_and_fencing(tmp_path, 
 
 def test_sync_once_refuses_while_another_node_leads(tmp_path, redis_url) -> None:
     settings = _settings(tmp_path, redis_url, "a")
-    holder = Leadership(settings)
+    backend = backend_for(settings)
+    holder = backend.leadership()
     assert holder.acquire()
     try:
         with pytest.raises(RuntimeError, match="already syncing the deployment"):
-            sync_once(settings, make_relay())
+            sync_once(settings, make_relay(), backend.leadership())
     finally:
         holder.close()
-    [result] = sync_once(settings, make_relay())
+    [result] = sync_once(settings, make_relay(), backend.leadership())
     assert not result.ok  # nobody answers, but it ran, as the leader
     assert RedisFederationState(connect(redis_url)).get("https://127.0.0.1:9").counts["failed_passes"] == 1
 
@@ -208,7 +210,8 @@ def test_a_redis_outage_deposes_the_leader_quietly_and_it_leads_again_after(tmp_
 
     caplog.set_level(logging.INFO, logger="akrelay.federation")
     server = RedisServer(tmp_path / "redis").start()
-    node = BackgroundSync(_settings(tmp_path, server.url, "a"), make_relay(), retry=0.05, lease_ttl=1.0)
+    settings = _settings(tmp_path, server.url, "a")
+    node = BackgroundSync(settings, make_relay(), backend_for(settings).leadership(ttl=1.0), retry=0.05)
     node.start()
     try:
         assert wait_until(lambda: node.terms == 1 and node.leadership.token == 1)

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from akrelay.store.memory import MemoryStore
+from backends import Opener, params
 from relay_harness import FIXTURES, ORIGIN, VECTORS, error_of, fixture_dict, hash_of, relay_app
 
 from akrelay.client import RelayClient, ResponseError
@@ -27,15 +27,10 @@ def ids(name_list: list[str]) -> list[str]:
     return [hash_of(n) for n in name_list]
 
 
-@pytest.fixture(params=["memory", "redis"])
-def vector_store(request: pytest.FixtureRequest):
+@pytest.fixture(params=params(without=("sqlite",)))  # SQLite: through the service suite, and serve's own tests
+def vector_store(request: pytest.FixtureRequest, tmp_path):
     """Stores the service vectors run over through HTTP: in memory, and a real Redis log (issue 15: same semantics)."""
-    if request.param == "memory":
-        return MemoryStore
-    from akrelay.store.redis import RedisStore
-
-    url = request.getfixturevalue("redis_url")
-    return lambda: RedisStore(url)
+    return Opener(request.param, request, tmp_path).log_stores(same=True)
 
 
 def client_over(h, mutate=None) -> RelayClient:

@@ -161,20 +161,20 @@ def test_unavailable_maps_refusals_and_leaves_bugs_alone():
 
 def test_the_sync_lease_and_federation_state_on_a_full_redis(tmp_path) -> None:
     """The lease is "not now" (no exception), a state write is StoreUnavailable, a state read still answers."""
-    from types import SimpleNamespace
-
+    from akrelay.backend import backend_for
     from akrelay.federation.redis_state import RedisFederationState
-    from akrelay.federation.runner import Leadership
     from akrelay.federation.state import PeerState
+    from akrelay.settings import defaults
 
     server = RedisServer(tmp_path / "redis").start()
     admin = redis.Redis.from_url(server.url)
     try:
-        leading = Leadership(SimpleNamespace(store=server.url, store_namespace=None, data_dir=tmp_path))
+        backend = backend_for(defaults(store=server.url, data=str(tmp_path)))
+        leading = backend.leadership()
         assert leading.acquire()
-        state = RedisFederationState(leading._client, token=leading.token, prefix=leading._prefix)
+        state = RedisFederationState(backend.client, token=leading.token, prefix=backend.prefix("sync"))
         state.put(PeerState("https://peer.example", checkpoint=5))
-        other = Leadership(SimpleNamespace(store=server.url, store_namespace="other", data_dir=tmp_path))
+        other = backend_for(defaults(store=server.url, store_namespace="other", data=str(tmp_path))).leadership()
         _fill_until_full(admin)
         assert other.acquire() is False  # its SET is refused: not leading now, retried later
         with pytest.raises(StoreUnavailable, match="out of memory"):

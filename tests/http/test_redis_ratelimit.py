@@ -15,7 +15,8 @@ from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.store.memory import MemoryStore
 
-from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, limiter_client, open_rate_limits
+from akrelay.backend import backend_for
+from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, limiter_client
 from akrelay.settings import defaults
 from akrelay.store.redis_client import connect
 from redis_server import RedisServer
@@ -162,12 +163,12 @@ def test_an_app_keeps_answering_while_its_redis_is_down(tmp_path) -> None:
 
 
 def test_the_limits_close_their_client(redis_url) -> None:
-    limits = open_rate_limits(defaults(store=redis_url))
+    limits = backend_for(defaults(store=redis_url)).rate_limits()
     assert isinstance(limits["write"], RedisTokenBucket) and isinstance(limits["read"], RedisTokenBucket)
     assert limits["write"].take("c") == 0.0
     limits.close()
     limits.close()
-    assert not isinstance(open_rate_limits(defaults())["write"], RedisTokenBucket)
+    assert not isinstance(backend_for(defaults()).rate_limits()["write"], RedisTokenBucket)
 
 
 def test_a_stalled_redis_costs_one_short_wait_then_the_local_bucket_decides(tmp_path) -> None:

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from akrelay.http.ratelimit import RedisTokenBucket, open_rate_limits
+from akrelay.backend import backend_for
+from akrelay.http.ratelimit import RedisTokenBucket
 from akrelay.knowql.models import EXTRA_COMPOSERS, ModelEntry
 from akrelay.knowql.service import TURN_THREADS
 from akrelay.settings import defaults
@@ -44,7 +45,7 @@ def test_knowql_turns_have_their_own_rate_per_client() -> None:
 
 
 def test_the_knowql_bucket_is_shared_in_redis_with_a_redis_store() -> None:
-    limits = open_rate_limits(defaults(store="redis://127.0.0.1:1/0", knowql_rate=3.0, knowql_burst=7))
+    limits = backend_for(defaults(store="redis://127.0.0.1:1/0", knowql_rate=3.0, knowql_burst=7)).rate_limits()
     try:
         bucket = limits["knowql"]
         assert isinstance(bucket, RedisTokenBucket) and (bucket.rate, bucket.burst) == (3.0, 7)

@@ -6,7 +6,7 @@ import logging
 import time
 
 from akrelay.knowql.redis_store import RedisTurnStore
-from akrelay.knowql.service import open_turn_store
+from akrelay.backend import backend_for
 from akrelay.knowql.store import SqliteTurnStore
 from akrelay.settings import defaults
 from redis_server import RedisServer
@@ -20,8 +20,8 @@ def _publish(kq) -> None:
 
 
 def test_the_settings_pick_the_backend(redis_url, tmp_path) -> None:
-    on_redis = open_turn_store(defaults(store=redis_url), tmp_path)
-    on_file = open_turn_store(defaults(), tmp_path)
+    on_redis = backend_for(defaults(store=redis_url, data=str(tmp_path))).turn_store()
+    on_file = backend_for(defaults(data=str(tmp_path))).turn_store()
     try:
         assert isinstance(on_redis, RedisTurnStore) and isinstance(on_file, SqliteTurnStore)
     finally:

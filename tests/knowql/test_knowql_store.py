@@ -7,8 +7,7 @@ import threading
 import pytest
 
 from akrelay.knowql.errors import KnowqlError
-from akrelay.knowql.redis_store import RedisTurnStore
-from akrelay.knowql.store import SqliteTurnStore
+from backends import Opener, params
 
 
 class Clock:
@@ -24,14 +23,11 @@ def _query(qid: str, timeout: int = 10) -> dict:
             "_timeout": timeout, "error": None}
 
 
-@pytest.fixture(params=["memory", "file", "redis"])
+@pytest.fixture(params=params())
 def store(request, tmp_path):
     """Every backend of the turn store runs the same tests (Redis: a real server, a flushed database)."""
     clock = Clock()
-    if request.param == "redis":
-        s = RedisTurnStore.connect(request.getfixturevalue("redis_url"), clock=clock)
-    else:
-        s = SqliteTurnStore(None if request.param == "memory" else tmp_path / "knowql.sqlite3", clock=clock)
+    s = Opener(request.param, request, tmp_path).turn_store(clock=clock)
     s.test_clock = clock  # type: ignore[attr-defined]
     yield s
     s.close()

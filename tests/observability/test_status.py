@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from akrelay.backend import backend_for
 from akrelay.explorer.views import status_page
 from akrelay.federation.state import FederationState, PeerState
 from akrelay.observability.routes import scrape
+from akrelay.observability.sources import Sources
 from akrelay.observability.status import relay_status
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import open_relay
+from akrelay.settings import defaults
+from akrelay.web import WebComponent
 from tests.knowql.kq_harness import knowql_app
 
 
@@ -23,10 +27,13 @@ def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
         state.put(peer)
         state.close()
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True)
-        status = relay_status(relay, settings)
+        backend = backend_for(defaults(data=str(tmp_path)))  # the node's: it reads the data directory's state
+        backend.bind(relay)
+        sources = Sources(federation_state=backend.federation_state)
+        status = relay_status(relay, settings, sources)
         assert [(p.origin, p.lag, p.failed_passes) for p in status.peers] == [("https://peer.example", 7, 2)]
         assert status.store_bytes and status.store_bytes > 0 and status.index_seq is None
-        text = scrape(relay, settings)[0].decode()
+        text = scrape(relay, settings, sources)[0].decode()
         assert 'akrelay_peer_sync_lag{peer="https://peer.example"} 7.0' in text
         assert 'akrelay_peer_sync_failed_passes_total{peer="https://peer.example"} 2.0' in text
         html = status_page(status, relay.config.origin)
@@ -39,7 +46,8 @@ def test_lags_count_records_not_yet_indexed(tmp_path: Path) -> None:
     with knowql_app(tmp_path) as kq:
         c = kq.corpus
         kq.submit(c.publish("alice", "One", "First."))
-        status = relay_status(kq.relay, kq.client.app.state.settings)
+        web = kq.client.app.state.node.component("web", WebComponent)
+        status = relay_status(kq.relay, kq.client.app.state.settings, web.sources)
         assert status.checkpoint == 1 and status.index_lag == 0
 
 
@@ -64,6 +72,9 @@ def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url
     relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
     try:
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
-        assert [(p.origin, p.lag) for p in relay_status(relay, settings).peers] == [("https://peer.example", 3)]
+        backend = backend_for(defaults(data=str(tmp_path), store=redis_url))
+        sources = Sources(federation_state=backend.federation_state)
+        assert [(p.origin, p.lag) for p in relay_status(relay, settings, sources).peers] == [("https://peer.example", 3)]
     finally:
         relay.close()
+        backend.close()

@@ -9,23 +9,14 @@ import pytest
 
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
-from akrelay.store.memory import MemoryStore
-from akrelay.store.sqlite import SqliteStore
+from backends import Opener, params
 from service.support import SECRET, SERVICE, Clock
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=params())
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
     """A factory of fresh stores of one backend (Redis: a fresh namespace of a real server's flushed DB)."""
-    counter = iter(range(10**6))
-    if request.param == "memory":
-        return MemoryStore
-    if request.param == "redis":
-        from akrelay.store.redis import RedisStore
-
-        url = request.getfixturevalue("redis_url")
-        return lambda: RedisStore(url, namespace=f"relay-{next(counter)}")
-    return lambda: SqliteStore(tmp_path / f"relay-{next(counter)}.sqlite3")
+    return Opener(request.param, request, tmp_path).log_stores()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Redis backend runs the whole storage contract against a real ``redis-server``, plus its own cases."""
+"""The Redis backend's own cases (the storage contract runs over it in ``test_store_contract.py``)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,6 @@ import pytest
 import redis
 
 from akrelay.store.redis import RedisStore
-from store_contract import StoreContract
-
-
-class TestRedisStoreContract(StoreContract):
-    durable = True
-
-    @pytest.fixture
-    def make_store(self, redis_url):
-        return lambda: RedisStore(redis_url)
-
-    @pytest.fixture
-    def new_store(self, redis_url):
-        client = redis.Redis.from_url(redis_url)
-        namespaces = iter(range(10**6))
-
-        def fresh():
-            return RedisStore(redis_url, namespace=f"fresh{next(namespaces)}")
-
-        yield fresh
-        client.close()
-
 
 # -- Redis-only behaviour ---------------------------------------------------------------------------------
 

@@ -6,9 +6,7 @@ deployment keeps in Redis: its rate budget, its sync lease and state, its KnowQL
 
 from __future__ import annotations
 
-from akrelay.federation.runner import Leadership, open_state
-from akrelay.http.ratelimit import open_rate_limits
-from akrelay.knowql.service import open_turn_store
+from akrelay.backend import backend_for
 from akrelay.settings import defaults
 
 
@@ -18,8 +16,8 @@ def _settings(tmp_path, url, namespace):
 
 
 def test_rate_budgets_are_per_deployment(tmp_path, redis_url):
-    a = open_rate_limits(_settings(tmp_path, redis_url, "alpha"))
-    b = open_rate_limits(_settings(tmp_path, redis_url, "beta"))
+    a = backend_for(_settings(tmp_path, redis_url, "alpha")).rate_limits()
+    b = backend_for(_settings(tmp_path, redis_url, "beta")).rate_limits()
     try:
         assert a["write"].take("10.0.0.1") == 0
         assert a["write"].take("10.0.0.1") > 0  # alpha's burst of 1 is spent
@@ -30,26 +28,29 @@ def test_rate_budgets_are_per_deployment(tmp_path, redis_url):
 
 
 def test_each_deployment_elects_its_own_sync_leader_and_keeps_its_own_state(tmp_path, redis_url):
-    a = Leadership(_settings(tmp_path, redis_url, "alpha"))
-    b = Leadership(_settings(tmp_path, redis_url, "beta"))
+    alpha, beta = backend_for(_settings(tmp_path, redis_url, "alpha")), backend_for(_settings(tmp_path, redis_url, "beta"))
+    a = alpha.leadership()
+    b = beta.leadership()
     try:
         assert a.lock.acquire()
         assert b.lock.acquire()  # not refused by alpha's lease
     finally:
         a.close()
         b.close()
-    state_a = open_state(_settings(tmp_path, redis_url, "alpha"))
-    state_b = open_state(_settings(tmp_path, redis_url, "beta"))
+    state_a = alpha.federation_state()
+    state_b = beta.federation_state()
     try:
         assert state_a.prefix == "alpha:sync:" and state_b.prefix == "beta:sync:"
     finally:
         state_a.close()
         state_b.close()
+        alpha.close()
+        beta.close()
 
 
 def test_knowql_sessions_are_per_deployment(tmp_path, redis_url):
-    a = open_turn_store(_settings(tmp_path, redis_url, "alpha"), tmp_path / "alpha")
-    b = open_turn_store(_settings(tmp_path, redis_url, "beta"), tmp_path / "beta")
+    a = backend_for(_settings(tmp_path, redis_url, "alpha")).turn_store()
+    b = backend_for(_settings(tmp_path, redis_url, "beta")).turn_store()
     try:
         query = {"id": "qry_1", "object": "query", "status": "in_progress", "_started": 1_800_000_000.0,
                  "_timeout": 10, "error": None}

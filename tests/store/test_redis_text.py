@@ -340,6 +340,8 @@ def test_the_background_indexer_catches_up(redis_url, tmp_path, corpus_3k):
     import time
 
     store = RedisStore(redis_url, text_index=tmp_path / TEXT_INDEX_FILE)
+    assert store._indexer is None  # opening starts nothing
+    store.start()
     try:
         store.commit_many([(e, 1) for e in corpus_3k[:400]])
         deadline = time.monotonic() + 60

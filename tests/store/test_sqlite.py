@@ -39,10 +39,6 @@ class _SqliteContract(StoreContract):
         return lambda: self.store_class(tmp_path / f"fresh-{next(counter)}.sqlite3")
 
 
-class TestSqliteStore(_SqliteContract):
-    store_class = SqliteStore
-
-
 class _FullyIndexed(SqliteStore):
     """Every commit is followed by a full text-index catch-up: the trigram path."""
 
@@ -81,6 +77,7 @@ def test_background_text_indexer_catches_up(tmp_path: Path) -> None:
     from store_contract import run_query
 
     store = SqliteStore(tmp_path / "relay.sqlite3", text_indexer=True, indexer_interval=0.02)
+    store.start()  # opening starts no thread (only start() starts)
     envs = corpus()
     store.commit_many([(e, 1) for e in envs])
     deadline = time.monotonic() + 60
@@ -223,6 +220,7 @@ class _BackgroundCheckpoint(SqliteStore):
 
     def __init__(self, path, **kwargs):  # noqa: ANN001, ANN003
         super().__init__(path, background_checkpoint=True, checkpoint_interval=0.005, **kwargs)
+        self.start()
 
 
 class TestSqliteBackgroundCheckpoint(_SqliteContract):
@@ -265,6 +263,7 @@ def test_background_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -
 
     path = tmp_path / "relay.sqlite3"
     store = SqliteStore(path, background_checkpoint=True, checkpoint_interval=0.01)
+    store.start()
     assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # noqa: SLF001
     envs = corpus()
     store.commit_many([(e, 1) for e in envs])

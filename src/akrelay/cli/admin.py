@@ -54,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from akrelay.backend import backend_class
     from akrelay.node import RelayNode
     from akrelay.settings import SettingsError, load_settings
 
@@ -62,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"akrelay {args.command}: {exc}", file=sys.stderr)
         return 2
-    if not settings.store and not any(settings.data_dir.glob("*.sqlite3")):
+    if not backend_class(settings).shared and not any(settings.data_dir.glob("*.sqlite3")):
         print(f"akrelay {args.command}: no relay data in {settings.data_dir}", file=sys.stderr)
         return 2
     node = RelayNode.open(settings, components=())

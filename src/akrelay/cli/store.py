@@ -39,7 +39,9 @@ def store_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def missing_log(settings: Any) -> str | None:
     """Why there is no acceptance log to open, or ``None`` (a Redis log is opened, and checked, as it is)."""
-    if settings.store:
+    from akrelay.backend import backend_class
+
+    if backend_class(settings).shared:
         return None
     path = settings.data_dir / "relay.sqlite3"
     return None if path.is_file() else f"no relay store in {settings.data_dir} (expected {path}, or give --store)"

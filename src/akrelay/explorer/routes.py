@@ -23,7 +23,7 @@ import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
 from akrelay.explorer import views
 from akrelay.explorer.html import BASE, SECURITY_HEADERS
 from akrelay.http.querystring import query_pairs
-from akrelay.observability import sources
+from akrelay.observability.sources import Sources
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
 
@@ -65,11 +65,11 @@ def _records(page: Any) -> list[dict[str, Any]]:
     return [r.to_dict() for r in page.records]
 
 
-def _policies(relay: Any) -> list[str]:
+def _policies(sources: Sources) -> list[str]:
     """The offered projection policies, the relay's default first."""
     from akrelay.kip import POLICIES
 
-    default = sources.kip_default_policy(relay)
+    default = sources.kip_default_policy()
     return sorted(POLICIES, key=lambda p: (p != default, p))
 
 
@@ -81,7 +81,7 @@ def recent(relay: Any) -> str:
     return views.recent_page(records, checkpoint)
 
 
-def capsule(relay: Any, event_id: str) -> str:
+def capsule(relay: Any, sources: Sources, event_id: str) -> str:
     """Everything the capsule page shows; a ProtocolError (not found, malformed) propagates."""
     record = relay.get(event_id).to_dict()
     event = record["envelope"]["event"]
@@ -102,7 +102,7 @@ def capsule(relay: Any, event_id: str) -> str:
         outgoing.append((rel["relation"], rel["target"], title))
     beliefs: list[tuple[str, Any, Any]] = []
     if event.get("type") == PUBLISH:
-        beliefs = _beliefs(relay, event_id)
+        beliefs = _beliefs(sources, event_id)
     return views.capsule_page(record, outgoing=outgoing, incoming=incoming, beliefs=beliefs,
                               retractions=retractions, assessments=assessments,
                               retracted=_retracted(relay, assessments))
@@ -123,15 +123,15 @@ def _retracted(relay: Any, records: list[dict[str, Any]]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _beliefs(relay: Any, event_id: str) -> list[tuple[str, Any, Any]]:
+def _beliefs(sources: Sources, event_id: str) -> list[tuple[str, Any, Any]]:
     """``(policy, projection or None, error)`` per policy; each projection gains ``sources``:
     assertion id -> (the event it was imported from, its signer, its stance), for the ledger's links."""
     try:
-        runtime = sources.kip_runtime(relay)
+        runtime = sources.kip_runtime()
     except Exception as exc:  # noqa: BLE001 - KIP not available: the page still renders
-        return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(relay)]
+        return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(sources)]
     out: list[tuple[str, Any, Any]] = []
-    for policy in _policies(relay):
+    for policy in _policies(sources):
         try:
             projection = runtime.project_capsule(event_id, policy=policy)
         except Exception as exc:  # noqa: BLE001 - KipError (not imported yet, retracted) or a closing nexus
@@ -174,13 +174,13 @@ def search(relay: Any, raw_query: bytes) -> tuple[str, int]:
     return views.search_page(params, _records(page), None, page.next_cursor), 200
 
 
-def status(relay: Any, settings: Any) -> str:
+def status(relay: Any, settings: Any, sources: Sources) -> str:
     from akrelay.observability.status import relay_status
 
-    return views.status_page(relay_status(relay, settings), relay.config.origin)
+    return views.status_page(relay_status(relay, settings, sources), relay.config.origin)
 
 
-async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple[dict[str, Any] | None, str | None]:
+async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """One synchronous KnowQL turn, as ``POST /query`` runs it (the no-script Ask form)."""
     from akrelay.knowql import API_VERSIONS
     from akrelay.knowql.errors import KnowqlError
@@ -190,7 +190,7 @@ async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple
     if policy:
         doc_value["vars"] = {"policy": policy}
     try:
-        service = sources.knowql_service(relay, settings)
+        service = sources.knowql_service()
         doc = parse_document(doc_value)
         _accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, API_VERSIONS[0])
         future = asyncio.wrap_future(service.start(turn))
@@ -203,7 +203,7 @@ async def _ask(relay: Any, settings: Any, ask: str, policy: str | None) -> tuple
         return None, exc.message
 
 
-def routes(relay: Any, settings: Any) -> list[Any]:
+def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
     if getattr(settings, "no_explorer", False):
         return []
     assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}
@@ -225,7 +225,7 @@ def routes(relay: Any, settings: Any) -> list[Any]:
 
     @get(f"{BASE}/capsules/{{event_id:str}}", include_in_schema=False)
     async def capsule_page(request: Request) -> ASGIResponse:
-        return await render(capsule, request.path_params["event_id"])
+        return await render(capsule, sources, request.path_params["event_id"])
 
     @get(f"{BASE}/agents/{{agent_id:str}}", include_in_schema=False)
     async def agent_page(request: Request) -> ASGIResponse:
@@ -238,11 +238,11 @@ def routes(relay: Any, settings: Any) -> list[Any]:
 
     @get(f"{BASE}/status", include_in_schema=False)
     async def status_page() -> ASGIResponse:
-        return html_response(await anyio.to_thread.run_sync(status, relay, settings))
+        return html_response(await anyio.to_thread.run_sync(status, relay, settings, sources))
 
     @get(f"{BASE}/ask", sync_to_thread=False, include_in_schema=False)
     def ask_form() -> ASGIResponse:
-        return html_response(views.ask_page(_policies(relay)))
+        return html_response(views.ask_page(_policies(sources)))
 
     @post(f"{BASE}/ask", status_code=200, include_in_schema=False)
     async def ask_post(request: Request) -> ASGIResponse:
@@ -252,8 +252,8 @@ def routes(relay: Any, settings: Any) -> list[Any]:
         except (UnicodeDecodeError, ValueError):
             form = {}
         ask, policy = form.get("ask", ""), form.get("policy") or None
-        answer, error = await _ask(relay, settings, ask, policy)
-        page = views.ask_page(_policies(relay), ask=ask, policy=policy, answer=answer, error=error)
+        answer, error = await _ask(sources, ask, policy)
+        page = views.ask_page(_policies(sources), ask=ask, policy=policy, answer=answer, error=error)
         return html_response(page, 200 if error is None else 400)
 
     @get(f"{BASE}/static/{{name:str}}", sync_to_thread=False, include_in_schema=False)

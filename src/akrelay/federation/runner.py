@@ -43,25 +43,19 @@ def federation_lock(data_dir: str | os.PathLike[str]) -> LeaderLock:
 class Leadership:
     """The right to run the sync loop: an ``flock`` per data directory, or a Redis lease per deployment.
 
-    Opens its Redis connection when built (it connects on first use) and closes it in :meth:`close`.
+    Built by the node's backend (:meth:`akrelay.backend.Backend.leadership`), which also
+    says where the federation state of a term is kept (``open_state(on_fenced, token)``).
     """
 
-    def __init__(self, settings: Any, *, ttl: float = LEASE_TTL) -> None:
-        self.settings = settings
-        self.url: str = getattr(settings, "store", "") or ""
+    def __init__(self, lock: LeaderLock | RedisLease, where: str, *,
+                 open_state: Callable[[Callable[[], None] | None, int | None], StateStore], shared: bool = False) -> None:
+        self.lock = lock
+        self.where = where
+        #: the leader is elected across a deployment of nodes over one store (not in one data directory)
+        self.shared = shared
+        self._open_state = open_state
         self._keeper: LeaseKeeper | None = None
         self._down = False
-        if self.url:
-            from akrelay.store.redis_client import connect, describe, shared_prefix
-
-            self._client: Any = connect(self.url)
-            self._prefix = shared_prefix(getattr(settings, "store_namespace", None), "sync")
-            self.lock: LeaderLock | RedisLease = RedisLease(self._client, self._prefix, ttl=ttl)
-            self.where = f"the deployment on {describe(self.url)}"
-        else:
-            self._client = None
-            self.lock = federation_lock(settings.data_dir)
-            self.where = str(settings.data_dir)
 
     @property
     def token(self) -> int | None:
@@ -70,7 +64,7 @@ class Leadership:
 
     def acquire(self) -> bool:
         """Whether we lead now; a Redis outage is "not now" (logged once), never an exception."""
-        if not self.url:
+        if isinstance(self.lock, LeaderLock):
             return self.lock.acquire()
         from akrelay.store.redis_client import is_outage, outage_reason
 
@@ -104,11 +98,7 @@ class Leadership:
 
     def open_state(self, on_fenced: Callable[[], None] | None = None) -> StateStore:
         """The federation state, written under this term's token (Redis) or in the data directory."""
-        if self._client is not None:
-            from akrelay.federation.redis_state import RedisFederationState
-
-            return RedisFederationState(self._client, token=self.token, on_fenced=on_fenced, prefix=self._prefix)
-        return FederationState.open_in(self.settings.data_dir)
+        return self._open_state(on_fenced, self.token)
 
     def release(self) -> None:
         keeper, self._keeper = self._keeper, None
@@ -121,21 +111,8 @@ class Leadership:
                         exc, getattr(self.lock, "ttl", 0))
 
     def close(self) -> None:
+        """Release the lease (the client is the backend's, closed with it)."""
         self.release()
-        if self._client is not None:
-            self._client.close()
-
-
-def open_state(settings: Any) -> StateStore:
-    """The federation state of ``settings`` for reading (status, metrics): the deployment's in
-    Redis when ``settings.store`` is a Redis URL, else ``federation.sqlite3`` in the data directory."""
-    url = getattr(settings, "store", "") or ""
-    if url:
-        from akrelay.federation.redis_state import RedisFederationState
-        from akrelay.store.redis_client import shared_prefix
-
-        return RedisFederationState.connect(url, prefix=shared_prefix(getattr(settings, "store_namespace", None), "sync"))
-    return FederationState.open_in(settings.data_dir)
 
 
 def sync_options(settings: Any) -> SyncOptions:
@@ -148,21 +125,23 @@ def sync_options(settings: Any) -> SyncOptions:
 
 
 def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
-                 state: StateStore | None = None) -> SyncEngine:
+                 state: StateStore | None = None, *, shared: bool = False) -> SyncEngine:
     """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's)."""
     peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
     state = state if state is not None else FederationState.open_in(settings.data_dir)
-    return SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness_for(settings, relay))
+    return SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness_for(settings, relay, shared=shared))
 
 
-def witness_for(settings: Any, relay: Any) -> tuple[str, Any] | None:
-    """Our log name and key, to cosign verified peer checkpoints; ``None`` when this node has no log key yet."""
+def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str, Any] | None:
+    """Our log name and key, to cosign verified peer checkpoints; ``None`` when this node has no log key yet.
+
+    ``shared`` (nodes over one store): no key in one node's data directory, only ``--log-key``."""
     from pathlib import Path
 
     from akrelay.service.transparency import KEY_NAME, load_or_create_key, log_name
 
     key_file = getattr(settings, "log_key", None)
-    if not key_file and not getattr(settings, "store", "") and getattr(relay, "data_dir", None) is not None:
+    if not key_file and not shared and getattr(relay, "data_dir", None) is not None:
         key_file = str(Path(relay.data_dir) / KEY_NAME)
     if not key_file or not Path(key_file).exists():
         return None
@@ -173,18 +152,17 @@ def witness_for(settings: Any, relay: Any) -> tuple[str, Any] | None:
         return None
 
 
-def sync_once(settings: Any, relay: Any, *, force: bool = True) -> list[PassResult]:
+def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool = True) -> list[PassResult]:
     """One pass over every enabled peer into ``relay``, as the leader (of the data directory or deployment).
 
-    Raises ``RuntimeError`` when another process (a running ``serve``) leads.
+    Raises ``RuntimeError`` when another process (a running ``serve``) leads. Closes ``leadership``.
     """
     peer_file = load_peers(settings.peers)
-    leadership = Leadership(settings)
     try:
         if not leadership.acquire():
             raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
         leadership.keep(lambda reason: log.warning("akrelay sync: lost the sync lease: %s", reason))
-        engine = build_engine(settings, relay, peer_file, leadership.open_state())
+        engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared)
         try:
             return engine.run_once(force=force)
         finally:
@@ -203,13 +181,13 @@ class BackgroundSync(threading.Thread):
     syncing and goes back to waiting for the lease.
     """
 
-    def __init__(self, settings: Any, relay: Any, *, retry: float = 2.0, lease_ttl: float = LEASE_TTL) -> None:
+    def __init__(self, settings: Any, relay: Any, leadership: Leadership, *, retry: float = 2.0) -> None:
         super().__init__(name="akrelay-sync", daemon=True)
         self.settings = settings
         self.relay = relay
         self.retry = retry
         self.stop_event = threading.Event()
-        self.leadership = Leadership(settings, ttl=lease_ttl)
+        self.leadership = leadership
         self.lock = self.leadership.lock
         self._term: threading.Event | None = None
         #: Terms led so far (a new one after each lost lease), for tests and logs.
@@ -248,7 +226,7 @@ class BackgroundSync(threading.Thread):
             peer_file = load_peers(self.settings.peers)
             state = self.leadership.open_state(
                 on_fenced=lambda: lost("a federation state write was refused: a newer leader holds the lease"))
-            engine = build_engine(self.settings, self.relay, peer_file, state)
+            engine = build_engine(self.settings, self.relay, peer_file, state, shared=self.leadership.shared)
             log.info("akrelay sync: leading %s with %d peer(s)%s", self.leadership.where, len(engine.peers),
                      f" (fencing token {token})" if token is not None else "")
             try:

@@ -197,7 +197,7 @@ class SyncEngine:
             wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
             for peer, hop in wanted:
                 if peer.origin not in threads:
-                    t = threading.Thread(target=loop, args=(peer, hop), name=f"sync {peer.origin}", daemon=True)
+                    t = threading.Thread(target=loop, args=(peer, hop), name=f"akrelay-sync {peer.origin}", daemon=True)
                     threads[peer.origin] = t
                     t.start()
             stop.wait(tick)
@@ -301,7 +301,7 @@ class SyncEngine:
         last_seq = after_seq
         empty_run = 0
         pages = 0
-        fetcher = ThreadPoolExecutor(1, thread_name_prefix="sync-fetch")
+        fetcher = ThreadPoolExecutor(1, thread_name_prefix="akrelay-sync-fetch")
         query = endpoints["query"]
         #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
         pulled: dict[int, str] | None = {} if peer.log_key else None

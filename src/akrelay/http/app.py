@@ -30,7 +30,7 @@ from akrelay.http.health import Readiness, health_routes
 from akrelay.http.querystring import query_pairs
 from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, check_content_type, client_ip,
                                  refuse_rate_limited)
-from akrelay.http.ratelimit import RateLimits, TokenBucket, open_rate_limits, retry_after_seconds
+from akrelay.http.ratelimit import RateLimits, TokenBucket, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
 from akrelay.settings import Settings
 
@@ -57,6 +57,7 @@ class Node(Protocol):
 
     def routes(self) -> list[Any]: ...
     def discovery(self) -> dict[str, Any]: ...
+    def rate_limits(self) -> RateLimits: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
@@ -96,18 +97,12 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
     return [discovery, submit, lookup, query, batch]
 
 
-def rate_buckets(settings: Settings) -> RateLimits:
-    """One worker's token buckets, shared by the middleware and the ingest fast path.
+def rate_limit_middleware(buckets: dict[str, TokenBucket]) -> Callable[[ASGIApp], ASGIApp]:
+    """Admission by token bucket per client IP; runs after routing so it knows the handler.
 
-    Per process, or one per client across the deployment with ``--store redis://...``
-    (:func:`akrelay.http.ratelimit.open_rate_limits`); the app's shutdown closes them.
+    ``buckets``: one worker's, from the node's backend (per process, or shared in Redis),
+    also used by the ingest fast path; the app's shutdown closes them.
     """
-    return open_rate_limits(settings)
-
-
-def rate_limit_middleware(settings: Settings, buckets: dict[str, TokenBucket] | None = None) -> Callable[[ASGIApp], ASGIApp]:
-    """Admission by token bucket per client IP; runs after routing so it knows the handler."""
-    buckets = buckets if buckets is not None else rate_buckets(settings)
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -187,16 +182,11 @@ def build_app(node: Node) -> "RelayApp":
     submitter = SubmitEndpoint(relay, read_body)
     readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)))
     handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
-    buckets = rate_buckets(settings)
-    if getattr(settings, "store", ""):  # Redis round trips and outages into /metrics (the store cannot import them)
-        from akrelay.observability.metrics import StoreObserver
-        from akrelay.store import redis_client
-
-        redis_client.observer = StoreObserver()
+    buckets = node.rate_limits()
     app = RelayApp(
         route_handlers=handlers,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        middleware=[rate_limit_middleware(settings, buckets)],
+        middleware=[rate_limit_middleware(buckets)],
         request_max_body_size=settings.max_envelope_bytes,
         openapi_config=None,
         compression_config=None,

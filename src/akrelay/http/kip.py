@@ -27,6 +27,7 @@ from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.runtime import load_environment, preload
 from akrelay.kip.service import open_runtime, reindex
+from akrelay.http.lifecycle import NotRunning
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 
@@ -47,12 +48,14 @@ KIP_THREADS = 4
 class Gateway:
     """The relay's KIP runtime and its importer (a :class:`akrelay.kip.follower.KipFollower`).
 
-    Over a persistent store (one with a ``path``: the SQLite data directory)
-    :meth:`start` opens the runtime in the background, so the importer starts
-    tailing the log at boot and persists next to the store; otherwise it opens on
-    the first KIP request. Each request also catches up first, so a client reads
-    the events it had accepted. :meth:`stop` stops the importer (the owner calls
-    it before the store closes).
+    With a data directory :meth:`start` opens the runtime in the background (a thread,
+    ``akrelay-kip-open``), so the importer starts tailing the log at boot and persists
+    next to the store; an in-memory relay's runtime opens in :meth:`start` itself.
+    Each request also catches up first, so a client reads the events it had accepted.
+    :meth:`stop` stops the importer (the owner calls it before the store closes). A
+    request before start or after stop is a 503 (:class:`~akrelay.http.lifecycle.NotRunning`):
+    requests never open a runtime of their own (only a first request that finds the
+    background opening failed retries it, while the node runs).
     """
 
     def __init__(self, relay: Relay, *, budget_ms: int | None = DEFAULT_BUDGET_MS, follow: bool = True) -> None:
@@ -64,13 +67,20 @@ class Gateway:
         self._lock = threading.Lock()
         self._opener: threading.Thread | None = None
         self._unlisten: Any = None
+        self._running = False
         self.data_dir = relay.data_dir
         preload()
         self.config = KipConfig.load(self.data_dir, origin=relay.config.origin)
         self.environment = load_environment(self.config)
 
     def start(self) -> None:
-        if self.data_dir is not None and self._opener is None:
+        with self._lock:
+            if self._running:
+                return
+            self._running = True
+        if self.data_dir is None:
+            self.runtime()  # in memory: nothing to wait for on disk
+        elif self._opener is None:
             self._opener = threading.Thread(target=self._open_quietly, name="akrelay-kip-open", daemon=True)
             self._opener.start()
 
@@ -81,7 +91,10 @@ class Gateway:
             pass
 
     def runtime(self) -> KipRuntime:
+        """The running runtime, caught up; :class:`NotRunning` (503) before :meth:`start` or after :meth:`stop`."""
         with self._lock:
+            if not self._running:
+                raise NotRunning("KIP runtime")
             if self._runtime is None:
                 self._runtime, self._follower = open_runtime(
                     self.relay.store, self.data_dir, origin=self.relay.config.origin, config=self.config,
@@ -116,6 +129,8 @@ class Gateway:
         return runtime.execute(doc)
 
     def stop(self) -> None:
+        with self._lock:
+            self._running = False
         opener, self._opener = self._opener, None
         if opener is not None:
             opener.join(30.0)

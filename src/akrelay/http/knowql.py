@@ -25,12 +25,14 @@ from litestar.response.streaming import ASGIStreamingResponse
 
 from akrelay.http.ingest import client_ip
 from akrelay.http.kip import KipComponent
-from akrelay.http.search import SearchComponent, data_dir_of
+from akrelay.http.lifecycle import NotRunning
+from akrelay.http.search import SearchComponent
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
 from akrelay.knowql.request import parse_document
 from akrelay.knowql.service import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlService
+from akrelay.knowql.store import TurnStore
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings, SettingsError
@@ -128,11 +130,14 @@ class KnowqlComponent:
             except ValueError as exc:  # ContextFileError: its message names the file and the entry
                 raise SettingsError(f"--knowql-contexts {path!r}: {exc}") from None
 
-    def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent, kip: KipComponent) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent, kip: KipComponent,
+                 turn_store: Callable[[], TurnStore]) -> None:
+        """``turn_store``: opens the node backend's turn store (SQLite file, or the deployment's Redis)."""
         self.relay = relay
         self.settings = settings
         self.search = search
         self.kip = kip
+        self.turn_store = turn_store
         self._service: KnowqlService | None = None
         self._create = threading.Lock()
         self._checks: anyio.CapacityLimiter | None = None
@@ -153,19 +158,18 @@ class KnowqlComponent:
 
     @property
     def service(self) -> KnowqlService:
-        """The KnowQL service, opened on first use when :meth:`start` did not open it."""
+        """The KnowQL service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
         service = self._service
         if service is None:
-            with self._create:
-                service = self._service
-                if service is None:
-                    service = KnowqlService.open(self.relay, self.settings, data_dir_of(self.relay),
-                                                 search=self._search, runtime=self.kip.gateway.runtime)
-                    self._service = service
+            raise NotRunning("KnowQL service")
         return service
 
     def start(self) -> None:
-        self.service  # noqa: B018 - opens the turn store
+        """Open the turn store and the service (a request never does)."""
+        with self._create:
+            if self._service is None:
+                self._service = KnowqlService.open(self.relay, self.settings, self.turn_store(),
+                                                   search=self._search, runtime=self.kip.gateway.runtime)
 
     def stop(self) -> None:
         with self._create:

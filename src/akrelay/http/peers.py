@@ -8,10 +8,10 @@ component does nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
-from akrelay.federation.runner import BackgroundSync, sync_once
+from akrelay.federation.runner import BackgroundSync, Leadership, sync_once
 from akrelay.federation.sync import PassResult
 from akrelay.settings import SettingsError
 
@@ -26,9 +26,11 @@ class SyncComponent:
     name = "sync"
     options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count")
 
-    def __init__(self, relay: Relay, settings: Settings) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, leadership: Callable[[], Leadership]) -> None:
+        """``leadership``: the node backend's election (a data directory's flock, a deployment's lease)."""
         self.relay = relay
         self.settings = settings
+        self.leadership = leadership
         self._loop: BackgroundSync | None = None
 
     @staticmethod
@@ -46,7 +48,7 @@ class SyncComponent:
 
     def start(self) -> None:
         if self.enabled and self._loop is None:
-            self._loop = BackgroundSync(self.settings, self.relay)
+            self._loop = BackgroundSync(self.settings, self.relay, self.leadership())
             self._loop.start()
 
     def stop(self) -> None:
@@ -64,7 +66,7 @@ class SyncComponent:
 
     def run_once(self, *, force: bool = True) -> list[PassResult]:
         """One pass over every peer (``akrelay sync --once``), as the data directory's leader."""
-        return sync_once(self.settings, self.relay, force=force)
+        return sync_once(self.settings, self.relay, self.leadership(), force=force)
 
     def skipped_self(self) -> list[str]:
         """Enabled peers on this relay's own origin: sync never takes one (a shared mesh file lists us too)."""

@@ -281,20 +281,8 @@ def limiter_client(url: str) -> "redis.Redis":
     return connect(url, reply_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=0)
 
 
-def open_rate_limits(settings: Any) -> RateLimits:
-    """The buckets for ``settings``: per process, or shared through ``settings.store`` (a Redis URL).
-
-    No connection is made here: the Redis client connects on the first request.
-    """
-    limits = {"write": (settings.write_rate, settings.write_burst),
-              "read": (settings.read_rate, settings.read_burst),
-              "knowql": (getattr(settings, "knowql_rate", 0.0), getattr(settings, "knowql_burst", 1))}
-    url = getattr(settings, "store", "")
-    if not url:
-        return RateLimits({kind: TokenBucket(rate, burst) for kind, (rate, burst) in limits.items()})
-    from akrelay.store.redis_client import shared_prefix
-
-    client = limiter_client(url)
-    prefix = shared_prefix(getattr(settings, "store_namespace", None), "rl")
-    return RateLimits({kind: RedisTokenBucket(client, kind, rate, burst, prefix=prefix)
-                       for kind, (rate, burst) in limits.items()}, client)
+def rate_limit_budgets(settings: Any) -> dict[str, tuple[float, int]]:
+    """``kind -> (rate, burst)`` of the ``write``, ``read`` and ``knowql`` buckets (the backend builds them)."""
+    return {"write": (settings.write_rate, settings.write_burst),
+            "read": (settings.read_rate, settings.read_burst),
+            "knowql": (getattr(settings, "knowql_rate", 0.0), getattr(settings, "knowql_burst", 1))}

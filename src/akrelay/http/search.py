@@ -16,6 +16,7 @@ from litestar import Request, post
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
+from akrelay.http.lifecycle import NotRunning
 from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
 
@@ -38,9 +39,9 @@ def _options(settings: Settings) -> dict[str, Any]:
 class SearchComponent:
     """Ranked search: the Tantivy index, its indexer (one per data directory) and the route.
 
-    ``start`` opens (or rebuilds) an on-disk index and starts following the log;
-    an in-memory relay's index opens on its first search, so apps that never
-    search start no thread. ``stop`` stops the indexer and closes the index.
+    ``start`` opens (or rebuilds) the index (on disk, or in memory for an in-memory
+    relay) and starts following the log; ``stop`` stops the indexer and closes the
+    index. A search outside the two is a 503 (:class:`~akrelay.http.lifecycle.NotRunning`).
     """
 
     name = "search"
@@ -56,22 +57,21 @@ class SearchComponent:
 
     @property
     def service(self) -> SearchService:
-        """The search service, opened on first use when :meth:`start` did not open it."""
+        """The search service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
         service = self._service
         if service is None:
-            with self._create:  # two first requests must not build two indexes
-                service = self._service
-                if service is None:
-                    service = SearchService(self.relay, data_dir_of(self.relay), follow=self.follow,
-                                            **_options(self.settings))
-                    if service.follow:  # a reader (another process indexes) has nothing to wake
-                        self._unlisten = self.relay.on_commit(service.notify)
-                    self._service = service
+            raise NotRunning("search index")
         return service
 
     def start(self) -> None:
-        if data_dir_of(self.relay) is not None:
-            self.service  # noqa: B018 - opens the index and starts the indexer
+        """Open the index and start the indexer (a request never does)."""
+        with self._create:
+            if self._service is None:
+                service = SearchService(self.relay, data_dir_of(self.relay), follow=self.follow,
+                                        **_options(self.settings))
+                if service.follow:  # a reader (another process indexes) has nothing to wake
+                    self._unlisten = self.relay.on_commit(service.notify)
+                self._service = service
 
     def stop(self) -> None:
         with self._create:

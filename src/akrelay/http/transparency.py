@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 from litestar import Request, get
@@ -26,6 +26,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
 
 if TYPE_CHECKING:  # annotations only
+    from akrelay.federation.state import StateStore
     from akrelay.service.relay import Relay
     from akrelay.settings import Settings
 
@@ -33,15 +34,17 @@ log = logging.getLogger("akrelay.transparency")
 TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 
-def open_log(relay: Relay, settings: Settings) -> TransparencyLog | None:
-    """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``)."""
+def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> TransparencyLog | None:
+    """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``).
+
+    ``shared``: the node's backend is shared by several nodes (``akrelay.backend.Backend.shared``)."""
     if getattr(settings, "no_merkle_log", False) or getattr(relay.store, "merkle_log", True) is False:
         return None  # measuring the log's cost: no tree, so nothing to sign
     key_file = getattr(settings, "log_key", None)
     if key_file:
         key = load_or_create_key(Path(key_file), create=False)
-    elif getattr(settings, "store", "") or relay.data_dir is None:
-        if getattr(settings, "store", ""):
+    elif shared or relay.data_dir is None:
+        if shared:
             log.warning("no --log-key: nodes sharing a Redis store must sign with one key file; serving no Merkle log")
             return None
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -58,10 +61,14 @@ class LogComponent:
     name = "log"
     options: tuple[str, ...] = ("log_key",)
 
-    def __init__(self, relay: Relay, settings: Settings) -> None:
+    def __init__(self, relay: Relay, settings: Settings, *, shared: bool = False,
+                 federation_state: Callable[[], StateStore | None] | None = None) -> None:
+        """``shared``, ``federation_state``: from the node's backend (one log key for a deployment; the
+        federation state that holds the peers' cosigned checkpoints)."""
         self.relay = relay
         self.settings = settings
-        self.tlog = open_log(relay, settings)
+        self.federation_state = federation_state
+        self.tlog = open_log(relay, settings, shared=shared)
         self._ticker: Ticker | None = None
 
     def start(self) -> None:
@@ -114,7 +121,7 @@ class LogComponent:
         def witnessed(request: Request) -> ASGIResponse:
             """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
             wanted = params(request).get("origin", "")
-            text = cosigned_checkpoint(settings, wanted)
+            text = cosigned_checkpoint(settings, wanted, self.federation_state)
             if text is None:
                 raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
             return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
@@ -122,13 +129,14 @@ class LogComponent:
         return [checkpoint, entries, inclusion, consistency, witnessed]
 
 
-def cosigned_checkpoint(settings: Settings, name: str) -> str | None:
+def cosigned_checkpoint(settings: Settings, name: str,
+                        federation_state: Callable[[], StateStore | None] | None) -> str | None:
     """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
-    from akrelay.federation.runner import open_state
-
-    if not name or not getattr(settings, "peers", ""):
+    if not name or not getattr(settings, "peers", "") or federation_state is None:
         return None
-    state = open_state(settings)
+    state = federation_state()
+    if state is None:
+        return None
     try:
         for peer in state.all():
             if peer.origin.removeprefix("https://") == name and peer.cosigned and not peer.misbehaving:

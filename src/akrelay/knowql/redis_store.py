@@ -57,8 +57,10 @@ class RedisTurnStore:
     """:class:`~akrelay.knowql.store.TurnStore` in the Redis at ``url`` (or over ``client``)."""
 
     def __init__(self, client: redis.Redis, *, clock: Callable[[], float] = time.time,
-                 prefix: str = KEY_PREFIX) -> None:
+                 prefix: str = KEY_PREFIX, owns_client: bool = True) -> None:
+        """``owns_client=False``: ``client`` is the node's shared one (its backend closes it), not closed here."""
         self._r = client
+        self._owns_client = owns_client
         self.clock = clock
         self.prefix = prefix
         #: every change is published on ``<p>wake`` (the query id); tails of every node wake on it
@@ -71,7 +73,8 @@ class RedisTurnStore:
 
     def close(self) -> None:
         self.wakeups.stop()
-        self._r.close()
+        if self._owns_client:
+            self._r.close()
 
     @property
     def _wake(self) -> str:

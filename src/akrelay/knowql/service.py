@@ -25,8 +25,7 @@ from akrelay.knowql.pool import FairPool
 from akrelay.knowql.recovery import Deferred, fail_orphans, owner
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
-from akrelay.knowql.redis_store import RedisTurnStore
-from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
+from akrelay.knowql.store import TurnStore, public
 from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
@@ -70,19 +69,6 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
     return Catalog(entries, tiers)
 
 
-def open_turn_store(settings: Any, data_dir: Any) -> TurnStore:
-    """The turn store of ``settings``: Redis when ``settings.store`` is a Redis URL, else the SQLite file.
-
-    Opened by the KnowQL component on start and closed on stop; a Redis client connects on first use.
-    """
-    url = getattr(settings, "store", "") or ""
-    if url:
-        from akrelay.store.redis_client import shared_prefix
-
-        return RedisTurnStore.connect(url, prefix=shared_prefix(getattr(settings, "store_namespace", None), "knowql"))
-    return SqliteTurnStore.in_data_dir(data_dir)
-
-
 class KnowqlService:
     def __init__(self, relay: Any, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
                  search: Callable[[], Any], runtime: Callable[[], Any], clock: Callable[[], float] = time.time,
@@ -109,10 +95,11 @@ class KnowqlService:
         self._open_lock = threading.Lock()
 
     @classmethod
-    def open(cls, relay: Any, settings: Any, data_dir: Any, *, search: Callable[[], Any],
+    def open(cls, relay: Any, settings: Any, store: TurnStore, *, search: Callable[[], Any],
              runtime: Callable[[], Any]) -> "KnowqlService":
+        """The service over ``store`` (the node backend's turn store, closed with the service)."""
         contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
-        service = cls(relay, settings, store=open_turn_store(settings, data_dir), contexts=contexts,
+        service = cls(relay, settings, store=store, contexts=contexts,
                       search=search, runtime=runtime)
         service.recover()
         return service

@@ -105,7 +105,7 @@ class _Metrics:
 
 
 class StoreObserver:
-    """Round trips to a network store and its outages, counted here (``akrelay.store.redis_client.observer``)."""
+    """Round trips to a network store and its outages, counted here (the ``observer`` of a Redis log, set by the backend)."""
 
     def call(self, name: str, seconds: float) -> None:
         metrics().store_call(name, seconds)

@@ -14,7 +14,7 @@ from litestar import get
 from litestar.response.base import ASGIResponse
 
 import akrelay.observability.options  # noqa: F401  (declares --log-json)
-from akrelay.observability import sources
+from akrelay.observability.sources import Sources
 from akrelay.observability.status import relay_status
 from akrelay.observability.metrics import MULTIPROC_ENV, metrics
 from akrelay.store.base import StoreUnavailable
@@ -22,7 +22,7 @@ from akrelay.store.base import StoreUnavailable
 METRICS_PATH = "/metrics"
 
 
-def scrape(relay: Any, settings: Any) -> tuple[bytes, str]:
+def scrape(relay: Any, settings: Any, sources: Sources | None = None) -> tuple[bytes, str]:
     """The text exposition of every worker's counters plus the relay's current state."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
@@ -33,22 +33,23 @@ def scrape(relay: Any, settings: Any) -> tuple[bytes, str]:
         MultiProcessCollector(registry)  # every worker's files, this one's included
     else:
         registry.register(own)
-    registry.register(RelayCollector(relay, settings))
+    registry.register(RelayCollector(relay, settings, sources if sources is not None else Sources()))
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 class RelayCollector:
     """Gauges read from the relay at scrape time (one snapshot of :func:`relay_status`)."""
 
-    def __init__(self, relay: Any, settings: Any) -> None:
+    def __init__(self, relay: Any, settings: Any, sources: Sources) -> None:
         self.relay = relay
         self.settings = settings
+        self.sources = sources
 
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         try:
-            status = relay_status(self.relay, self.settings)
+            status = relay_status(self.relay, self.settings, self.sources)
         except StoreUnavailable:  # the counters still go out: an outage is when they are needed most
             yield GaugeMetricFamily("akrelay_store_up", "1 when the store answered this scrape, else 0", value=0)
             return
@@ -84,7 +85,7 @@ class RelayCollector:
         yield lag
         yield errors
         yield misbehaving
-        turns = _knowql_counts(self.relay)
+        turns = _knowql_counts(self.sources)
         if turns is not None:
             family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",
                                        labels=["status"])
@@ -93,17 +94,17 @@ class RelayCollector:
             yield family
 
 
-def _knowql_counts(relay: Any) -> dict[str, int] | None:
+def _knowql_counts(sources: Sources) -> dict[str, int] | None:
     try:
-        return sources.knowql_turn_counts(relay)
+        return sources.knowql_turn_counts()
     except Exception:  # noqa: BLE001 - a scrape reports what it can
         return None
 
 
-def routes(relay: Any, settings: Any) -> list[Any]:
+def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
     @get(METRICS_PATH, include_in_schema=False)
     async def metrics_page() -> ASGIResponse:
-        body, content_type = await anyio.to_thread.run_sync(scrape, relay, settings)
+        body, content_type = await anyio.to_thread.run_sync(scrape, relay, settings, sources)
         return ASGIResponse(body=body, status_code=200, media_type=content_type)
 
     return [metrics_page]

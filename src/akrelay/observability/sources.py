@@ -1,69 +1,52 @@
-"""Where the explorer and ``/metrics`` read the other components' state (search, KIP, KnowQL).
+"""Where the explorer and ``/metrics`` read the other components' state (search, KIP, KnowQL, peers).
 
-:class:`akrelay.web.WebComponent` binds the node's components
-to their relay here when it is built; this is the one module that knows how to
-reach them, and anything not bound reads as absent.
+The node builds one :class:`Sources` from its components and its backend and hands it
+to :class:`akrelay.web.WebComponent`, which passes it to the pages: no process-wide
+registry, so two nodes in one process never read each other's components. Anything
+not given reads as absent.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
-@dataclass(slots=True)
-class Bound:
+@dataclass(frozen=True, slots=True)
+class Sources:
     search: Any = None
     kip: Any = None
     knowql: Any = None
+    #: the backend's federation state for reading (``None`` from it: no state kept yet)
+    federation_state: Callable[[], Any] | None = None
 
+    def kip_runtime(self) -> Any:
+        """The node's running KIP runtime (caught up); raises without KIP or while it is not running."""
+        if self.kip is None:
+            raise LookupError("this relay runs no KIP component")
+        return self.kip.gateway.runtime()
 
-_BOUND: "weakref.WeakKeyDictionary[Any, Bound]" = weakref.WeakKeyDictionary()
+    def kip_head(self) -> int | None:
+        """The KIP nexus head of this process, or ``None`` before its runtime opened (never opens it)."""
+        runtime = self.kip.gateway._runtime if self.kip is not None else None  # noqa: SLF001 - read without opening
+        return int(runtime.nexus.head) if runtime is not None else None
 
+    def kip_default_policy(self) -> str | None:
+        return str(self.kip.gateway.config.default_policy) if self.kip is not None else None
 
-def bind(relay: Any, *, search: Any = None, kip: Any = None, knowql: Any = None) -> None:
-    _BOUND[relay] = Bound(search, kip, knowql)
+    def search_position(self) -> int | None:
+        """The search index position (the last indexed ``seq``), ``None`` without the search component."""
+        return int(self.search.service.index_seq()) if self.search is not None else None
 
+    def knowql_service(self) -> Any:
+        if self.knowql is None:
+            raise LookupError("this relay runs no KnowQL component")
+        return self.knowql.service
 
-def _bound(relay: Any) -> Bound:
-    return _BOUND.get(relay) or Bound()
+    def knowql_turn_counts(self) -> dict[str, int] | None:
+        """Turns per status in the shared turn store, ``None`` without KnowQL."""
+        return self.knowql.service.store.status_counts() if self.knowql is not None else None
 
-
-def kip_runtime(relay: Any) -> Any:
-    """The relay's KIP runtime, opened (and caught up) if need be; raises without KIP."""
-    kip = _bound(relay).kip
-    if kip is None:
-        raise LookupError("this relay runs no KIP component")
-    return kip.gateway.runtime()
-
-
-def kip_head(relay: Any) -> int | None:
-    """The KIP nexus head of this process, or ``None`` before its runtime opened (never opens it)."""
-    kip = _bound(relay).kip
-    runtime = kip.gateway._runtime if kip is not None else None  # noqa: SLF001 - read without opening it
-    return int(runtime.nexus.head) if runtime is not None else None
-
-
-def kip_default_policy(relay: Any) -> str | None:
-    kip = _bound(relay).kip
-    return str(kip.gateway.config.default_policy) if kip is not None else None
-
-
-def search_position(relay: Any, settings: Any) -> int | None:
-    """The search index position (the last indexed ``seq``), ``None`` without the search component."""
-    search = _bound(relay).search
-    return int(search.service.index_seq()) if search is not None else None
-
-
-def knowql_service(relay: Any, settings: Any) -> Any:
-    knowql = _bound(relay).knowql
-    if knowql is None:
-        raise LookupError("this relay runs no KnowQL component")
-    return knowql.service
-
-
-def knowql_turn_counts(relay: Any) -> dict[str, int] | None:
-    """Turns per status in the shared turn store, ``None`` without KnowQL."""
-    knowql = _bound(relay).knowql
-    return knowql.service.store.status_counts() if knowql is not None else None
+    def open_federation_state(self) -> Any:
+        """The federation state for reading, or ``None`` (none kept, or no backend given)."""
+        return self.federation_state() if self.federation_state is not None else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from akrelay.observability import sources
+from akrelay.observability.sources import Sources
 
 
 @dataclass(slots=True)
@@ -91,35 +91,27 @@ def _text_index_lag(relay: Any) -> int | None:
         return None
 
 
-def _index_seq(relay: Any, settings: Any) -> int | None:
+def _index_seq(sources: Sources) -> int | None:
     try:
-        return sources.search_position(relay, settings)
+        return sources.search_position()
     except Exception:  # noqa: BLE001 - the status is best effort: an index that cannot open reads as absent
         return None
 
 
-def _kip_head(relay: Any) -> int | None:
+def _kip_head(sources: Sources) -> int | None:
     try:
-        return sources.kip_head(relay)
+        return sources.kip_head()
     except Exception:  # noqa: BLE001 - best effort, as above
         return None
 
 
-def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
-    data = _data_dir(relay)
+def _peers(settings: Any, sources: Sources) -> list[PeerStatus]:
     if not getattr(settings, "peers", None):
         return []
     try:
-        from akrelay.federation.runner import open_state
-        from akrelay.federation.state import STATE_FILE, FederationState, StateStore
-
-        state: StateStore
-        if getattr(settings, "store", ""):  # the deployment's state, in Redis (read only here)
-            state = open_state(settings)
-        elif data is None or not (data / STATE_FILE).exists():
+        state = sources.open_federation_state()  # the backend's: the data directory's, or the deployment's
+        if state is None:
             return []
-        else:
-            state = FederationState.open_in(data)
         try:
             return [PeerStatus(p.origin, p.checkpoint, p.peer_checkpoint, p.lag, p.counts.get("failed_passes", 0),
                                p.counts.get("passes", 0), p.last_error, p.last_success, p.misbehaving)
@@ -130,8 +122,10 @@ def _peers(relay: Any, settings: Any) -> list[PeerStatus]:
         return []
 
 
-def relay_status(relay: Any, settings: Any) -> RelayStatus:
-    """The checkpoint, index and KIP positions, store size and peers of ``relay``, now."""
-    return RelayStatus(checkpoint=relay.checkpoint(), index_seq=_index_seq(relay, settings), kip_head=_kip_head(relay),
+def relay_status(relay: Any, settings: Any, sources: Sources | None = None) -> RelayStatus:
+    """The checkpoint, index and KIP positions, store size and peers of ``relay``, now (``sources``: the
+    node's components and federation state, as :class:`akrelay.web.WebComponent` has them)."""
+    sources = sources if sources is not None else Sources()
+    return RelayStatus(checkpoint=relay.checkpoint(), index_seq=_index_seq(sources), kip_head=_kip_head(sources),
                        store_bytes=_store_bytes(relay), store_memory=_store_memory(relay),
-                       text_index_lag=_text_index_lag(relay), peers=_peers(relay, settings))
+                       text_index_lag=_text_index_lag(relay), peers=_peers(settings, sources))

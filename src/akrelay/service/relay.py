@@ -503,6 +503,7 @@ def open_shared_relay(
     accept_weak_durability: bool = False,
     clock: Callable[[], int] = ms_clock,
     data_dir: str | os.PathLike[str] | None = None,
+    client: Any = None,
 ) -> Relay:
     """Open the relay over the acceptance log shared in Redis at ``url`` (several nodes, one log).
 
@@ -512,12 +513,13 @@ def open_shared_relay(
     metadata, so a cursor issued by one node is accepted by every node.
     ``data_dir`` holds this node's derived state only (search index, KIP nexus, and the
     trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis_text`).
+    ``client``: the node's shared Redis client (``akrelay.backend.RedisBackend``), else a new one.
     """
     from akrelay.store.redis import RedisStore, check_durability
     from akrelay.store.redis_text import TEXT_INDEX_FILE
 
     text_index = None if data_dir is None else Path(data_dir) / TEXT_INDEX_FILE
-    store = RedisStore(url, namespace=namespace, text_index=text_index)
+    store = RedisStore(url, namespace=namespace, text_index=text_index, client=client)
     try:
         check_durability(store, accept_weak=accept_weak_durability)
         return _relay_over(store, config, clock, data_dir)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import binascii
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from akrelay.protocol.envelope import Envelope
 
@@ -278,3 +278,17 @@ class Store(Queryable, Protocol):
         """Check that the store answers now (``/readyz``); raise :class:`StoreUnavailable` if not."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class BackgroundStore(Protocol):
+    """A store with background work of its own (SQLite: trigram indexer, WAL checkpointer; Redis: trigram
+    indexer). Opening it starts nothing; the node's store component calls :meth:`start` first in start order."""
+
+    def start(self) -> None:
+        """Start the background work; idempotent."""
+        ...
+
+    def stop(self) -> None:
+        """Stop it (joining its threads); the store stays open. Idempotent."""
+        ...

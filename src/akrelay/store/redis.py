@@ -519,7 +519,9 @@ class RedisStore(Queryable):
     def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None,
                  text_index: str | os.PathLike[str] | None = None, text_indexer: bool = True) -> None:
         """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis_text`), kept caught
-        up by a background thread unless ``text_indexer`` is false; without it ``q`` is verified by scanning."""
+        up by a background thread from :meth:`start` on unless ``text_indexer`` is false; without it ``q`` is
+        verified by scanning. ``client``: a client shared with the rest of the node (the backend's); the
+        store still closes it on :meth:`close`, which comes last. Nothing starts here."""
         if not namespace or any(c in namespace for c in " \n\r\t"):
             raise ValueError(f"invalid Redis key namespace {namespace!r}")
         self.url = url
@@ -527,6 +529,8 @@ class RedisStore(Queryable):
         self.prefix = f"{namespace}:"
         self.channel = f"{self.prefix}commits"
         self._client = client if client is not None else connect(url)
+        #: where round trips and outages are reported (the node's backend points it at ``/metrics``)
+        self.observer: redis_client.Observing = redis_client.Observer()
         self._closed = False
         #: until when calls fail at once after an outage (see :meth:`_call`), and why
         self._down_until = 0.0
@@ -548,9 +552,19 @@ class RedisStore(Queryable):
         except BaseException:
             self._client.close()
             raise
-        if self.text_index is not None and text_indexer:
+        self._text_indexer = text_indexer
+
+    def start(self) -> None:
+        """Start the trigram indexer (the node's store component, first in start order); idempotent."""
+        if self.text_index is not None and self._text_indexer and self._indexer is None and not self._closed:
             self._indexer = self.text_indexer()
             self._indexer.start()
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started; the store stays open."""
+        indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            indexer.stop()
 
     # -- plumbing ------------------------------------------------------------------
     def _call(self, fn: Callable[[], T], *, probe: bool = False, name: str = "other") -> T:
@@ -565,7 +579,7 @@ class RedisStore(Queryable):
         if self._closed:
             raise RuntimeError("store is closed")
         if not probe and self._down_until and time.monotonic() < self._down_until:
-            redis_client.observer.outage()
+            self.observer.outage()
             raise StoreUnavailable(self._down_reason, RETRY_AFTER)
         started = time.perf_counter()
         try:
@@ -574,12 +588,12 @@ class RedisStore(Queryable):
             kind = redis_client.outage_kind(exc)
             if kind is None:
                 raise
-            redis_client.observer.outage()
+            self.observer.outage()
             error = redis_client.unavailable_error(f"the Redis store at {describe(self.url)}", exc)
             if kind == redis_client.DOWN:  # a server that refuses writes (OOM, MISCONF, READONLY) still serves reads
                 self._down_reason, self._down_until = str(error), time.monotonic() + OUTAGE_HOLD
             raise error from exc
-        redis_client.observer.call(name, time.perf_counter() - started)
+        self.observer.call(name, time.perf_counter() - started)
         self._down_until = 0.0
         return value
 
@@ -1028,9 +1042,7 @@ class RedisStore(Queryable):
     def close(self) -> None:
         if self._closed:
             return
-        if self._indexer is not None:
-            self._indexer.stop()
-            self._indexer = None
+        self.stop()
         if self.text_index is not None:
             self.text_index.close()
         self._closed = True

@@ -9,7 +9,7 @@ stalled costs a request a few seconds at most (never a hang), and becomes a 503 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import redis
 import redis.exceptions
@@ -96,11 +96,19 @@ def outage_reason(exc: BaseException) -> str:
     return str(exc).split(" script: ", 1)[0]
 
 
+class Observing(Protocol):
+    """What a Redis log reports its round trips and outages to (``akrelay.observability.metrics.StoreObserver``)."""
+
+    def call(self, name: str, seconds: float) -> None: ...
+
+    def outage(self) -> None: ...
+
+
 class Observer:
     """Where :class:`~akrelay.store.redis.RedisStore` reports each round trip and each outage.
 
-    The store cannot import the metrics layer (it is below it); the HTTP app points
-    :data:`observer` at ``/metrics`` (``akrelay.http.app``). The default ignores them.
+    The store cannot import the metrics layer (it is below it); the node's backend sets the
+    store's ``observer`` to one that counts into ``/metrics`` (``akrelay.backend``). This one ignores them.
     """
 
     def call(self, name: str, seconds: float) -> None:
@@ -109,8 +117,6 @@ class Observer:
     def outage(self) -> None:
         """One call failed as an outage (it becomes a 503)."""
 
-
-observer = Observer()
 
 
 def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) -> redis.Redis:

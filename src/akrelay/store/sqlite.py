@@ -153,18 +153,45 @@ class SqliteStore(BackgroundWork, Queryable):
         self._stop = threading.Event()
         self._indexer_interval = indexer_interval
         self._indexer: TextIndexer | None = None
-        if text_indexer:
-            self._indexer = self.text_indexer()
-            self._indexer.start()
+        self._text_indexer = text_indexer
         self._checkpoint_interval = checkpoint_interval
         self._checkpointer: threading.Thread | None = None
-        if background_checkpoint:
-            # The commit that crosses SQLite's autocheckpoint threshold would copy
-            # the WAL into the database and fsync it while every writer waits (tens
-            # of ms); a background thread does that work off the commit path.
-            writer.execute("PRAGMA wal_autocheckpoint = 0")
-            self._checkpointer = threading.Thread(target=self._run_checkpointer, name="akrelay-checkpoint", daemon=True)
-            self._checkpointer.start()
+        self._background_checkpoint = background_checkpoint
+
+    def start(self) -> None:
+        """Start the background work asked for (trigram indexer, WAL checkpointer); idempotent.
+
+        Called by the node's store component, first in start order: a store that is only
+        opened (schema creation, the CLI) runs no thread.
+        """
+        with self._write_lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            self._stop.clear()
+            if self._text_indexer and self._indexer is None:
+                self._indexer = self.text_indexer()
+                self._indexer.start()
+            if self._background_checkpoint and self._checkpointer is None:
+                # The commit that crosses SQLite's autocheckpoint threshold would copy
+                # the WAL into the database and fsync it while every writer waits (tens
+                # of ms); a background thread does that work off the commit path.
+                self._writer.execute("PRAGMA wal_autocheckpoint = 0")
+                self._checkpointer = threading.Thread(target=self._run_checkpointer, name="akrelay-checkpoint",
+                                                      daemon=True)
+                self._checkpointer.start()
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (SQLite checkpoints by itself again); the store stays open."""
+        self._stop.set()
+        indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            indexer.stop()  # a step in progress finishes first, on the open store
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None and checkpointer is not threading.current_thread():
+            checkpointer.join(timeout=5)
+        if (indexer is not None or checkpointer is not None) and not self._closed:
+            with self._write_lock:
+                self._writer.execute("PRAGMA wal_autocheckpoint = 1000")
 
     # -- connections ---------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
