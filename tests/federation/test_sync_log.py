@@ -173,3 +173,35 @@ def test_a_verified_peer_checkpoint_is_cosigned_and_a_misbehaving_one_is_not(rou
 
     with pytest.raises(NoteError):
         verify_cosignature(parse_note(after.cosigned), "local.example", raw_public_key(Ed25519PrivateKey.generate().public_key()))
+
+
+def test_clearing_a_misbehaving_peer_archives_the_evidence_and_reverifies_from_zero(router) -> None:  # noqa: ANN001
+    fake, peer, local, state, engine = setup(router)
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(5)])
+    assert engine.run_once()[0].ok
+    other = make_relay("https://peer-a.example")  # the peer now serves another history: a fork
+    for env in [Author("bob").publish(f"x{i}") for i in range(8)]:
+        other.submit(__import__("json").dumps(env).encode())
+    fake.tlog = TransparencyLog(other.store, fake.origin, fake.tlog.key, clock=fake.tlog.clock)
+    fake.relay = other
+    assert not engine.run_once()[0].ok
+    marked = state.get(peer.origin)
+    assert marked.misbehaving and marked.checkpoint == 5
+
+    cleared = state.clear_misbehaving(peer.origin, 1234)
+    assert cleared is not None and cleared.misbehaving is None and cleared.evidence is None
+    assert cleared.log_note is None and cleared.log_frontier == [] and cleared.checkpoint == 0
+    [archived] = cleared.cleared
+    assert archived["misbehaving"] == marked.misbehaving and archived["evidence"] == marked.evidence
+    assert archived["cleared_at"] == 1234 and archived["log_note"] == marked.log_note
+    assert state.get(peer.origin).to_json() == cleared.to_json()
+    assert state.clear_misbehaving(peer.origin, 1235) is None  # nothing more to clear
+
+    before = len(fake.query_calls)
+    [result] = engine.run_once()  # pulled again, and its log verified from size 0
+    assert result.ok, result.error
+    assert len(fake.query_calls) > before
+    st = state.get(peer.origin)
+    assert st.misbehaving is None and st.log_note.split("\n")[1] == "8" and st.checkpoint == 8
+    assert len(st.cleared) == 1
+    assert len(local_ids(local)) == 5 + 8
