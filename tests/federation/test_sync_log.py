@@ -205,3 +205,26 @@ def test_clearing_a_misbehaving_peer_archives_the_evidence_and_reverifies_from_z
     assert st.misbehaving is None and st.log_note.split("\n")[1] == "8" and st.checkpoint == 8
     assert len(st.cleared) == 1
     assert len(local_ids(local)) == 5 + 8
+
+
+def test_a_verified_checkpoint_inconsistent_with_what_the_witness_cosigned_marks_the_peer(router) -> None:  # noqa: ANN001
+    from akrelay.federation.witness import SqliteWitnessState, Witness
+    from akrelay.protocol.note import Checkpoint, parse_vkey, raw_public_key, verify_cosignature
+
+    fake, peer, local, state, engine = setup(router)
+    ours = Ed25519PrivateKey.generate()
+    engine.witness = ("local.example", ours)
+    engine.witness_log = Witness("local.example", ours, {"peer-a.example": parse_vkey(peer.log_key)},
+                                 SqliteWitnessState())
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(3)])
+    assert engine.run_once()[0].ok
+    st = state.get(peer.origin)
+    assert verify_cosignature(parse_note(st.cosigned), "local.example", raw_public_key(ours.public_key())) > 0
+    assert engine.witness_log.cosigned("peer-a.example") == st.cosigned
+    # the peer had pushed the witness another history of size 5 (its add-checkpoint API)
+    other = sign_note(Checkpoint("peer-a.example", 5, bytes(32)).body(), "peer-a.example", fake.tlog.key).encode()
+    engine.witness_log.state.update("peer-a.example", lambda _cur: {"size": 5, "root": "", "note": other, "time": 1})
+    fake.add(Author("bob").publish("x"))
+    [result] = engine.run_once()
+    assert not result.ok
+    assert "not consistent with the checkpoint of size 5" in state.get(peer.origin).misbehaving

@@ -152,7 +152,13 @@ def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
     """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's)."""
     peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
     state = state if state is not None else FederationState.open_in(settings.data_dir)
-    return SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness_for(settings, relay))
+    witness = witness_for(settings, relay)
+    engine = SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness)
+    if witness is not None:
+        from akrelay.federation.witness import Witness, known_logs, open_witness_state
+
+        engine.witness_log = Witness(witness[0], witness[1], known_logs(peer_file.peers), open_witness_state(settings))
+    return engine
 
 
 def witness_for(settings: Any, relay: Any) -> tuple[str, Any] | None:

@@ -18,12 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from litestar import Request, get
+import anyio
+from litestar import Request, get, post
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.protocol.errors import ProtocolError
 from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
+
+#: C2SP tlog-witness ``add-checkpoint`` (submission prefix ``/v1/knowledge/witness``).
+ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.service.relay import Relay
@@ -119,7 +123,36 @@ class LogComponent:
                 raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
             return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
 
-        return [checkpoint, entries, inclusion, consistency, witnessed]
+        @post(ADD_CHECKPOINT_PATH, status_code=200, opt={"rate": "write"})
+        async def add_checkpoint(request: Request) -> ASGIResponse:
+            """C2SP tlog-witness: cosign a known log's checkpoint that is consistent with the last we cosigned."""
+            body = await request.body()  # bounded by the body reader (max_envelope_bytes) and again by the parser
+            lines = await anyio.to_thread.run_sync(self.add_checkpoint, body)
+            return ASGIResponse(body=lines.encode(), status_code=200, media_type=TEXT)
+
+        return [checkpoint, entries, inclusion, consistency, witnessed, add_checkpoint]
+
+    def add_checkpoint(self, body: bytes) -> str:
+        from akrelay.federation.peers import PeerConfigError, load_peers
+        from akrelay.federation.witness import Witness, known_logs, open_witness_state
+
+        assert self.tlog is not None
+        peers_file = getattr(self.settings, "peers", "")
+        try:
+            verifiers = known_logs(load_peers(peers_file).peers) if peers_file else {}
+        except PeerConfigError as exc:
+            log.warning("add-checkpoint: the peer file cannot be read: %s", exc)
+            verifiers = {}
+        if not verifiers:  # nothing to witness: answered before the body's log is even looked at
+            from akrelay.protocol.witness import parse_add_checkpoint
+
+            origin = parse_add_checkpoint(body).checkpoint.origin
+            raise ProtocolError("not_found", f"This witness does not know the log {origin!r}.")
+        state = open_witness_state(self.settings)
+        try:
+            return Witness(self.tlog.name, self.tlog.key, verifiers, state).add_checkpoint(body)
+        finally:
+            state.close()
 
 
 def cosigned_checkpoint(settings: Settings, name: str) -> str | None:
@@ -128,8 +161,18 @@ def cosigned_checkpoint(settings: Settings, name: str) -> str | None:
 
     if not name or not getattr(settings, "peers", ""):
         return None
+    from akrelay.federation.witness import open_witness_state
+
+    witness = open_witness_state(settings)
+    try:
+        record = witness.latest(name)
+    finally:
+        witness.close()
     state = open_state(settings)
     try:
+        if record is not None and not any(p.misbehaving and p.origin.removeprefix("https://") == name
+                                          for p in state.all()):
+            return str(record["note"])
         for peer in state.all():
             if peer.origin.removeprefix("https://") == name and peer.cosigned and not peer.misbehaving:
                 return peer.cosigned
