@@ -93,14 +93,26 @@ def test_witnesses_cosign_pushed_checkpoints_and_audit_requires_a_quorum(tmp_pat
         assert push(w2, "old 0\n\n" + first).status_code == 200
         second = checkpoint(log)
         size2 = int(second.split("\n")[1])
-        bad = proof_lines(log, size1, size2).replace("A", "B", 1)
-        assert push(w1, f"old {size1}\n{bad}\n" + second).status_code in (400, 422)
-        answer = push(w1, f"old {size1}\n{proof_lines(log, size1, size2)}\n" + second)
+        good = proof_lines(log, size1, size2)
+        bad = ("B" if good[0] != "B" else "C") + good[1:]  # the first hash changed
+        assert push(w1, f"old {size1}\n{bad}\n" + second).json()["error"]["code"] == "inconsistent_checkpoint"
+        answer = push(w1, f"old {size1}\n{good}\n" + second)
         assert answer.status_code == 200, answer.text
         code, out, err = audit("--quorum", "2")
         assert code == 0, err
         assert "2 of 2 witnesses cosigned" in out
         assert f"cosigned size {size1}" in err and f"cosigned size {size2}" in err
+        # `akrelay witness LOG WITNESS`: w2 cosigned size1, so its first push (old 0) is a 409 and the
+        # second carries the log's consistency proof from size1
+        submit(log, [envelope(i) for i in range(9, 11)])
+        wait_for_checkpoint(log, size2 + 2)
+        assert main(["witness", log.origin, w2.origin, "--cacert", str(bundle), "--key", log_vkey]) == 0
+        note = capsys.readouterr().out
+        assert int(note.split("\n")[1]) >= size2 + 2 and note.count("\u2014 ") == 2
+        code, out, err = audit("--quorum", "2")
+        assert code == 0, err
+        assert main(["witness", log.origin, w2.origin, "--cacert", str(bundle), "--key", keys[0]]) == 1  # not a log key
+        assert "not a valid verifier key" in capsys.readouterr().err
         # a bad witness key is a usage error
         assert main(["audit", log.origin, "--cacert", str(bundle), "--witness", log_vkey]) == 2
         assert "cosignature/v1" in capsys.readouterr().err

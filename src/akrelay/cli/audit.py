@@ -42,6 +42,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "audited one (default: all of them)")
     p.set_defaults(handler=cmd_audit)
 
+    w = subparsers.add_parser(
+        "witness", help="ask a witness relay to cosign a log's latest checkpoint (C2SP tlog-witness)",
+        description="Fetch the log's latest signed checkpoint and push it to the witness's add-checkpoint "
+                    "(with the log's consistency proof from the size the witness last cosigned); print the "
+                    "cosigned checkpoint.")
+    w.add_argument("url", metavar="LOG_URL", help="the log relay's origin")
+    w.add_argument("witness_url", metavar="WITNESS_URL", help="the witness relay's origin")
+    w.add_argument("--key", default=None, metavar="VKEY", help="pin the log's verifier key")
+    w.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
+                   help="CA certificate(s) to trust for both relays (a bundle is fine)")
+    w.set_defaults(handler=cmd_witness)
+
 
 class _Progress:
     def __init__(self) -> None:
@@ -132,6 +144,34 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.full:
         say(f"audit: ok: {result.entries} entries hash to the root; {result.records} records verified, "
             f"{result.withheld} withheld", err=False)
+    return 0
+
+
+def cmd_witness(args: argparse.Namespace) -> int:
+    import httpx
+
+    from akrelay.cli.terminal import printable
+    from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
+    from akrelay.service.audit import AuditFailure
+    from akrelay.service.witnessing import push_checkpoint
+
+    try:
+        with RelayClient(args.url, cacert=args.cacert) as log, \
+                RelayClient(args.witness_url, cacert=args.cacert, discover=False) as witness:
+            note = push_checkpoint(log, witness, pinned=args.key)
+    except AuditFailure as exc:
+        print(printable(f"witness: {exc}"), file=sys.stderr)
+        return EXIT_MISMATCH
+    except (ServiceError, ResponseError) as exc:
+        print(printable(f"witness: the log refused a read: {exc}"), file=sys.stderr)
+        return EXIT_MISMATCH
+    except httpx.HTTPError as exc:
+        print(printable(f"witness: {connection_failure(exc, args.url, args.cacert)}"), file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(printable(f"witness: {exc}"), file=sys.stderr)
+        return EXIT_USAGE
+    print(printable(note), end="")
     return 0
 
 
