@@ -62,6 +62,9 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "logInclusionProof": ("GET", "/v1/knowledge/proof/inclusion?seq=1", {}, 200),
         "logConsistencyProof": ("GET", "/v1/knowledge/proof/consistency?from=1", {}, 200),
         "logWitness": ("GET", "/v1/knowledge/witness/checkpoint?origin=nobody.example", {}, 404),
+        "witnessAddCheckpoint": ("POST", "/v1/knowledge/witness/add-checkpoint",
+                                 {"content": b"old 0\n\nnobody.example\n1\n" + b"A" * 43 + b"=\n\n\xe2\x80\x94 nobody.example AAAAAAAA\n"}, 404),
+        "witnessAddCheckpoint 400": ("POST", "/v1/knowledge/witness/add-checkpoint", {"content": b"garbage"}, 400),
         "logInclusionProof 400": ("GET", "/v1/knowledge/proof/inclusion?seq=1&size=999999", {}, 400),
         "docs": ("GET", "/docs", {}, 200),
         # refusals are declared too: one per shared error shape

@@ -29,6 +29,7 @@ from akrelay.settings import Settings, licence_allow_list
 if TYPE_CHECKING:  # annotations only
     import redis
 
+    from akrelay.federation.witness import WitnessState
     from akrelay.service.relay import Relay
 
 
@@ -113,12 +114,18 @@ class SqliteBackend(Backend):
 
     def leadership(self, ttl: float = LEASE_TTL) -> Leadership:
         return Leadership(federation_lock(self.data_dir), str(self.data_dir),
-                          open_state=lambda on_fenced, token: FederationState.open_in(self.data_dir))
+                          open_state=lambda on_fenced, token: FederationState.open_in(self.data_dir),
+                          open_witness=self.witness_state)
 
     def federation_state(self) -> StateStore | None:
         if self.relay_dir is None or not (self.relay_dir / STATE_FILE).exists():
             return None  # reading must not create the file
         return FederationState.open_in(self.relay_dir)
+
+    def witness_state(self) -> WitnessState:
+        from akrelay.federation.witness import SqliteWitnessState
+
+        return SqliteWitnessState.open_in(self.data_dir)
 
     def rate_limits(self) -> RateLimits:
         return RateLimits({kind: TokenBucket(rate, burst) for kind, (rate, burst) in
@@ -182,12 +189,18 @@ class RedisBackend(Backend):
         prefix = self.prefix("sync")
         return Leadership(RedisLease(self.client, prefix, ttl=ttl), f"the deployment on {describe(self.url)}",
                           open_state=lambda on_fenced, token: RedisFederationState(
-                              self.client, token=token, on_fenced=on_fenced, prefix=prefix), shared=True)
+                              self.client, token=token, on_fenced=on_fenced, prefix=prefix), shared=True,
+                          open_witness=self.witness_state)
 
     def federation_state(self) -> StateStore | None:
         from akrelay.federation.redis_state import RedisFederationState
 
         return RedisFederationState(self.client, prefix=self.prefix("sync"))
+
+    def witness_state(self) -> WitnessState:
+        from akrelay.federation.witness import RedisWitnessState
+
+        return RedisWitnessState(self.client, self.prefix("witness"), owns_client=False)
 
     def rate_limits(self) -> RateLimits:
         client = limiter_client(self.url)

@@ -192,7 +192,8 @@ def _web(a: Assembly) -> Component:
 REGISTRY = ComponentRegistry([
     # the signed Merkle log of acceptances (issue 23)
     ComponentSpec("log", lambda a: LogComponent(a.relay, a.settings, shared=a.backend.shared,
-                                                federation_state=a.backend.federation_state)),
+                                                federation_state=a.backend.federation_state,
+                                                witness_state=a.backend.witness_state)),
     ComponentSpec("search", lambda a: SearchComponent(a.relay, a.settings, follow=a.follow)),
     ComponentSpec("kip", lambda a: KipComponent(a.relay, a.settings, follow=a.follow)),
     ComponentSpec("sync", lambda a: SyncComponent(a.relay, a.settings, leadership=a.backend.leadership),

@@ -223,6 +223,16 @@ def _log_paths() -> dict[str, Any]:
             "parameters": [{"name": "origin", "in": "query", "required": True, "schema": {"type": "string"}}],
             "responses": {"200": {"description": "The cosigned note",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}}, "404": ERROR}}},
+        "/v1/knowledge/witness/add-checkpoint": {"post": {
+            "summary": "C2SP tlog-witness add-checkpoint: cosign a known peer log's consistent checkpoint",
+            "operationId": "witnessAddCheckpoint",
+            "requestBody": {"required": True, "content": {"text/plain": {"schema": {
+                "type": "string", "description": "'old <size>', up to 63 base64 consistency proof lines, a blank "
+                                                 "line, then the signed checkpoint"}}}},
+            "responses": {"200": {"description": "This relay's cosignature/v1 line(s)",
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          "400": ERROR, "403": ERROR, "404": ERROR, "409": ERROR, "413": ERROR, "422": ERROR,
+                          "429": RATE_LIMITED, "503": UNAVAILABLE}}},
         "/v1/knowledge/proof/consistency": {"get": {
             "summary": "RFC 9162 consistency proof between two tree sizes", "operationId": "logConsistencyProof",
             "parameters": [q("from", True), q("to")],

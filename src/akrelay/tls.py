@@ -79,6 +79,10 @@ def generate(names: list[str], *, days: int = 825) -> tuple[bytes, bytes]:
                                      key_encipherment=False, data_encipherment=False, key_agreement=False,
                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # key identifiers: in a CA bundle of several relays' certificates (all named "localhost"),
+        # OpenSSL then finds each one's own certificate instead of the first of that name
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

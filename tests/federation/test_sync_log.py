@@ -173,3 +173,90 @@ def test_a_verified_peer_checkpoint_is_cosigned_and_a_misbehaving_one_is_not(rou
 
     with pytest.raises(NoteError):
         verify_cosignature(parse_note(after.cosigned), "local.example", raw_public_key(Ed25519PrivateKey.generate().public_key()))
+
+
+def test_clearing_a_misbehaving_peer_archives_the_evidence_and_reverifies_from_zero(router) -> None:  # noqa: ANN001
+    fake, peer, local, state, engine = setup(router)
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(5)])
+    assert engine.run_once()[0].ok
+    other = make_relay("https://peer-a.example")  # the peer now serves another history: a fork
+    for env in [Author("bob").publish(f"x{i}") for i in range(8)]:
+        other.submit(__import__("json").dumps(env).encode())
+    fake.tlog = TransparencyLog(other.store, fake.origin, fake.tlog.key, clock=fake.tlog.clock)
+    fake.relay = other
+    assert not engine.run_once()[0].ok
+    marked = state.get(peer.origin)
+    assert marked.misbehaving and marked.checkpoint == 5
+
+    cleared = state.clear_misbehaving(peer.origin, 1234)
+    assert cleared is not None and cleared.misbehaving is None and cleared.evidence is None
+    assert cleared.log_note is None and cleared.log_frontier == [] and cleared.checkpoint == 0
+    [archived] = cleared.cleared
+    assert archived["misbehaving"] == marked.misbehaving and archived["evidence"] == marked.evidence
+    assert archived["cleared_at"] == 1234 and archived["log_note"] == marked.log_note
+    assert state.get(peer.origin).to_json() == cleared.to_json()
+    assert state.clear_misbehaving(peer.origin, 1235) is None  # nothing more to clear
+
+    before = len(fake.query_calls)
+    [result] = engine.run_once()  # pulled again, and its log verified from size 0
+    assert result.ok, result.error
+    assert len(fake.query_calls) > before
+    st = state.get(peer.origin)
+    assert st.misbehaving is None and st.log_note.split("\n")[1] == "8" and st.checkpoint == 8
+    assert len(st.cleared) == 1
+    assert len(local_ids(local)) == 5 + 8
+
+
+def test_a_verified_checkpoint_inconsistent_with_what_the_witness_cosigned_marks_the_peer(router) -> None:  # noqa: ANN001
+    from akrelay.federation.witness import SqliteWitnessState, Witness
+    from akrelay.protocol.note import Checkpoint, parse_vkey, raw_public_key, verify_cosignature
+
+    fake, peer, local, state, engine = setup(router)
+    ours = Ed25519PrivateKey.generate()
+    engine.witness = ("local.example", ours)
+    engine.witness_log = Witness("local.example", ours, {"peer-a.example": parse_vkey(peer.log_key)},
+                                 SqliteWitnessState())
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(3)])
+    assert engine.run_once()[0].ok
+    st = state.get(peer.origin)
+    assert verify_cosignature(parse_note(st.cosigned), "local.example", raw_public_key(ours.public_key())) > 0
+    assert engine.witness_log.cosigned("peer-a.example") == st.cosigned
+    # the peer had pushed the witness another history of size 5 (its add-checkpoint API)
+    other = sign_note(Checkpoint("peer-a.example", 5, bytes(32)).body(), "peer-a.example", fake.tlog.key).encode()
+    engine.witness_log.state.update("peer-a.example", lambda _cur: {"size": 5, "root": "", "note": other, "time": 1})
+    fake.add(Author("bob").publish("x"))  # size 4: the peer must prove 4 -> 5, and it answers 400
+    router.get(fake.origin + "/v1/knowledge/proof/consistency").mock(
+        return_value=httpx.Response(400, json={"error": {"code": "invalid_request", "message": "beyond"}}))
+    [result] = engine.run_once()
+    assert not result.ok
+    assert "not consistent with the checkpoint of size 5" in state.get(peer.origin).misbehaving
+    # at the same size with another root, no proof is needed to see the fork
+    fake2, peer2, _local2, state2, engine2 = setup(router)
+    engine2.witness, engine2.witness_log = engine.witness, Witness(
+        "local.example", ours, {"peer-a.example": parse_vkey(peer2.log_key)}, SqliteWitnessState())
+    other2 = sign_note(Checkpoint("peer-a.example", 2, bytes(32)).body(), "peer-a.example", fake2.tlog.key).encode()
+    engine2.witness_log.state.update("peer-a.example", lambda _cur: {"size": 2, "root": "", "note": other2, "time": 1})
+    fake2.add(*[Author("carol").publish(f"c{i}") for i in range(2)])
+    assert not engine2.run_once()[0].ok
+    assert "not consistent with the checkpoint of size 2" in state2.get(peer2.origin).misbehaving
+
+
+def test_a_consistency_proof_the_peer_cannot_serve_skips_the_cosignature_without_marking_it(router) -> None:  # noqa: ANN001
+    from akrelay.federation.witness import SqliteWitnessState, Witness
+    from akrelay.protocol.note import parse_vkey
+
+    fake, peer, local, state, engine = setup(router)
+    ours = Ed25519PrivateKey.generate()
+    engine.witness = ("local.example", ours)
+    engine.witness_log = Witness("local.example", ours, {"peer-a.example": parse_vkey(peer.log_key)},
+                                 SqliteWitnessState())
+    fake.add(*[Author("alice").publish(f"r{i}") for i in range(3)])
+    assert engine.run_once()[0].ok
+    first = state.get(peer.origin).cosigned
+    router.get(fake.origin + "/v1/knowledge/proof/consistency").mock(return_value=httpx.Response(503))
+    fake.add(Author("bob").publish("x"))
+    [result] = engine.run_once()
+    assert result.ok, result.error
+    st = state.get(peer.origin)
+    assert st.misbehaving is None and st.cosigned == first and st.log_note.split("\n")[1] == "4"
+    assert engine.witness_log.cosigned("peer-a.example") == first

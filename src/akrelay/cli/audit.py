@@ -35,7 +35,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"where the last verified checkpoint per origin is kept (default {default_state()})")
     p.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
                    help="CA certificate to trust (a relay's self-signed tls-cert.pem)")
+    p.add_argument("--witness", action="append", default=[], metavar="VKEY",
+                   help="a witness's cosignature/v1 verifier key (its discovery `log.witness.vkey`); repeatable")
+    p.add_argument("--quorum", type=int, default=None, metavar="K",
+                   help="how many distinct --witness keys must have cosigned a checkpoint consistent with the "
+                        "audited one (default: all of them)")
     p.set_defaults(handler=cmd_audit)
+
+    w = subparsers.add_parser(
+        "witness", help="ask a witness relay to cosign a log's latest checkpoint (C2SP tlog-witness)",
+        description="Fetch the log's latest signed checkpoint and push it to the witness's add-checkpoint "
+                    "(with the log's consistency proof from the size the witness last cosigned); print the "
+                    "cosigned checkpoint.")
+    w.add_argument("url", metavar="LOG_URL", help="the log relay's origin")
+    w.add_argument("witness_url", metavar="WITNESS_URL", help="the witness relay's origin")
+    w.add_argument("--key", default=None, metavar="VKEY", help="pin the log's verifier key")
+    w.add_argument("--cacert", default=os.environ.get("AKRELAY_CACERT"), metavar="PEM",
+                   help="CA certificate(s) to trust for both relays (a bundle is fine)")
+    w.set_defaults(handler=cmd_witness)
 
 
 class _Progress:
@@ -59,17 +76,50 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     from akrelay.cli.terminal import printable
     from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
-    from akrelay.service.audit import AuditFailure, State, audit
+    from akrelay.service.audit import AuditFailure, State, audit, verifier_for
 
     def say(text: str, *, err: bool = True) -> None:
         # what a relay sent (its error messages, its checkpoint's origin) reaches the terminal escaped
         print(printable(text), file=sys.stderr if err else sys.stdout)
 
+    from akrelay.service.quorum import check_quorum, describe, fetch_with, parse_witnesses
+
     state_path = Path(args.state) if args.state else default_state()
+    quorum_lines: list[str] = []
     try:
+        witnesses = parse_witnesses(args.witness)
+        quorum = len(witnesses) if args.quorum is None else args.quorum
+        if quorum < 0 or quorum > len(witnesses) or (args.quorum is not None and not witnesses):
+            raise ValueError(f"--quorum {quorum} needs at least that many distinct --witness keys "
+                             f"({len(witnesses)} given)")
         state = State(state_path)
         with RelayClient(args.url, cacert=args.cacert) as client:
-            result = audit(client, pinned=args.key, state=state, full=args.full, progress=_Progress())
+            result = audit(client, pinned=args.key, state=None if witnesses else state, full=args.full,
+                           progress=_Progress())
+            if witnesses:  # the state file moves only once the quorum is met too
+                from akrelay.service.audit import LogReader
+
+                previous = state.get(result.checkpoint.origin)
+                if previous is not None:
+                    from akrelay.service.audit import check_consistency
+
+                    result.previous = previous.size
+                    check_consistency(LogReader(client), previous, result.checkpoint)
+                verifier, _ = verifier_for(client, args.key)
+                outcome = check_quorum(result.checkpoint, result.note, verifier, witnesses, fetch_with(client),
+                                       LogReader(client).consistency)
+                quorum_lines = describe(outcome, quorum)
+                for line in quorum_lines:
+                    say(f"audit: {line}")
+                if outcome.forked:
+                    raise AuditFailure(f"{len(outcome.forked)} witness(es) cosigned a checkpoint inconsistent with "
+                                       f"this one: the log showed them another history",
+                                       ", ".join(sorted(outcome.forked)))
+                if len(outcome.good) < quorum:
+                    raise AuditFailure(f"witness quorum not met: {len(outcome.good)} of {quorum} required "
+                                       f"cosigned a consistent checkpoint",
+                                       "missing: " + ", ".join(sorted(outcome.missing)))
+                state.put(result.checkpoint, result.note)
     except AuditFailure as exc:
         say(f"audit: MISMATCH: {exc}")
         return EXIT_MISMATCH
@@ -88,9 +138,40 @@ def cmd_audit(args: argparse.Namespace) -> int:
     cp = result.checkpoint
     since = f", consistent with size {result.previous} seen before" if result.previous is not None else ", first seen"
     say(f"audit: ok: {cp.origin} size {cp.size} root {cp.root.hex()}{since}", err=False)
+    if witnesses:
+        say(f"audit: ok: {len(outcome.good)} of {len(witnesses)} witnesses cosigned a consistent checkpoint "
+            f"(quorum {quorum})", err=False)
     if args.full:
         say(f"audit: ok: {result.entries} entries hash to the root; {result.records} records verified, "
             f"{result.withheld} withheld", err=False)
+    return 0
+
+
+def cmd_witness(args: argparse.Namespace) -> int:
+    import httpx
+
+    from akrelay.cli.terminal import printable
+    from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
+    from akrelay.service.audit import AuditFailure
+    from akrelay.service.witnessing import push_checkpoint
+
+    try:
+        with RelayClient(args.url, cacert=args.cacert) as log, \
+                RelayClient(args.witness_url, cacert=args.cacert, discover=False) as witness:
+            note = push_checkpoint(log, witness, pinned=args.key)
+    except AuditFailure as exc:
+        print(printable(f"witness: {exc}"), file=sys.stderr)
+        return EXIT_MISMATCH
+    except (ServiceError, ResponseError) as exc:
+        print(printable(f"witness: the log refused a read: {exc}"), file=sys.stderr)
+        return EXIT_MISMATCH
+    except httpx.HTTPError as exc:
+        print(printable(f"witness: {connection_failure(exc, args.url, args.cacert)}"), file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(printable(f"witness: {exc}"), file=sys.stderr)
+        return EXIT_USAGE
+    print(printable(note), end="")
     return 0
 
 

@@ -37,13 +37,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rm.set_defaults(handler=cmd_remove)
 
     st = sub.add_parser("status", help="per-peer checkpoint, lag, last success, last error and counts")
-    st.add_argument("--data", metavar="DIR", default="./akrelay-data", help="the relay's data directory")
-    st.add_argument("--store", metavar="URL", default=None,
-                    help="a deployment's Redis (redis://HOST:PORT/DB): read its shared sync state instead "
-                         "[env AKRELAY_STORE]")
-    st.add_argument("--store-namespace", metavar="NAME", default=None,
-                    help="the deployment's key prefix in that Redis [env AKRELAY_STORE_NAMESPACE; default akrelay]")
+    _state_arguments(st)
     st.set_defaults(handler=cmd_status)
+
+    clear = sub.add_parser(
+        "clear", help="clear a peer's misbehaving mark (the evidence is archived) so it is synced again",
+        description="Archive the peer's misbehaviour evidence in its state (`peers status --json`, key "
+                    "\"cleared\"), clear the mark, and forget what was verified: the next pass re-verifies "
+                    "the peer's signed log from size 0 and re-enumerates its records from the start. "
+                    "Safe while the relay runs.")
+    clear.add_argument("origin", metavar="ORIGIN", help="the peer's origin, as `peers status` shows it")
+    _state_arguments(clear)
+    clear.set_defaults(handler=cmd_clear)
     peers.set_defaults(handler=lambda args: (peers.print_help(), 0)[1])
 
     from akrelay.settings import add_arguments
@@ -57,6 +62,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sync.add_argument("--once", action="store_true", help="run one pass over every peer and exit")
     add_arguments(sync, include_serve_only=False)
     sync.set_defaults(handler=cmd_sync)
+
+
+def _state_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", metavar="DIR", default="./akrelay-data", help="the relay's data directory")
+    parser.add_argument("--store", metavar="URL", default=None,
+                        help="a deployment's Redis (redis://HOST:PORT/DB): use its shared sync state instead "
+                             "[env AKRELAY_STORE]")
+    parser.add_argument("--store-namespace", metavar="NAME", default=None,
+                        help="the deployment's key prefix in that Redis [env AKRELAY_STORE_NAMESPACE; "
+                             "default akrelay]")
+
+
+def _redis_state(args: argparse.Namespace) -> object | None:
+    """The deployment's federation state (no lease: reads, and ``clear``'s compare-and-set), or ``None``."""
+    store = getattr(args, "store", None) or os.environ.get("AKRELAY_STORE", "")
+    if not store or store == "sqlite":
+        return None
+    from akrelay.federation.redis_state import RedisFederationState
+    from akrelay.store.redis_client import shared_prefix
+
+    namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
+    return RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))
 
 
 def _need_file(args: argparse.Namespace) -> Path:
@@ -143,14 +170,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from akrelay.store.base import StoreUnavailable
 
     data = Path(args.data)
-    store = getattr(args, "store", None) or os.environ.get("AKRELAY_STORE", "")
     state: StateStore
-    if store and store != "sqlite":  # the deployment's state, read only
-        from akrelay.federation.redis_state import RedisFederationState
-        from akrelay.store.redis_client import shared_prefix
-
-        namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
-        state = RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))
+    redis_state = _redis_state(args)
+    if redis_state is not None:  # the deployment's state, read only
+        state = redis_state  # type: ignore[assignment]
     elif not (data / STATE_FILE).is_file() and not args.file:
         return _fail(f"no sync state in {data} (has the relay synced yet?)")
     else:
@@ -179,13 +202,54 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  last success  {_when(s.last_success)}")
         print(f"  last error    {s.last_error or '-'}")
         if s.misbehaving:
-            print(f"  MISBEHAVING   {s.misbehaving} (not pulled from; evidence in `peers status --json`)")
+            print(f"  MISBEHAVING   {s.misbehaving} (not pulled from; evidence in `peers status --json`; "
+                  "`peers clear` to sync again)")
+        if s.cleared:
+            print(f"  cleared       {len(s.cleared)} time(s), last {_when(s.cleared[-1].get('cleared_at'))} "
+                  f"({s.cleared[-1].get('misbehaving')})")
         if s.last_batch_error:
             print(f"  batch error   {s.last_batch_error}")
         if s.retry_at and s.retry_at > time.time() * 1000:
             print(f"  backing off   until {_when(s.retry_at)}")
         print(f"  pending       {pending[origin]}")
         print("  counts        " + " ".join(f"{k}={v}" for k, v in s.counts.items()))
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    from akrelay.federation.state import STATE_FILE, FederationState, StateStore
+    from akrelay.store.base import StoreUnavailable
+
+    state: StateStore
+    redis_state = _redis_state(args)
+    if redis_state is not None:
+        state = redis_state  # type: ignore[assignment]
+    elif not (Path(args.data) / STATE_FILE).is_file():
+        return _fail(f"no sync state in {args.data} (has the relay synced yet?)")
+    else:
+        state = FederationState.open_in(args.data)
+    try:
+        known = {s.origin: s for s in state.all()}
+        origin = args.origin.rstrip("/")
+        if origin not in known and "https://" + origin in known:
+            origin = "https://" + origin
+        if origin not in known:
+            return _fail(f"{args.origin} has no sync state here (see `akrelay peers status`)")
+        cleared = state.clear_misbehaving(origin, int(time.time() * 1000))
+    except (StoreUnavailable, RuntimeError) as exc:
+        return _fail(str(exc))
+    finally:
+        state.close()
+    if cleared is None:
+        print(f"akrelay peers: {origin} is not marked misbehaving: nothing to clear", file=sys.stderr)
+        return 1
+    archived = cleared.cleared[-1]
+    if args.json:
+        print(json.dumps(cleared.to_json(), indent=2))
+    else:
+        print(f"cleared {origin}: it was misbehaving ({archived['misbehaving']}); the evidence is kept in its "
+              f"state (`peers status --json`, \"cleared\" #{len(cleared.cleared)}); the next pass re-verifies its "
+              "log from size 0 and re-enumerates its records from the start")
     return 0
 
 

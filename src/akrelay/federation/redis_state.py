@@ -85,6 +85,15 @@ if redis.call('ZCARD', z) == 0 then
 end
 return 1
 """
+#: An operator's change to one peer's state, not fenced (the operator holds no lease) but a
+#: compare-and-set on the state it read: a concurrent write by the leader makes it retry.
+_SWAP = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
 #: Oldest first, up to ARGV[1] (an index: -1 for all), in one consistent read.
 _PENDING = """
 local out = {}
@@ -123,6 +132,7 @@ class RedisFederationState:
         self._add = client.register_script(_ADD_PENDING)
         self._remove = client.register_script(_REMOVE_PENDING)
         self._pending = client.register_script(_PENDING)
+        self._swap = client.register_script(_SWAP)
 
     @classmethod
     def connect(cls, url: str, **kwargs: Any) -> "RedisFederationState":
@@ -180,6 +190,25 @@ class RedisFederationState:
     def all(self) -> list[PeerState]:
         rows = self._r.hgetall(self._peers)
         return [PeerState.from_json(data) for _origin, data in sorted(rows.items())]
+
+    @_outage_is_503
+    def clear_misbehaving(self, origin: str, now_ms: int) -> PeerState | None:
+        """An operator's ``peers clear`` (see :meth:`PeerState.clear_misbehaving`); ``None`` if not misbehaving.
+
+        Needs no lease: the running leader skips (and does not write) a misbehaving peer, and
+        the swap only happens if the state is still the one read, so no write is lost.
+        """
+        for _ in range(100):
+            raw = self._r.hget(self._peers, origin)
+            if raw is None:
+                return None
+            old = PeerState.from_json(raw)
+            if not old.misbehaving:
+                return None
+            new = old.clear_misbehaving(now_ms)
+            if int(self._swap(keys=[self._peers], args=[origin, raw, json.dumps(new.to_json(), sort_keys=True)])):
+                return new
+        raise RuntimeError(f"the state of {origin} kept changing while it was being cleared; try again")
 
     # -- pending set --------------------------------------------------------
 

@@ -21,12 +21,15 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.federation.peers import PeerFile, load_peers
 from akrelay.federation.state import FederationState, StateStore
 from akrelay.federation.sync import PassResult, SyncEngine, SyncOptions
 from akrelay.leader import LeaderLock, LeaseKeeper, RedisLease
+
+if TYPE_CHECKING:
+    from akrelay.federation.witness import WitnessState
 
 log = logging.getLogger("akrelay.federation")
 
@@ -48,8 +51,11 @@ class Leadership:
     """
 
     def __init__(self, lock: LeaderLock | RedisLease, where: str, *,
-                 open_state: Callable[[Callable[[], None] | None, int | None], StateStore], shared: bool = False) -> None:
+                 open_state: Callable[[Callable[[], None] | None, int | None], StateStore], shared: bool = False,
+                 open_witness: Callable[[], WitnessState] | None = None) -> None:
         self.lock = lock
+        #: the records of the checkpoints this relay cosigned as a witness (the backend's)
+        self.open_witness = open_witness
         self.where = where
         #: the leader is elected across a deployment of nodes over one store (not in one data directory)
         self.shared = shared
@@ -125,11 +131,21 @@ def sync_options(settings: Any) -> SyncOptions:
 
 
 def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
-                 state: StateStore | None = None, *, shared: bool = False) -> SyncEngine:
-    """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's)."""
+                 state: StateStore | None = None, *, shared: bool = False,
+                 open_witness: Callable[[], WitnessState] | None = None) -> SyncEngine:
+    """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's).
+
+    ``open_witness``: the backend's witness records, so that a cosignature made during sync is the same
+    record as one made through the add-checkpoint API (none: sync cosigns into the peer state only)."""
     peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
     state = state if state is not None else FederationState.open_in(settings.data_dir)
-    return SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness_for(settings, relay, shared=shared))
+    witness = witness_for(settings, relay, shared=shared)
+    engine = SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness)
+    if witness is not None and open_witness is not None:
+        from akrelay.federation.witness import Witness, known_logs
+
+        engine.witness_log = Witness(witness[0], witness[1], known_logs(peer_file.peers), open_witness())
+    return engine
 
 
 def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str, Any] | None:
@@ -162,7 +178,8 @@ def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool 
         if not leadership.acquire():
             raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
         leadership.keep(lambda reason: log.warning("akrelay sync: lost the sync lease: %s", reason))
-        engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared)
+        engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared,
+                              open_witness=leadership.open_witness)
         try:
             return engine.run_once(force=force)
         finally:
@@ -226,7 +243,8 @@ class BackgroundSync(threading.Thread):
             peer_file = load_peers(self.settings.peers)
             state = self.leadership.open_state(
                 on_fenced=lambda: lost("a federation state write was refused: a newer leader holds the lease"))
-            engine = build_engine(self.settings, self.relay, peer_file, state, shared=self.leadership.shared)
+            engine = build_engine(self.settings, self.relay, peer_file, state, shared=self.leadership.shared,
+                                  open_witness=self.leadership.open_witness)
             log.info("akrelay sync: leading %s with %d peer(s)%s", self.leadership.where, len(engine.peers),
                      f" (fencing token {token})" if token is not None else "")
             try:

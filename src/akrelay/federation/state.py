@@ -60,6 +60,9 @@ class PeerState:
     evidence: dict | None = None
     #: The peer's last verified checkpoint with our ``cosignature/v1`` line (C2SP tlog-witness style).
     cosigned: str | None = None
+    #: Misbehaviour an operator cleared (``akrelay peers clear``), oldest first: each keeps the
+    #: reason, the evidence and what had been verified, so clearing never loses the proof.
+    cleared: list[dict] = field(default_factory=list)
 
     @property
     def lag(self) -> int:
@@ -73,6 +76,23 @@ class PeerState:
         data = asdict(self)
         data["lag"] = self.lag
         return data
+
+    def clear_misbehaving(self, now_ms: int) -> "PeerState":
+        """This state with its misbehaviour archived in ``cleared`` and everything verified forgotten.
+
+        The next pass trusts nothing it verified before: the signed log is re-verified from
+        size 0 (no kept checkpoint or frontier) and every record is enumerated again from
+        seq 0 (no sync checkpoint), so each entry is matched to a record once more. Records
+        already stored come back as duplicates. Counters and the error history stay.
+        """
+        archive = {"cleared_at": now_ms, "misbehaving": self.misbehaving, "evidence": self.evidence,
+                   "log_note": self.log_note, "checkpoint": self.checkpoint}
+        data = self.to_json()
+        data.pop("lag")
+        data.update(misbehaving=None, evidence=None, log_note=None, log_frontier=[], cosigned=None,
+                    checkpoint=0, resume_seq=0, retry_at=0, consecutive_failures=0,
+                    cleared=[*self.cleared, archive])
+        return PeerState(**data)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "PeerState":
@@ -128,6 +148,7 @@ class StateStore(Protocol):
     def remove_pending(self, origin: str, event_id: str) -> bool: ...
     def is_pending(self, origin: str, event_id: str) -> bool: ...
     def iter_origins_with_pending(self) -> Iterator[str]: ...
+    def clear_misbehaving(self, origin: str, now_ms: int) -> PeerState | None: ...
     def close(self) -> None: ...
 
 
@@ -182,6 +203,31 @@ class FederationState:
         with self._lock:
             origins = [r[0] for r in self._db.execute("SELECT origin FROM peer_state ORDER BY origin")]
         return [self.get(o) for o in origins]
+
+    def clear_misbehaving(self, origin: str, now_ms: int) -> PeerState | None:
+        """An operator's ``peers clear``: the cleared state, or ``None`` if the peer was not misbehaving.
+
+        One ``BEGIN IMMEDIATE`` transaction, so it is safe next to a running ``serve``: its sync
+        loop does not write a misbehaving peer's state (it skips the peer), and any other
+        write waits for this one.
+        """
+        with self._lock:
+            cur = self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = cur.execute("SELECT data FROM peer_state WHERE origin = ?", (origin,)).fetchone()
+                old = PeerState.from_json(row[0]) if row is not None else None
+                if old is None or not old.misbehaving:
+                    cur.execute("ROLLBACK")
+                    return None
+                new = old.clear_misbehaving(now_ms)
+                cur.execute("UPDATE peer_state SET data = ? WHERE origin = ?",
+                            (json.dumps(new.to_json(), sort_keys=True), origin))
+                cur.execute("COMMIT")
+                return new
+            except BaseException:
+                if self._db.in_transaction:
+                    cur.execute("ROLLBACK")
+                raise
 
     # -- pending set --------------------------------------------------------
 

@@ -137,6 +137,9 @@ class SyncEngine:
         self.relay = relay
         #: (our log name, our Ed25519 log key): cosign each peer checkpoint we verified (issue 23)
         self.witness = witness
+        #: Where the witness records the latest checkpoint it cosigned per log (federation.witness); set by
+        #: build_engine, so a verified checkpoint is cosigned only if consistent with what was cosigned before.
+        self.witness_log: Any = None
         self.state = state
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
@@ -371,10 +374,31 @@ class SyncEngine:
         try:
             covered = check_pass(peer, transport, st, pulled, after_seq, snapshot, batch)
             if self.witness is not None and st.log_note:  # only after the consistency check passed
-                from akrelay.protocol.note import cosign, parse_note
+                from akrelay.protocol.note import NoteError, cosign, parse_note
 
-                name, key = self.witness
-                st.cosigned = cosign(parse_note(st.log_note), name, key, self._clock_ms() // 1000).encode()
+                if self.witness_log is not None:  # one record per log with the add-checkpoint API's
+                    from akrelay.federation.logcheck import CONSISTENCY_PATH
+
+                    def proof(first: int, second: int) -> list[str]:
+                        try:
+                            body = transport.get_json(peer.origin + CONSISTENCY_PATH,
+                                                      {"from": str(first), "to": str(second)})
+                        except PeerFetchError as exc:
+                            if exc.kind == "status":  # a 4xx: it will not prove what it signed, a failed proof
+                                return []
+                            raise  # an outage or a timeout: no cosignature this pass, nothing held against it
+                        hashes = body.get("hashes") if isinstance(body, dict) else None
+                        return [h for h in hashes if isinstance(h, str)] if isinstance(hashes, list) else []
+
+                    try:
+                        st.cosigned = self.witness_log.after_sync(st.log_note, proof)
+                    except NoteError as exc:
+                        raise LogMisbehaved(f"the peer's checkpoint passed but {exc}", {"new": st.log_note}) from None
+                    except (PeerFetchError, ProtocolError, StoreUnavailable) as exc:  # not cosigned this time
+                        log.warning("sync %s: no witness cosignature this pass: %s", peer.origin, exc)
+                else:
+                    name, key = self.witness
+                    st.cosigned = cosign(parse_note(st.log_note), name, key, self._clock_ms() // 1000).encode()
             return covered
         except LogMisbehaved as exc:
             st.misbehaving = exc.reason
@@ -453,7 +477,9 @@ class SyncEngine:
         return outcomes
 
     def close(self) -> None:
-        """Nothing to release: passes hold no threads between them."""
+        """Passes hold no threads between them; only the witness records' connection is released."""
+        if self.witness_log is not None:
+            self.witness_log.state.close()
 
     def _check_page(self, peer: Peer, page: Any, scope: tuple[int, int] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:

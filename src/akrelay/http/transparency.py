@@ -18,15 +18,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
-from litestar import Request, get
+import anyio
+from litestar import Request, get, post
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.protocol.errors import ProtocolError
 from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
 
+#: C2SP tlog-witness ``add-checkpoint`` (submission prefix ``/v1/knowledge/witness``).
+ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
+
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.state import StateStore
+    from akrelay.federation.witness import WitnessState
     from akrelay.service.relay import Relay
     from akrelay.settings import Settings
 
@@ -62,12 +67,15 @@ class LogComponent:
     options: tuple[str, ...] = ("log_key",)
 
     def __init__(self, relay: Relay, settings: Settings, *, shared: bool = False,
-                 federation_state: Callable[[], StateStore | None] | None = None) -> None:
-        """``shared``, ``federation_state``: from the node's backend (one log key for a deployment; the
-        federation state that holds the peers' cosigned checkpoints)."""
+                 federation_state: Callable[[], StateStore | None] | None = None,
+                 witness_state: Callable[[], WitnessState] | None = None) -> None:
+        """``shared``, ``federation_state``, ``witness_state``: from the node's backend (one log key for a
+        deployment; the federation state that holds the peers' cosigned checkpoints; the records of what
+        this relay cosigned as a witness)."""
         self.relay = relay
         self.settings = settings
         self.federation_state = federation_state
+        self.witness_state = witness_state
         self.tlog = open_log(relay, settings, shared=shared)
         self._ticker: Ticker | None = None
 
@@ -121,23 +129,65 @@ class LogComponent:
         def witnessed(request: Request) -> ASGIResponse:
             """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
             wanted = params(request).get("origin", "")
-            text = cosigned_checkpoint(settings, wanted, self.federation_state)
+            text = cosigned_checkpoint(settings, wanted, self.federation_state, self.witness_state)
             if text is None:
                 raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
             return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
 
-        return [checkpoint, entries, inclusion, consistency, witnessed]
+        @post(ADD_CHECKPOINT_PATH, status_code=200, opt={"rate": "write"})
+        async def add_checkpoint(request: Request) -> ASGIResponse:
+            """C2SP tlog-witness: cosign a known log's checkpoint that is consistent with the last we cosigned."""
+            body = await request.body()  # bounded by the body reader (max_envelope_bytes) and again by the parser
+            lines = await anyio.to_thread.run_sync(self.add_checkpoint, body)
+            return ASGIResponse(body=lines.encode(), status_code=200, media_type=TEXT)
+
+        return [checkpoint, entries, inclusion, consistency, witnessed, add_checkpoint]
+
+    def add_checkpoint(self, body: bytes) -> str:
+        from akrelay.federation.peers import PeerConfigError, load_peers
+        from akrelay.federation.witness import Witness, known_logs
+
+        assert self.tlog is not None
+        peers_file = getattr(self.settings, "peers", "")
+        try:
+            verifiers = known_logs(load_peers(peers_file).peers) if peers_file else {}
+        except PeerConfigError as exc:
+            log.warning("add-checkpoint: the peer file cannot be read: %s", exc)
+            verifiers = {}
+        if not verifiers:  # nothing to witness: answered before the body's log is even looked at
+            from akrelay.protocol.witness import parse_add_checkpoint
+
+            origin = parse_add_checkpoint(body).checkpoint.origin
+            raise ProtocolError("not_found", f"This witness does not know the log {origin!r}.")
+        if self.witness_state is None:
+            raise ProtocolError("not_found", "This relay keeps no witness records.")
+        state = self.witness_state()
+        try:
+            return Witness(self.tlog.name, self.tlog.key, verifiers, state).add_checkpoint(body)
+        finally:
+            state.close()
 
 
 def cosigned_checkpoint(settings: Settings, name: str,
-                        federation_state: Callable[[], StateStore | None] | None) -> str | None:
+                        federation_state: Callable[[], StateStore | None] | None,
+                        witness_state: Callable[[], WitnessState] | None = None) -> str | None:
     """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
     if not name or not getattr(settings, "peers", "") or federation_state is None:
         return None
     state = federation_state()
     if state is None:
         return None
+    witness = witness_state() if witness_state is not None else None
+    record = None
+    if witness is not None:
+        try:
+            record = witness.latest(name)
+        finally:
+            witness.close()
     try:
+        if record is not None and not any(p.misbehaving and p.origin.removeprefix("https://") == name
+                                          for p in state.all()):
+            return str(record["note"])
         for peer in state.all():
             if peer.origin.removeprefix("https://") == name and peer.cosigned and not peer.misbehaving:
                 return peer.cosigned

@@ -31,6 +31,9 @@ HTTP_STATUS: dict[str, int] = {
     # local extension (docs/api.md): the shared store is unreachable; retry after Retry-After
     "service_unavailable": 503,
     "unsupported_search_mode": 400,
+    # local extensions (docs/transparency.md): a witness's add-checkpoint (C2SP tlog-witness)
+    "checkpoint_conflict": 409,
+    "inconsistent_checkpoint": 422,
 }
 
 

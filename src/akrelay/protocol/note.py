@@ -77,7 +77,8 @@ class Verifier:
             return False
 
 
-def parse_vkey(text: str) -> Verifier:
+def parse_vkey(text: str, alg: int = ALG_ED25519) -> Verifier:
+    """A C2SP verifier key: a log's (``alg`` 0x01) or, with ``ALG_COSIGNATURE_V1``, a witness's (0x04)."""
     parts = text.strip().split("+", 2)  # the base64 key may itself contain '+'
     if len(parts) != 3:
         raise NoteError("a verifier key is <name>+<hex key ID>+<base64 key>")
@@ -90,9 +91,11 @@ def parse_vkey(text: str) -> Verifier:
     key = _unb64(b64, "the verifier key")
     if len(kid) != 4 or len(hex_id) != 8:
         raise NoteError("the verifier key's ID is 8 hex digits")
-    if len(key) != 33 or key[0] != ALG_ED25519:
+    if len(key) != 33 or key[0] != alg:
+        if alg == ALG_COSIGNATURE_V1:
+            raise NoteError("a witness verifier key is cosignature/v1 (0x04 || 32-byte Ed25519 key)")
         raise NoteError("only Ed25519 verifier keys (0x01 || 32 bytes) are supported")
-    if key_id(name, key[1:]) != kid:
+    if key_id(name, key[1:], alg) != kid:
         raise NoteError("the verifier key's ID does not match its name and key")
     return Verifier(name, kid, key[1:])
 
