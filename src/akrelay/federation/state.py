@@ -60,6 +60,8 @@ class PeerState:
     evidence: dict | None = None
     #: The peer's last verified checkpoint with our ``cosignature/v1`` line (C2SP tlog-witness style).
     cosigned: str | None = None
+    #: How its news reaches us: ``pushed`` (subscribed to its stream) or ``polled (why)`` (``peers status``).
+    push: str | None = None
 
     @property
     def lag(self) -> int:

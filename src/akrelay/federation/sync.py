@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
+from akrelay.federation.push import PushHub
 from akrelay.federation.state import PeerState, StateStore
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
 from akrelay.leader import LeadershipLost
@@ -157,6 +158,10 @@ class SyncEngine:
                         origin)
         #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
         self.hinted: dict[str, tuple[Peer, int]] = {}
+        #: origin -> the push stream its discovery advertises (None: it has none), and the subscriptions
+        #: that :meth:`run_forever` holds to them (:mod:`akrelay.federation.push`)
+        self.streams: dict[str, str | None] = {}
+        self.push = PushHub(transport_factory)
 
     # -- public API ---------------------------------------------------------
 
@@ -181,17 +186,21 @@ class SyncEngine:
             while not stop.is_set():
                 wait = peer.interval
                 try:
-                    self.sync_peer(peer, hop=hop)
+                    result = self.sync_peer(peer, hop=hop)
                     st = self.state.get(peer.origin)
                     wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
                     wait = max(peer.interval, wait_ms / 1000.0)
+                    # a push-capable peer is subscribed to: its announcements end the wait below
+                    self.push.after_pass(peer, self.streams.get(peer.origin), max(st.checkpoint, st.resume_seq),
+                                         st.peer_checkpoint, result.ok)
                 except LeadershipLost:
                     return  # another node leads now: its owner stops this loop (see federation.runner)
                 except StoreUnavailable as exc:  # an outage, not a bug: no traceback, try again later
                     log.warning("sync %s: %s (next try in %.1fs)", peer.origin, exc, wait)
                 except Exception:  # never let one peer's bug end its loop silently
                     log.exception("sync pass for %s crashed", peer.origin)
-                stop.wait(wait)
+                # an announcement pulls at once, unless the peer is backing off (then it waits its turn)
+                self.push.wait(peer.origin, stop, wait, wakeable=wait <= peer.interval)
 
         while not stop.is_set():
             wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
@@ -201,6 +210,7 @@ class SyncEngine:
                     threads[peer.origin] = t
                     t.start()
             stop.wait(tick)
+        self.push.close()
         for t in threads.values():
             t.join(timeout=5.0)
 
@@ -238,6 +248,7 @@ class SyncEngine:
             st.retry_at = 0
             result.ok = True
         finally:
+            st.push = self.push.describe(peer.origin)
             self.state.put(st)
         return result
 
@@ -263,6 +274,7 @@ class SyncEngine:
                 raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
         if self.options.follow_hints and hop < self.options.hint_hops:
             self._note_hints(list(discovery.peers), hop + 1)
+        self.streams[peer.origin] = discovery.stream if peer.push else None
         return endpoints
 
     def _note_hints(self, hints: Any, hop: int) -> None:
@@ -453,7 +465,8 @@ class SyncEngine:
         return outcomes
 
     def close(self) -> None:
-        """Nothing to release: passes hold no threads between them."""
+        """End the push subscriptions (passes hold no threads between them)."""
+        self.push.close()
 
     def _check_page(self, peer: Peer, page: Any, scope: tuple[int, int] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:

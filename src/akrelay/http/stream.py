@@ -155,8 +155,9 @@ class StreamHub:
             if self._unlisten is None:
                 self._unlisten = self.relay.on_commit(self._committed)
             if self._poller is None:
-                self._halt.clear()
-                self._poller = threading.Thread(target=self._poll, name="akrelay-push-poll", daemon=True)
+                self._halt = threading.Event()  # each poller its own: one that is ending never sees it cleared
+                self._poller = threading.Thread(target=self._poll, args=(self._halt,), name="akrelay-push-poll",
+                                                daemon=True)
                 self._poller.start()
 
     def _quiet(self) -> None:
@@ -164,15 +165,14 @@ class StreamHub:
             if self._open:  # a stream opened meanwhile
                 return
             unlisten, self._unlisten = self._unlisten, None
-            poller, self._poller = self._poller, None
+            self._poller = None
             self._halt.set()
         if unlisten is not None:
             unlisten()
 
-    def _poll(self) -> None:
+    def _poll(self, halt: threading.Event) -> None:
         """Wake the streams when the checkpoint moved without a listener being told (another worker)."""
         seen: int | None = None
-        halt = self._halt
         while not halt.wait(self.poll):
             try:
                 now = self.relay.store.checkpoint()
@@ -189,7 +189,7 @@ class StreamHub:
         self._quiet()
 
     # -- frames -----------------------------------------------------------------------
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._offload:
             return await anyio.to_thread.run_sync(fn, *args)
         return fn(*args)
@@ -208,13 +208,13 @@ class StreamHub:
         wakeups = self.wakeups
         wakeups.watch(_KEY)
         try:
-            yield b"retry: %d\n: akrelay push stream\n\n" % RETRY_MS
             started = last_sent = self.clock()
+            yield b"retry: %d\n: akrelay push stream\n\n" % RETRY_MS
             while True:
                 mark = wakeups.mark(_KEY)
-                checkpoint = await self._call(self.relay.store.checkpoint)
+                checkpoint = await self.call(self.relay.store.checkpoint)
                 if checkpoint > position:
-                    chunk = await self._call(self._announce, position, checkpoint)
+                    chunk = await self.call(self._announce, position, checkpoint)
                     position = checkpoint
                     if chunk:
                         yield chunk
@@ -297,7 +297,7 @@ class PushStream:
                 after = parse_position(pairs.get("after_seq"), "after_seq")
                 last = parse_position(request.headers.get("last-event-id"), "Last-Event-ID")
                 position = last if last is not None else (after or 0)
-                checkpoint = await hub._call(relay.store.checkpoint)
+                checkpoint = await hub.call(relay.store.checkpoint)
                 if position > checkpoint:
                     raise ProtocolError("invalid_request", f"after_seq {position} is greater than the current "
                                         f"checkpoint {checkpoint}", {"checkpoint": checkpoint})
