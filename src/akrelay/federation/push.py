@@ -270,17 +270,19 @@ class PushHub:
             wait: float | None = None
             try:
                 self._listen(entry)
-                entry.status = "polled (stream ended; reconnecting)"
+                status = "polled (stream ended; reconnecting)"
             except PeerFetchError as exc:
-                entry.status = f"polled (stream: {exc})"[:300]
+                status = f"polled (stream: {exc})"[:300]
                 wait = parse_retry_after(exc.retry_after, time.time())
             except StreamError as exc:
-                entry.status = f"polled (stream: {exc})"[:300]
+                status = f"polled (stream: {exc})"[:300]
             except Exception as exc:  # noqa: BLE001 - a bug must not end the subscription silently
                 log.exception("push stream of %s failed", entry.peer.origin)
-                entry.status = f"polled (stream: internal error {type(exc).__name__})"
+                status = f"polled (stream: internal error {type(exc).__name__})"
             finally:
                 entry.abort = None
+            if self.clock() >= entry.suspended_until:  # a suspension's reason stays until it ends
+                entry.status = status
             if entry.halt.is_set():
                 break
             if self.clock() - opened >= HEALTHY_SECONDS:

@@ -248,7 +248,7 @@ class SyncEngine:
             st.retry_at = 0
             result.ok = True
         finally:
-            st.push = self.push.describe(peer.origin)
+            st.push = self.push.describe(peer.origin) if peer.push else "polled (push = false in the peer file)"
             self.state.put(st)
         return result
 
