@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from akrelay.federation.peers import Peer
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
@@ -150,6 +150,8 @@ class _PeerPush:
     position: int = 0
     #: the highest seq announced
     announced: int = 0
+    #: the highest seq announced before the current pass began: that pass must find the peer at least there
+    judged: int = 0
     wake: threading.Event = field(default_factory=threading.Event)
     halt: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -157,6 +159,8 @@ class _PeerPush:
     false_announcements: int = 0
     suspended_until: float = 0.0
     abort: Callable[[], None] | None = None
+    #: the passes' own transport, kept between passes while pushed (no new TLS session per announcement)
+    kept: PeerTransport | None = None
     connections: int = 0
     frames: int = 0
 
@@ -190,15 +194,15 @@ class PushHub:
                     self._drop(entry)
                 entry = self._peers[peer.origin] = _PeerPush(peer, stream_url, position=checkpoint)
             entry.position = max(entry.position, checkpoint)
-            if ok and entry.announced > peer_checkpoint:
+            if ok and entry.judged > peer_checkpoint:
                 entry.false_announcements += 1
                 if entry.false_announcements >= MAX_FALSE_ANNOUNCEMENTS:
-                    reason = (f"its stream announced seq {entry.announced}, beyond the checkpoint {peer_checkpoint} "
-                              "its query reports")
+                    reason = (f"its stream announced seq {entry.judged}, beyond the checkpoint {peer_checkpoint} "
+                              "its query then reported")
                     log.warning("sync %s: %s; not listening to it for %.0f s", peer.origin, reason, SUSPEND_SECONDS)
                     entry.status = f"polled (stream suspended: {reason})"
                     entry.suspended_until = self.clock() + SUSPEND_SECONDS
-                    entry.announced = 0
+                    entry.announced = entry.judged = 0
                     entry.false_announcements = 0
                     if entry.abort is not None:
                         entry.abort()
@@ -230,7 +234,22 @@ class PushHub:
         if woke:
             stop.wait(self.min_gap)  # gather what else arrives meanwhile into the same pass
         entry.wake.clear()
+        # Everything announced up to now was committed before the pass that follows reads the peer's checkpoint
+        # (later announcements wake the next pass), so that checkpoint must be at least this.
+        entry.judged = entry.announced
         return woke
+
+    def transport(self, peer: Peer) -> Any:
+        """The context manager a pass of ``peer`` reads through: while pushed, one transport kept across passes.
+
+        Passes of one peer run one at a time (its loop thread), so the kept transport is never shared.
+        """
+        entry = self._peers.get(peer.origin)
+        if entry is None or entry.status != "pushed" or entry.halt.is_set():
+            return self.transport_factory(peer)
+        if entry.kept is None:
+            entry.kept = self.transport_factory(peer)
+        return _Kept(entry.kept)
 
     def describe(self, origin: str) -> str:
         """How the peer's news reaches us, for ``peers status``."""
@@ -257,6 +276,9 @@ class PushHub:
         entry.wake.set()
         if entry.abort is not None:
             entry.abort()
+        kept, entry.kept = entry.kept, None
+        if kept is not None:
+            kept.close()
 
     # -- the subscriber thread -----------------------------------------------------------
     def _subscribe(self, entry: _PeerPush) -> None:
@@ -325,6 +347,19 @@ class PushHub:
                         if spent < 1.0:
                             entry.halt.wait(1.0 - spent)
                         window_start, window_frames = self.clock(), 0
+
+
+class _Kept:
+    """A kept transport as a context manager that leaves it open."""
+
+    def __init__(self, transport: PeerTransport) -> None:
+        self.transport = transport
+
+    def __enter__(self) -> PeerTransport:
+        return self.transport
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def _set_abort(entry: _PeerPush, abort: Callable[[], None]) -> None:

@@ -230,7 +230,7 @@ class SyncEngine:
         st.last_attempt = now
         st.bump("passes")
         try:
-            with self._transport_factory(peer) as transport:
+            with self.push.transport(peer) as transport:  # a fresh one, or the one kept while pushed
                 endpoints = self._discover(peer, transport, hop)
                 self._retry_pending(peer, transport, endpoints["batch"], st, result)
                 self._enumerate(peer, transport, endpoints, st, result)
