@@ -230,3 +230,35 @@ def test_a_real_announcement_pulls_at_once(tls) -> None:
     finally:
         peer.stop()
 
+
+
+def test_announcements_during_a_pass_are_not_held_against_it() -> None:
+    """Only what was announced before a pass began must be in it; later news is the next pass's."""
+    from akrelay.federation.push import PushHub
+    from akrelay.federation.transport import PeerFetchError
+
+    def unreachable(peer: Peer) -> Any:
+        raise PeerFetchError("network", "the subscriber is not under test here")
+
+    hub = PushHub(unreachable)
+    peer = Peer(origin="https://p.example")
+    url = peer.origin + STREAM
+    stop = threading.Event()
+    try:
+        hub.after_pass(peer, url, 38, 38, True)
+        entry = hub._peers[peer.origin]
+        entry.announced = 40
+        entry.wake.set()
+        assert hub.wait(peer.origin, stop, 30)
+        for _ in range(5):  # each pass finds 40; meanwhile the stream announces more (for the next pass)
+            entry.announced += 7
+            hub.after_pass(peer, url, 40, 40, True)
+        assert "suspended" not in hub.describe(peer.origin)
+        for _ in range(3):  # announced before the pass began, and still not there
+            entry.announced += 1
+            entry.wake.set()
+            assert hub.wait(peer.origin, stop, 30)
+            hub.after_pass(peer, url, 40, 40, True)
+        assert "suspended" in hub.describe(peer.origin)
+    finally:
+        hub.close()
