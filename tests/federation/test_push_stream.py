@@ -264,3 +264,78 @@ def test_a_commit_on_another_node_wakes_the_stream(redis_url: str) -> None:
     finally:
         one.close()
         two.close()
+
+
+# -- a served relay: the route end to end, and disconnects ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_served_stream_announces_and_a_disconnect_frees_the_slot(tmp_path) -> None:
+    import time
+
+    import httpx
+
+    from tests.http.relay_harness import start_relay
+
+    served = start_relay(tmp_path / "relay", extra=["--write-rate", "0", "--read-rate", "0",
+                                                    "--push-streams-per-client", "1"])
+    author = Author("served")
+    try:
+        with httpx.Client(base_url=served.origin, verify=served.ssl_context(), trust_env=False, timeout=30) as client:
+            with client.stream("GET", "/v1/knowledge/stream") as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                lines = stream.iter_lines()
+                assert next(lines) == "retry: 1000"
+                refused = client.get("/v1/knowledge/stream")  # the client's one slot is taken
+                assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+                env = author.publish("Announced over HTTPS")
+                assert client.post("/v1/knowledge/events", content=raw(env),
+                                   headers={"content-type": "application/json"}).status_code == 200
+                seen = []
+                for line in lines:
+                    seen.append(line)
+                    if line.startswith("data: "):
+                        break
+                assert "id: 1" in seen and json.loads(seen[-1][6:])["hash"] == env["hash"]
+            # the client went away: its slot comes back (the server notices the disconnect)
+            deadline = time.monotonic() + 60
+            while True:
+                with client.stream("GET", "/v1/knowledge/stream?after_seq=1") as again:
+                    if again.status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the slot of a disconnected stream was never given back"
+                time.sleep(0.2)
+    finally:
+        served.stop()
+
+
+@pytest.mark.slow
+def test_commits_of_another_worker_reach_the_stream(tmp_path) -> None:
+    """SQLite, two workers: a stream hears the other worker's commits through its checkpoint poll."""
+    import httpx
+
+    from tests.http.relay_harness import start_relay
+
+    served = start_relay(tmp_path / "relay", workers=2, extra=["--write-rate", "0", "--read-rate", "0",
+                                                               "--push-heartbeat", "3600"])  # only wake-ups count
+    author = Author("workers")
+    envelopes = [author.publish(f"From either worker {i}") for i in range(12)]
+    try:
+        verify = served.ssl_context()
+        with httpx.Client(base_url=served.origin, verify=verify, trust_env=False, timeout=30) as reader:
+            with reader.stream("GET", "/v1/knowledge/stream") as stream:
+                lines = stream.iter_lines()
+                assert next(lines) == "retry: 1000"
+                for env in envelopes:  # a new connection each: the kernel spreads them over the workers
+                    with httpx.Client(base_url=served.origin, verify=verify, trust_env=False, timeout=30) as c:
+                        assert c.post("/v1/knowledge/events", content=raw(env),
+                                      headers={"content-type": "application/json"}).status_code == 200
+                announced = set()
+                for line in lines:
+                    if line.startswith("data: "):
+                        announced.add(json.loads(line[6:])["hash"])
+                        if len(announced) == len(envelopes):
+                            break
+                assert announced == {e["hash"] for e in envelopes}
+    finally:
+        served.stop()
