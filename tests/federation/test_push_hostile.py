@@ -149,6 +149,8 @@ def test_garbage_frames_end_the_connection_and_cost_no_pulls(tls) -> None:
             assert "without an announced seq" in loop.status()
             assert queries(peer) == 1  # only the first pass: garbage never pulls
             assert loop.relay.store.checkpoint() == 1  # the first pass took the one real event
+            with peer._lock:  # every (re)connection resumes from our checkpoint of the peer
+                assert {r.params.get("after_seq") for r in peer.requests if r.path == STREAM} == {"1"}
     finally:
         peer.stop()
 

@@ -297,11 +297,18 @@ def test_served_stream_announces_and_a_disconnect_frees_the_slot(tmp_path) -> No
                     if line.startswith("data: "):
                         break
                 assert "id: 1" in seen and json.loads(seen[-1][6:])["hash"] == env["hash"]
-            # the client went away: its slot comes back (the server notices the disconnect)
+            # the client went away: its slot comes back (the server notices the disconnect), and a
+            # reconnecting EventSource's Last-Event-ID wins over the URL's after_seq
             deadline = time.monotonic() + 60
             while True:
-                with client.stream("GET", "/v1/knowledge/stream?after_seq=1") as again:
+                with client.stream("GET", "/v1/knowledge/stream?after_seq=1", headers={"last-event-id": "0"}) as again:
                     if again.status_code == 200:
+                        resumed = []
+                        for line in again.iter_lines():
+                            resumed.append(line)
+                            if line.startswith("data: "):
+                                break
+                        assert "id: 1" in resumed
                         break
                 assert time.monotonic() < deadline, "the slot of a disconnected stream was never given back"
                 time.sleep(0.2)

@@ -286,7 +286,7 @@ class PushStream:
         hub, relay = self.hub, self.relay
 
         @get(STREAM_PATH, media_type=JSON)
-        async def stream(request: Request) -> ASGIResponse:
+        async def stream(request: Request[Any, Any, Any]) -> ASGIResponse:
             try:
                 pairs = request.query_params
                 unknown = sorted(set(pairs) - {"after_seq"})
