@@ -264,3 +264,15 @@ def test_announcements_during_a_pass_are_not_held_against_it() -> None:
         assert "suspended" in hub.describe(peer.origin)
     finally:
         hub.close()
+
+
+def test_a_one_off_pass_says_the_stream_is_there_but_not_subscribed(tls) -> None:
+    peer = stream_peer(tls, lambda p, conn, request: None)
+    try:
+        state = FederationState()
+        engine = SyncEngine(make_relay(), state, [Peer(origin=peer.origin, ca_file=tls[0], allow_private=True)])
+        [result] = engine.run_once()
+        assert result.ok and state.get(peer.origin).push == "polled (push stream advertised, not subscribed)"
+        assert peer.count("stream") == 0  # `akrelay sync --once` never opens the stream
+    finally:
+        peer.stop()

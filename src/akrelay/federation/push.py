@@ -251,10 +251,13 @@ class PushHub:
             entry.kept = self.transport_factory(peer)
         return _Kept(entry.kept)
 
-    def describe(self, origin: str) -> str:
-        """How the peer's news reaches us, for ``peers status``."""
+    def describe(self, origin: str, *, advertised: bool = False) -> str:
+        """How the peer's news reaches us, for ``peers status`` (``advertised``: its discovery lists a stream)."""
         entry = self._peers.get(origin)
-        return "polled (no push stream advertised)" if entry is None else entry.status
+        if entry is not None:
+            return entry.status
+        # a one-off pass (`akrelay sync --once`), or the loop's first pass: the subscription comes after it
+        return "polled (push stream advertised, not subscribed)" if advertised else "polled (no push stream advertised)"
 
     def pushed(self, origin: str) -> bool:
         entry = self._peers.get(origin)

@@ -248,7 +248,8 @@ class SyncEngine:
             st.retry_at = 0
             result.ok = True
         finally:
-            st.push = self.push.describe(peer.origin) if peer.push else "polled (push = false in the peer file)"
+            st.push = (self.push.describe(peer.origin, advertised=self.streams.get(peer.origin) is not None)
+                       if peer.push else "polled (push = false in the peer file)")
             self.state.put(st)
         return result
 
