@@ -67,6 +67,8 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "witnessAddCheckpoint 400": ("POST", "/v1/knowledge/witness/add-checkpoint", {"content": b"garbage"}, 400),
         "logInclusionProof 400": ("GET", "/v1/knowledge/proof/inclusion?seq=1&size=999999", {}, 400),
         "docs": ("GET", "/docs", {}, 200),
+        # the push stream never ends by itself: its refusal is what a request/response test can read
+        "stream": ("GET", "/v1/knowledge/stream?after_seq=99999999", {}, 400),
         # refusals are declared too: one per shared error shape
         "getEvent 404": ("GET", f"/v1/knowledge/events/{'A' * 43}", {}, 404),
         "query 400": ("GET", "/v1/knowledge/query?bogus=1", {}, 400),

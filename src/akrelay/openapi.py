@@ -183,6 +183,20 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
         paths.update(_knowql_paths())
     if present.get("log"):
         paths.update(_log_paths())
+    if present.get("push", True) and not getattr(settings, "no_push_stream", False):  # with the sync component
+        paths["/v1/knowledge/stream"] = {"get": {
+            "summary": "Push stream: announcements of new acceptances (akrelay extension; docs/api.md)",
+            "operationId": "stream",
+            "parameters": [{"name": "after_seq", "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 0}},
+                           {"name": "Last-Event-ID", "in": "header", "required": False,
+                            "schema": {"type": "integer", "minimum": 0}}],
+            "responses": {"200": {"description": "Server-sent `record` and `checkpoint` frames, and heartbeats",
+                                  "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                          "400": ERROR, "429": RATE_LIMITED,
+                          "503": {**UNAVAILABLE, "description": "This worker serves as many streams as it may, or "
+                                                                "the shared store is unreachable; Retry-After says "
+                                                                "when to retry"}}}}
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",

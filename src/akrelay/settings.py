@@ -137,6 +137,18 @@ option("peers", _peer_file, "", "peer configuration file (TOML, see peers/README
 option("follow_hints", _bool, False, "also sync from origins that peers advertise as hints (bounded below)", kind="flag")
 option("hint_hops", _positive_int, 1, "with --follow-hints: how many hint hops away from a configured peer", metavar="N")
 option("hint_count", _positive_int, 8, "with --follow-hints: most hinted origins followed in total", metavar="N")
+# The push stream (GET /v1/knowledge/stream, docs/federation.md "Push"): announces acceptances to subscribed peers.
+option("no_push_stream", _bool, False, "serve no push stream and do not advertise it (peers then only poll)",
+       kind="flag", serve_only=True)
+option("push_heartbeat", _seconds, 15.0, "seconds between heartbeat comments on an idle push stream", metavar="SECONDS",
+       serve_only=True)
+option("push_streams_per_client", _positive_int, 4, "push streams one client IP may hold open on a worker (then 429)",
+       metavar="N", serve_only=True)
+option("push_streams", _positive_int, 256, "push streams a worker holds open in all (then 503)", metavar="N",
+       serve_only=True)
+option("push_poll", _seconds, 0.1,
+       "with SQLite and several workers: how often a worker with open push streams reads the checkpoint to hear "
+       "the other workers' commits (Redis announces them instead)", metavar="SECONDS", serve_only=True)
 
 
 class Settings:

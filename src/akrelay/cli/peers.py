@@ -30,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--page-limit", type=int, metavar="N", help="records per query page (1-1000)")
     add.add_argument("--max-page-bytes", type=int, metavar="N", help="largest accepted response body")
     add.add_argument("--disabled", action="store_true", help="add the peer disabled")
+    add.add_argument("--no-push", dest="push", action="store_false", default=None,
+                     help="never subscribe to the peer's push stream: poll it only")
     add.set_defaults(handler=cmd_add)
 
     rm = sub.add_parser("remove", help="remove a peer")
@@ -132,7 +134,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             return _fail(f"CA file {args.ca_file} does not exist")
         options = dict(ca_file=ca_file, allow_private=args.allow_private, interval=args.interval,
                        page_limit=args.page_limit, max_page_bytes=args.max_page_bytes,
-                       enabled=False if args.disabled else None)
+                       enabled=False if args.disabled else None, push=args.push)
         existing = peer_file.get(args.origin)
         peer = with_changes(existing, **options) if existing else make_peer(args.origin, **options)
         created = peer_file.add(peer)
@@ -200,6 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if s.resume_seq:
             print(f"  resumes after seq {s.resume_seq} (kept from an unfinished pass)")
         print(f"  last success  {_when(s.last_success)}")
+        print(f"  news          {s.push or 'polled'}")
         print(f"  last error    {s.last_error or '-'}")
         if s.misbehaving:
             print(f"  MISBEHAVING   {s.misbehaving} (not pulled from; evidence in `peers status --json`; "

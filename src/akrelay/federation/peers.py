@@ -83,11 +83,14 @@ class Peer:
     max_pages: int = DEFAULT_MAX_PAGES
     #: The peer's pinned Merkle log key (C2SP vkey, issue 23): each pass then verifies its signed log.
     log_key: str | None = None
+    #: Subscribe to the peer's push stream when its discovery advertises one (then it is pulled at once).
+    push: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", canonical_https_origin(self.origin))
         _check_bool("enabled", self.enabled)
         _check_bool("allow_private", self.allow_private)
+        _check_bool("push", self.push)
         for name in ("interval", "connect_timeout", "read_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:

@@ -63,6 +63,8 @@ class PeerState:
     #: Misbehaviour an operator cleared (``akrelay peers clear``), oldest first: each keeps the
     #: reason, the evidence and what had been verified, so clearing never loses the proof.
     cleared: list[dict] = field(default_factory=list)
+    #: How its news reaches us: ``pushed`` (subscribed to its stream) or ``polled (why)`` (``peers status``).
+    push: str | None = None
 
     @property
     def lag(self) -> int:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from akrelay.federation.peers import Peer, PeerConfigError, canonical_https_origin
+from akrelay.federation.push import PushHub
 from akrelay.federation.state import PeerState, StateStore
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
 from akrelay.leader import LeadershipLost
@@ -160,6 +161,10 @@ class SyncEngine:
                         origin)
         #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
         self.hinted: dict[str, tuple[Peer, int]] = {}
+        #: origin -> the push stream its discovery advertises (None: it has none), and the subscriptions
+        #: that :meth:`run_forever` holds to them (:mod:`akrelay.federation.push`)
+        self.streams: dict[str, str | None] = {}
+        self.push = PushHub(transport_factory)
 
     # -- public API ---------------------------------------------------------
 
@@ -184,17 +189,21 @@ class SyncEngine:
             while not stop.is_set():
                 wait = peer.interval
                 try:
-                    self.sync_peer(peer, hop=hop)
+                    result = self.sync_peer(peer, hop=hop)
                     st = self.state.get(peer.origin)
                     wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
                     wait = max(peer.interval, wait_ms / 1000.0)
+                    # a push-capable peer is subscribed to: its announcements end the wait below
+                    self.push.after_pass(peer, self.streams.get(peer.origin), max(st.checkpoint, st.resume_seq),
+                                         st.peer_checkpoint, result.ok)
                 except LeadershipLost:
                     return  # another node leads now: its owner stops this loop (see federation.runner)
                 except StoreUnavailable as exc:  # an outage, not a bug: no traceback, try again later
                     log.warning("sync %s: %s (next try in %.1fs)", peer.origin, exc, wait)
                 except Exception:  # never let one peer's bug end its loop silently
                     log.exception("sync pass for %s crashed", peer.origin)
-                stop.wait(wait)
+                # an announcement pulls at once, unless the peer is backing off (then it waits its turn)
+                self.push.wait(peer.origin, stop, wait, wakeable=wait <= peer.interval)
 
         while not stop.is_set():
             wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
@@ -204,6 +213,7 @@ class SyncEngine:
                     threads[peer.origin] = t
                     t.start()
             stop.wait(tick)
+        self.push.close()
         for t in threads.values():
             t.join(timeout=5.0)
 
@@ -223,7 +233,7 @@ class SyncEngine:
         st.last_attempt = now
         st.bump("passes")
         try:
-            with self._transport_factory(peer) as transport:
+            with self.push.transport(peer) as transport:  # a fresh one, or the one kept while pushed
                 endpoints = self._discover(peer, transport, hop)
                 self._retry_pending(peer, transport, endpoints["batch"], st, result)
                 self._enumerate(peer, transport, endpoints, st, result)
@@ -241,6 +251,8 @@ class SyncEngine:
             st.retry_at = 0
             result.ok = True
         finally:
+            st.push = (self.push.describe(peer.origin, advertised=self.streams.get(peer.origin) is not None)
+                       if peer.push else "polled (push = false in the peer file)")
             self.state.put(st)
         return result
 
@@ -266,6 +278,7 @@ class SyncEngine:
                 raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
         if self.options.follow_hints and hop < self.options.hint_hops:
             self._note_hints(list(discovery.peers), hop + 1)
+        self.streams[peer.origin] = discovery.stream if peer.push else None
         return endpoints
 
     def _note_hints(self, hints: Any, hop: int) -> None:
@@ -477,7 +490,8 @@ class SyncEngine:
         return outcomes
 
     def close(self) -> None:
-        """Passes hold no threads between them; only the witness records' connection is released."""
+        """End the push subscriptions and release the witness records' connection (passes hold no threads)."""
+        self.push.close()
         if self.witness_log is not None:
             self.witness_log.state.close()
 

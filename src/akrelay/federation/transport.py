@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import ssl
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 import httpcore
@@ -213,6 +213,50 @@ class PeerTransport:
     def post_json(self, url: str, body: bytes, *, max_bytes: int | None = None) -> Any:
         return self._request("POST", url, params=None, body=body, max_bytes=max_bytes)[0]
 
+    def stream_chunks(self, url: str, params: dict[str, str] | None = None, *, idle_timeout: float, lifetime: float,
+                      on_open: Callable[[Callable[[], None]], None] | None = None) -> Iterator[bytes]:
+        """The raw body of a ``text/event-stream`` answer, chunk by chunk, as it arrives (the push stream).
+
+        The same guards as every other read (origin, addresses, no redirects, no
+        content coding), but no size cap: the caller bounds lines and frames. A
+        read that waits longer than ``idle_timeout`` (no heartbeat) and the whole
+        connection after ``lifetime`` seconds end it as ``timeout``; the end of the
+        body ends the iteration. ``on_open(abort)`` gets a function that another
+        thread may call to end a blocked read at once.
+        """
+        self._check_url(url)
+        deadline_at = self._monotonic() + lifetime
+        timeout = httpx.Timeout(connect=self.peer.connect_timeout, read=idle_timeout, write=self.peer.read_timeout,
+                                pool=self.peer.connect_timeout)
+        headers = {"accept": "text/event-stream", "cache-control": "no-store"}
+        try:
+            with deadline(deadline_at, self._monotonic), \
+                    self._client.stream("GET", url, params=params, headers=headers, timeout=timeout) as response:
+                status = response.status_code
+                if status != 200:
+                    retry_after = response.headers.get("retry-after") if status in RETRY_AFTER_STATUSES else None
+                    kind = "rate_limited" if status == 429 else ("server" if status >= 500 else
+                                                                 "redirect" if 300 <= status < 400 else "status")
+                    raise PeerFetchError(kind, f"GET {url} answered {status}", status=status, retry_after=retry_after)
+                _refuse_content_coding(url, response)
+                media = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if media != "text/event-stream":
+                    raise PeerFetchError("invalid", f"{url}: content-type {media[:64]!r} is not text/event-stream",
+                                         status=status)
+                stream = response.extensions.get("network_stream")
+                if on_open is not None and stream is not None:
+                    on_open(_socket_abort(stream))
+                for chunk in response.iter_raw():
+                    self.bytes_read += len(chunk)
+                    yield chunk
+        except httpx.TimeoutException as exc:
+            raise PeerFetchError("timeout", f"GET {url}: the stream was silent or open too long "
+                                 f"({type(exc).__name__})") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise PeerFetchError("truncated", f"GET {url}: the stream broke off ({exc})") from None
+        except httpx.HTTPError as exc:
+            raise PeerFetchError("network", f"GET {url}: {type(exc).__name__}: {exc}") from None
+
     def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
                  max_bytes: int | None, raw: bool = False) -> tuple[Any, int]:
         self._check_url(url)
@@ -273,6 +317,18 @@ class PeerTransport:
     def _timed_out(self, url: str, status: int | None) -> PeerFetchError:
         return PeerFetchError("timeout", f"{url}: response not complete within {self.peer.read_timeout:g}s "
                               "(connection, headers and body)", status=status)
+
+
+def _socket_abort(network_stream: Any) -> Callable[[], None]:
+    """A function that ends a blocked read on ``network_stream`` from another thread (shutdown)."""
+    def abort() -> None:
+        try:
+            sock = network_stream.get_extra_info("socket")
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, AttributeError, ValueError):
+            pass
+    return abort
 
 
 def _refuse_content_coding(url: str, response: httpx.Response) -> None:

@@ -1,9 +1,10 @@
 """Federation as a component of the relay node: peer hints in discovery and the sync loop.
 
-No endpoints: discovery gains the configured peer origins as hints (§9.2),
-and each worker offers to run the sync loop, of which exactly one per data
-directory leads (:mod:`akrelay.federation.runner`). Without ``--peers`` the
-component does nothing.
+Discovery gains the configured peer origins as hints (§9.2), and each worker
+offers to run the sync loop, of which exactly one per data directory leads
+(:mod:`akrelay.federation.runner`); without ``--peers`` there is no loop. The
+push stream that peers subscribe to (:mod:`akrelay.http.stream`) is served
+either way, unless ``--no-push-stream``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
 from akrelay.federation.runner import BackgroundSync, Leadership, sync_once
 from akrelay.federation.sync import PassResult
+from akrelay.http.stream import PushStream
 from akrelay.settings import SettingsError
 
 if TYPE_CHECKING:  # annotations only
@@ -32,6 +34,7 @@ class SyncComponent:
         self.settings = settings
         self.leadership = leadership
         self._loop: BackgroundSync | None = None
+        self.push = PushStream(relay, settings)
 
     @staticmethod
     def check(settings: Settings) -> None:
@@ -52,6 +55,7 @@ class SyncComponent:
             self._loop.start()
 
     def stop(self) -> None:
+        self.push.stop()
         loop, self._loop = self._loop, None
         if loop is not None:
             loop.stop()
@@ -79,10 +83,11 @@ class SyncComponent:
         return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
 
     def routes(self) -> list[Any]:
-        return []
+        return self.push.routes()
 
     def discovery(self) -> dict[str, Any]:
-        """Up to 32 enabled peer origins, canonical, distinct and never our own."""
+        """The push stream, and up to 32 enabled peer origins, canonical, distinct and never our own."""
+        doc = self.push.discovery()
         if not self.enabled:
-            return {}
-        return {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}
+            return doc
+        return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}

@@ -20,6 +20,9 @@ from akrelay.protocol.payload import https_url_problem, is_nonempty_text
 
 PROTOCOL = "agent-knowledge/1.0"
 RANKED_SEARCH = "ranked-search"
+#: The akrelay push stream (``GET /v1/knowledge/stream``): the feature requires ``endpoints.stream``.
+PUSH = "push"
+STREAM_PATH = "/v1/knowledge/stream"
 MAX_PEERS = 32
 MAX_SAFE = 2**53 - 1
 ENDPOINT_PATHS = {
@@ -83,6 +86,11 @@ class Discovery:
     def ranked_search(self) -> bool:
         return RANKED_SEARCH in self.features
 
+    @property
+    def stream(self) -> str | None:
+        """The push stream's URL when the service advertises one (the ``push`` feature)."""
+        return self.endpoints.get("stream") if PUSH in self.features else None
+
 
 def _string_array(doc: Mapping[str, Any], key: str) -> list[str]:
     value = doc[key]
@@ -113,7 +121,9 @@ def validate_discovery(doc: Any, origin: str) -> Discovery:
     if type(endpoints_doc) is not dict:
         raise _bad("endpoints must be an object")
     endpoints = {name: origin + path for name, path in ENDPOINT_PATHS.items() if name != "search"}
-    for name in ENDPOINT_PATHS:
+    if PUSH in features and "stream" not in endpoints_doc:
+        raise _bad("the push feature requires endpoints.stream")
+    for name in (*ENDPOINT_PATHS, "stream") if PUSH in features else ENDPOINT_PATHS:
         if name not in endpoints_doc:
             continue
         url = endpoints_doc[name]
