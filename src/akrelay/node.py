@@ -18,19 +18,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Protocol, Sequence, runtime_checkable
 
-from akrelay.http.kip import KipComponent
-from akrelay.http.knowql import KnowqlComponent
-from akrelay.http.peers import SyncComponent
-from akrelay.http.search import SearchComponent
-from akrelay.http.transparency import LogComponent
-from akrelay.web import WebComponent
 from akrelay.protocol.options import ValidationOptions
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay, open_shared_relay
 from akrelay.settings import Settings, defaults, licence_allow_list
 from akrelay.store.follow import set_max_defer
+
+if TYPE_CHECKING:  # the component modules are imported when a node builds them (issue 25: start-up time)
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.peers import SyncComponent
+    from akrelay.http.search import SearchComponent
 
 log = logging.getLogger("akrelay.node")
 
@@ -98,8 +98,17 @@ def open_relay_for(settings: Settings, *, store_background: bool = True) -> Rela
                       merkle_log=not settings.no_merkle_log)
 
 
-#: The component classes that check their own files (read by the settings as paths only).
-_CHECKS: dict[str, Any] = {"sync": SyncComponent, "knowql": KnowqlComponent}
+#: The component classes that check their own files (read by the settings as paths only), by
+#: ``module:class``: imported only for a check that has a file to read (issue 25: the launcher).
+_CHECKS: dict[str, tuple[str, str]] = {"sync": ("akrelay.http.peers:SyncComponent", "peers"),
+                                       "knowql": ("akrelay.http.knowql:KnowqlComponent", "knowql_contexts")}
+
+
+def _component_class(ref: str) -> Any:
+    import importlib
+
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def check_components(settings: Settings, names: Collection[str] | None = None) -> None:
@@ -112,7 +121,9 @@ def check_components(settings: Settings, names: Collection[str] | None = None) -
         names = () if settings.core_only else COMPONENTS
     for name in COMPONENTS:
         if name in names and name in _CHECKS:
-            _CHECKS[name].check(settings)
+            ref, option = _CHECKS[name]
+            if getattr(settings, option, None):  # each check reads only this file (nothing to check without)
+                _component_class(ref).check(settings)
 
 
 def build_components(relay: Relay, settings: Settings, names: Collection[str], *,
@@ -125,6 +136,13 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     unknown = set(names) - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
+
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.peers import SyncComponent
+    from akrelay.http.search import SearchComponent
+    from akrelay.http.transparency import LogComponent
+    from akrelay.web import WebComponent
 
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     built: list[Component] = []

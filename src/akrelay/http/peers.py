@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
-from akrelay.federation.runner import BackgroundSync, sync_once
-from akrelay.federation.sync import PassResult
 from akrelay.settings import SettingsError
 
-if TYPE_CHECKING:  # annotations only
+if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) loads when it runs (issue 25)
+    from akrelay.federation.runner import BackgroundSync
+    from akrelay.federation.sync import PassResult
     from akrelay.service.relay import Relay
     from akrelay.settings import Settings
 
@@ -46,6 +46,8 @@ class SyncComponent:
 
     def start(self) -> None:
         if self.enabled and self._loop is None:
+            from akrelay.federation.runner import BackgroundSync
+
             self._loop = BackgroundSync(self.settings, self.relay)
             self._loop.start()
 
@@ -64,6 +66,8 @@ class SyncComponent:
 
     def run_once(self, *, force: bool = True) -> list[PassResult]:
         """One pass over every peer (``akrelay sync --once``), as the data directory's leader."""
+        from akrelay.federation.runner import sync_once
+
         return sync_once(self.settings, self.relay, force=force)
 
     def skipped_self(self) -> list[str]:

@@ -19,13 +19,11 @@ from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
-from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.pool import FairPool
 from akrelay.knowql.recovery import Deferred, fail_orphans, owner
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
-from akrelay.knowql.redis_store import RedisTurnStore
 from akrelay.knowql.store import SqliteTurnStore, TurnStore, public
 from akrelay.store.base import StoreUnavailable
 
@@ -59,7 +57,12 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
     """The extractive composer, the configured LLM (if any) and any registered extra composers."""
     entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
     tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
-    llm = llm_entry(settings)
+    llm = None
+    if getattr(settings, "knowql_llm_base_url", "") and getattr(settings, "knowql_llm_model", ""):
+        # only a configured model loads the HTTP client (a worker's start-up time, issue 25)
+        from akrelay.knowql.llm import llm_entry
+
+        llm = llm_entry(settings)
     if llm is not None:
         entries.append(llm)
         tiers["standard"] = tiers["pro"] = llm.id
@@ -76,7 +79,8 @@ def open_turn_store(settings: Any, data_dir: Any) -> TurnStore:
     Opened by the KnowQL component on start and closed on stop; a Redis client connects on first use.
     """
     url = getattr(settings, "store", "") or ""
-    if url:
+    if url:  # the Redis client loads only for a Redis deployment (a worker's start-up time, issue 25)
+        from akrelay.knowql.redis_store import RedisTurnStore
         from akrelay.store.redis_client import shared_prefix
 
         return RedisTurnStore.connect(url, prefix=shared_prefix(getattr(settings, "store_namespace", None), "knowql"))
