@@ -82,3 +82,32 @@ def test_a_first_start_waits_for_the_followers_to_create_the_index_and_the_nexus
         assert f"in process {followers.pid} ready" in out.getvalue()
     finally:
         followers.stop()
+
+
+def test_readyz_waits_for_the_kip_runtime_that_opens_after_start(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Started is not ready while a KIP request would still wait for its runtime to open."""
+    import threading
+
+    from litestar.testing import TestClient
+
+    import akrelay.http.kip as kip_http
+    from akrelay.app import create_app
+
+    gate = threading.Event()
+    real = kip_http.open_runtime
+
+    def gated(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        assert gate.wait(60), "the test never opened the gate"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kip_http, "open_runtime", gated)
+    settings = defaults(data=str(tmp_path / "data"), write_rate=0.0, read_rate=0.0)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        try:
+            assert client.get("/healthz").status_code == 200
+            response = client.get("/readyz")
+            assert response.status_code == 503, response.text
+            assert "the KIP runtime is opening" in response.json()["error"]["message"]
+        finally:
+            gate.set()
+        assert _wait(lambda: client.get("/readyz").status_code == 200)
