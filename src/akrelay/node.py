@@ -137,34 +137,39 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     if unknown:
         raise ValueError(f"unknown relay components: {', '.join(sorted(unknown))} (known: {', '.join(COMPONENTS)})")
 
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.peers import SyncComponent
-    from akrelay.http.search import SearchComponent
-    from akrelay.http.transparency import LogComponent
-    from akrelay.web import WebComponent
-
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     built: list[Component] = []
     search = kip = knowql = None
     tlog = None
     if "log" in names:  # the signed Merkle log of acceptances (issue 23)
+        from akrelay.http.transparency import LogComponent
+
         tlog = LogComponent(relay, settings)
         built.append(tlog)
-    if "search" in names:
+    if "search" in names:  # each component's module loads only when it is built (issue 25)
+        from akrelay.http.search import SearchComponent
+
         search = SearchComponent(relay, settings, follow=follow)
         built.append(search)
     if "kip" in names:
+        from akrelay.http.kip import KipComponent
+
         kip = KipComponent(relay, settings, follow=follow)
         built.append(kip)
     if "sync" in names:
+        from akrelay.http.peers import SyncComponent
+
         built.append(SyncComponent(relay, settings))
     if "knowql" in names:
+        from akrelay.http.knowql import KnowqlComponent
+
         if search is None or kip is None:
             raise ValueError("the knowql component reads through the search and kip components; list them too")
         knowql = KnowqlComponent(relay, settings, search=search, kip=kip)
         built.append(knowql)
     if "web" in names:  # the explorer, /metrics, /openapi.json: reads whichever of the above are built
+        from akrelay.web import WebComponent
+
         built.append(WebComponent(relay, settings, search=search, kip=kip, knowql=knowql,
                                   log=tlog is not None and tlog.tlog is not None))
     return built

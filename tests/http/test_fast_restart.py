@@ -111,3 +111,29 @@ def test_readyz_waits_for_the_kip_runtime_that_opens_after_start(tmp_path: Path,
         finally:
             gate.set()
         assert _wait(lambda: client.get("/readyz").status_code == 200)
+
+
+WORKER_PROBE = """
+import json, sys
+from akrelay.app import create_app
+from akrelay.node import RelayNode
+from akrelay.settings import defaults
+node = RelayNode.open(defaults(data=sys.argv[1]), follow=False)
+create_app(node)
+node.stop()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_worker_without_peers_llm_or_redis_loads_none_of_their_clients(tmp_path: Path) -> None:
+    """What a worker imports before it answers is what a restart waits for (issue 25): only what is on."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", WORKER_PROBE, str(tmp_path / "data")], capture_output=True,
+                         text=True, timeout=300, check=True)
+    modules = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert {"akrelay.http.kip", "akrelay.http.knowql", "akrelay.web"} <= modules  # every component is built
+    unused = {"httpx", "redis", "akrelay.federation.runner", "akrelay.federation.sync", "akrelay.knowql.llm",
+              "akrelay.knowql.redis_store", "akrelay.store.redis"}
+    assert sorted(unused & modules) == []
