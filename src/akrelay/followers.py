@@ -4,8 +4,9 @@ Why a process: inside a Granian worker the followers share the GIL with the
 event loop that accepts events, and on a small machine they take the CPU that
 acceptance needs during a burst. ``akrelay serve`` (``--followers process``,
 the default) therefore runs them here, one process per data directory, started
-before Granian and stopped after it, at the lowest CPU priority once started
-(Linux ``SCHED_IDLE``, and ``nice`` + :data:`NICE`; :func:`lower_priority`):
+beside Granian (before it on a first start) and stopped after it, at the lowest CPU
+priority once started, or from its start on a restart (Linux ``SCHED_IDLE``, and
+``nice`` + :data:`NICE`; :func:`lower_priority`):
 under load the kernel gives the workers the CPU first, and the derived state
 catches up as soon as the burst ends. The workers only read the index and the nexus
 (``RelayNode(follow=False)``).
@@ -84,17 +85,24 @@ def main(env: Mapping[str, str] | None = None) -> int:
         signal.signal(signum, lambda *_: halt.set())
     launcher = os.getppid()
     settings = from_resolved_env(env)
+    # On a restart the index and the nexus exist and the workers start beside this process
+    # (akrelay.server.start_followers): yield to them from the first import on, so that their
+    # start-up, which is what a client waits for, gets the CPU first (issue 25).
+    restart = derived_state_exists(settings.data_dir)
+    if restart:
+        lower_priority()
     # No trigram indexer or WAL checkpointer of the store here: the workers run them, and at this
     # process's idle priority a thread holding the store's cross-process write lock would be
     # preempted by the very workers that wait for that lock (a priority inversion under load).
     node = RelayNode.open(settings, components=FOLLOWED, store_background=False)
     try:
-        # Start at normal priority, so the index and the nexus file exist before the workers'
-        # first requests even on a busy machine; yield from then on.
+        # On a first start, at normal priority, so the index and the nexus file exist before the
+        # workers' first requests even on a busy machine; yield from then on.
         node.start()
         node.kip.gateway.runtime()  # the nexus file exists (the KIP component opens it in a thread)
         _say_ready(env)
-        lower_priority()
+        if not restart:  # on a restart every thread started since inherited the low priority
+            lower_priority()
         log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
                  os.getpid(), settings.data_dir)
         while not halt.wait(PARENT_CHECK):
