@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("akrelay.service", "akrelay.client", "akrelay.boundedhttp")),
     ("areas", ("akrelay.search", "akrelay.federation", "akrelay.kip.runtime", "akrelay.kip.meta",
                "akrelay.kip.service", "akrelay.kip.follower", "akrelay.kip.nexus_sqlite",
-               "akrelay.kip.config", "akrelay.kip.package", "=akrelay.kip")),
+               "akrelay.kip.config", "akrelay.kip.package", "akrelay.kip.grammar_cache", "=akrelay.kip")),
     ("knowql", ("akrelay.knowql",)),
     # counters the HTTP layer increments (prometheus-client only)
     ("metrics", ("akrelay.observability.metrics", "akrelay.observability.requests")),

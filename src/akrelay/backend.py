@@ -18,7 +18,7 @@ from pathlib import Path
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from akrelay.federation.runner import LEASE_TTL, Leadership, federation_lock
+from akrelay.federation.leadership import LEASE_TTL, Leadership, federation_lock
 from akrelay.federation.state import STATE_FILE, FederationState, StateStore
 from akrelay.http.ratelimit import RateLimits, RedisTokenBucket, TokenBucket, limiter_client, rate_limit_budgets
 from akrelay.knowql.store import SqliteTurnStore, TurnStore

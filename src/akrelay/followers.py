@@ -4,8 +4,9 @@ Why a process: inside a Granian worker the followers share the GIL with the
 event loop that accepts events, and on a small machine they take the CPU that
 acceptance needs during a burst. ``akrelay serve`` (``--followers process``,
 the default) therefore runs them here, one process per data directory, started
-before Granian and stopped after it, at the lowest CPU priority once started
-(Linux ``SCHED_IDLE``, and ``nice`` + :data:`NICE`; :func:`lower_priority`):
+beside Granian (before it on a first start) and stopped after it, at the lowest CPU
+priority once started, or from its start on a restart (Linux ``SCHED_IDLE``, and
+``nice`` + :data:`NICE`; :func:`lower_priority`):
 under load the kernel gives the workers the CPU first, and the derived state
 catches up as soon as the burst ends. The workers only read the index and the nexus
 (``RelayNode(follow=False)``).
@@ -30,7 +31,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Mapping
+from pathlib import Path
+from typing import Callable, Mapping
 
 log = logging.getLogger("akrelay.followers")
 
@@ -53,6 +55,23 @@ PARENT_CHECK = 1.0
 READY_TIMEOUT = 15.0
 #: The environment variable naming the pipe on which the process says it is ready.
 READY_FD_ENV = "AKRELAY__FOLLOWERS_READY_FD"
+#: What a previous run leaves in the data directory: the search index (``search/<ranking id>``,
+#: :func:`akrelay.search.index.index_dir`) and the KIP nexus (:func:`akrelay.kip.nexus_sqlite.nexus_path`).
+#: Named here so that the launcher need not import Tantivy or the nexus to look for them.
+SEARCH_DIR = "search"
+NEXUS_FILE = "kip-nexus.sqlite3"
+
+
+def derived_state_exists(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether the search index and the KIP nexus exist already (a restart, not a first start).
+
+    Then the workers can open and read them while the followers' process starts beside
+    them, and the launcher does not wait for it (issue 25); on a first start it waits, so
+    that the files exist before the first request.
+    """
+    data = Path(data_dir)
+    search = data / SEARCH_DIR
+    return (data / NEXUS_FILE).is_file() and search.is_dir() and any(p.is_dir() for p in search.iterdir())
 
 
 def main(env: Mapping[str, str] | None = None) -> int:
@@ -66,17 +85,24 @@ def main(env: Mapping[str, str] | None = None) -> int:
         signal.signal(signum, lambda *_: halt.set())
     launcher = os.getppid()
     settings = from_resolved_env(env)
+    # On a restart the index and the nexus exist and the workers start beside this process
+    # (akrelay.server.start_followers): yield to them from the first import on, so that their
+    # start-up, which is what a client waits for, gets the CPU first (issue 25).
+    restart = derived_state_exists(settings.data_dir)
+    if restart:
+        lower_priority()
     # No trigram indexer or WAL checkpointer of the store here: the workers run them, and at this
     # process's idle priority a thread holding the store's cross-process write lock would be
     # preempted by the very workers that wait for that lock (a priority inversion under load).
     node = RelayNode.open(settings, components=FOLLOWED, store_background=False)
     try:
-        # Start at normal priority, so the index and the nexus file exist before the workers'
-        # first requests even on a busy machine; yield from then on.
+        # On a first start, at normal priority, so the index and the nexus file exist before the
+        # workers' first requests even on a busy machine; yield from then on.
         node.start()
         node.kip.gateway.runtime()  # the nexus file exists (the KIP component opens it in a thread)
         _say_ready(env)
-        lower_priority()
+        if not restart:  # on a restart every thread started since inherited the low priority
+            lower_priority()
         log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
                  os.getpid(), settings.data_dir)
         while not halt.wait(PARENT_CHECK):
@@ -156,32 +182,58 @@ class FollowerProcess:
         proc = self.proc
         return proc.pid if proc is not None else None
 
-    def start(self, ready_timeout: float = 0.0) -> bool:
-        """Start the process; with ``ready_timeout``, wait that long for it to say it is ready (``True``)."""
+    def start(self, ready_timeout: float = 0.0, *, on_ready: Callable[[bool], None] | None = None) -> bool:
+        """Start the process; with ``ready_timeout``, wait that long for it to say it is ready (``True``).
+
+        ``on_ready`` (with no ``ready_timeout``): return at once, and call ``on_ready(ready)``
+        from a thread when the process has said it is ready, or after :data:`READY_TIMEOUT`
+        (``False``): the launcher starts the workers meanwhile (a restart, issue 25).
+        """
         with self._lock:
             if self._watcher is not None:
                 return True
             self._halt.clear()
-            ready = self._spawn(ready_timeout)
+            ready = self._spawn(ready_timeout, on_ready)
             self._watcher = threading.Thread(target=self._watch, name="akrelay-followers-watch", daemon=True)
             self._watcher.start()
         return ready
 
-    def _spawn(self, ready_timeout: float = 0.0) -> bool:
+    def _spawn(self, ready_timeout: float = 0.0, on_ready: Callable[[bool], None] | None = None) -> bool:
         read, write = os.pipe()
         try:
             self.proc = subprocess.Popen(self.argv, env={**self.env, READY_FD_ENV: str(write)},
                                          stdin=subprocess.DEVNULL, pass_fds=(write,))
+        except BaseException:
+            os.close(read)
+            raise
         finally:
             os.close(write)
         self.spawned += 1
+        if on_ready is not None and ready_timeout <= 0:
+            threading.Thread(target=self._await_ready, args=(read, on_ready), name="akrelay-followers-ready",
+                             daemon=True).start()
+            return False
         try:
-            if ready_timeout <= 0:
-                return False
-            ready, _, _ = select.select([read], [], [], ready_timeout)
-            return bool(ready) and os.read(read, 16).startswith(b"ready")
+            return self._read_ready(read, ready_timeout)
         finally:
             os.close(read)
+
+    @staticmethod
+    def _read_ready(read: int, timeout: float) -> bool:
+        if timeout <= 0:
+            return False
+        ready, _, _ = select.select([read], [], [], timeout)
+        return bool(ready) and os.read(read, 16).startswith(b"ready")
+
+    def _await_ready(self, read: int, on_ready: Callable[[bool], None]) -> None:
+        try:
+            ready = self._read_ready(read, READY_TIMEOUT)
+        except OSError:
+            ready = False
+        finally:
+            os.close(read)
+        if not self._halt.is_set():
+            on_ready(ready)
 
     def _watch(self) -> None:
         while not self._halt.is_set():

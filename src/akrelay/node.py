@@ -20,21 +20,20 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
 
 from akrelay.backend import Backend, backend_for, service_config
-from akrelay.http.kip import KipComponent
-from akrelay.http.knowql import KnowqlComponent
-from akrelay.http.peers import SyncComponent
-from akrelay.http.ratelimit import RateLimits
-from akrelay.http.search import SearchComponent
-from akrelay.http.transparency import LogComponent
-from akrelay.observability.sources import Sources
-from akrelay.web import WebComponent
 from akrelay.service.relay import Relay
 from akrelay.settings import Settings, defaults
 from akrelay.store.base import BackgroundStore
 from akrelay.store.follow import set_max_defer
+
+if TYPE_CHECKING:  # the component modules are imported when a node builds one (issue 25: start-up time)
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.peers import SyncComponent
+    from akrelay.http.ratelimit import RateLimits
+    from akrelay.http.search import SearchComponent
 
 __all__ = ["COMPONENTS", "REGISTRY", "Component", "ComponentRegistry", "ComponentSpec", "Assembly", "RelayNode",
            "StoreComponent", "build_components", "check_components", "merge_discovery", "open_relay_for",
@@ -180,8 +179,64 @@ class ComponentRegistry:
         return built
 
 
+def _log(a: Assembly) -> Component:
+    """The signed Merkle log of acceptances (issue 23)."""
+    from akrelay.http.transparency import LogComponent
+
+    return LogComponent(a.relay, a.settings, shared=a.backend.shared, federation_state=a.backend.federation_state,
+                        witness_state=a.backend.witness_state)
+
+
+def _search(a: Assembly) -> Component:
+    from akrelay.http.search import SearchComponent
+
+    return SearchComponent(a.relay, a.settings, follow=a.follow)
+
+
+def _kip(a: Assembly) -> Component:
+    from akrelay.http.kip import KipComponent
+
+    return KipComponent(a.relay, a.settings, follow=a.follow)
+
+
+def _sync(a: Assembly) -> Component:
+    from akrelay.http.peers import SyncComponent
+
+    return SyncComponent(a.relay, a.settings, leadership=a.backend.leadership)
+
+
+def _check_sync(settings: Settings) -> None:
+    if settings.peers:  # the check reads only this file: nothing to import without it
+        from akrelay.http.peers import SyncComponent
+
+        SyncComponent.check(settings)
+
+
+def _knowql(a: Assembly) -> Component:
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.search import SearchComponent
+
+    return KnowqlComponent(a.relay, a.settings, search=a.require("search", SearchComponent, "knowql"),
+                           kip=a.require("kip", KipComponent, "knowql"), turn_store=a.backend.turn_store)
+
+
+def _check_knowql(settings: Settings) -> None:
+    if settings.knowql_contexts:
+        from akrelay.http.knowql import KnowqlComponent
+
+        KnowqlComponent.check(settings)
+
+
 def _web(a: Assembly) -> Component:
     """The explorer, /metrics, /openapi.json: reads whichever of the other components are built."""
+    from akrelay.http.kip import KipComponent
+    from akrelay.http.knowql import KnowqlComponent
+    from akrelay.http.search import SearchComponent
+    from akrelay.http.transparency import LogComponent
+    from akrelay.observability.sources import Sources
+    from akrelay.web import WebComponent
+
     tlog = a.get("log", LogComponent)
     sources = Sources(search=a.get("search", SearchComponent), kip=a.get("kip", KipComponent),
                       knowql=a.get("knowql", KnowqlComponent), federation_state=a.backend.federation_state)
@@ -189,20 +244,13 @@ def _web(a: Assembly) -> Component:
 
 
 #: Every component, in start order (stop runs in reverse). KnowQL reads through search and KIP.
+#: Each builder imports its component's module, so a process loads only the components it runs.
 REGISTRY = ComponentRegistry([
-    # the signed Merkle log of acceptances (issue 23)
-    ComponentSpec("log", lambda a: LogComponent(a.relay, a.settings, shared=a.backend.shared,
-                                                federation_state=a.backend.federation_state,
-                                                witness_state=a.backend.witness_state)),
-    ComponentSpec("search", lambda a: SearchComponent(a.relay, a.settings, follow=a.follow)),
-    ComponentSpec("kip", lambda a: KipComponent(a.relay, a.settings, follow=a.follow)),
-    ComponentSpec("sync", lambda a: SyncComponent(a.relay, a.settings, leadership=a.backend.leadership),
-                  check=SyncComponent.check),
-    ComponentSpec("knowql", lambda a: KnowqlComponent(a.relay, a.settings,
-                                                      search=a.require("search", SearchComponent, "knowql"),
-                                                      kip=a.require("kip", KipComponent, "knowql"),
-                                                      turn_store=a.backend.turn_store),
-                  check=KnowqlComponent.check),
+    ComponentSpec("log", _log),
+    ComponentSpec("search", _search),
+    ComponentSpec("kip", _kip),
+    ComponentSpec("sync", _sync, check=_check_sync),
+    ComponentSpec("knowql", _knowql, check=_check_knowql),
     ComponentSpec("web", _web),
 ])
 COMPONENTS: tuple[str, ...] = REGISTRY.names
@@ -329,18 +377,26 @@ class RelayNode:
 
     @property
     def search(self) -> SearchComponent:
+        from akrelay.http.search import SearchComponent
+
         return self.component("search", SearchComponent)
 
     @property
     def kip(self) -> KipComponent:
+        from akrelay.http.kip import KipComponent
+
         return self.component("kip", KipComponent)
 
     @property
     def sync(self) -> SyncComponent:
+        from akrelay.http.peers import SyncComponent
+
         return self.component("sync", SyncComponent)
 
     @property
     def knowql(self) -> KnowqlComponent:
+        from akrelay.http.knowql import KnowqlComponent
+
         return self.component("knowql", KnowqlComponent)
 
     def routes(self) -> list[Any]:

@@ -6,7 +6,8 @@ workers are as safe as one. The launcher resolves the settings once and hands
 them to every worker in one environment variable, so all workers agree. The
 log followers (search indexer, KIP importer) run in one process of their own
 beside the workers (:mod:`akrelay.followers`, ``--followers process``), which
-the launcher starts before Granian and stops after it.
+the launcher starts with Granian (waiting for it first only when the index and
+the nexus do not exist yet) and stops after it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess
+from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess, derived_state_exists
 from akrelay.node import RelayNode, check_components
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, record_origin
 
@@ -131,6 +132,24 @@ def banner(settings: Settings) -> str:
             f"{listen}:{settings.port} with {settings.workers} worker(s), data in {settings.data_dir}")
 
 
+def start_followers(followers: FollowerProcess, settings: Settings, out: TextIO) -> None:
+    """Start the followers' process: beside the workers on a restart, before them on a first start.
+
+    On a restart the search index and the KIP nexus exist: the workers open them while the
+    followers' process starts, so neither waits for the other (issue 25: awaiting it first
+    cost seconds before any worker began). On a first start the launcher waits for the
+    process to create them, so they exist before the first request, even on a busy machine.
+    """
+    def say(ready: bool) -> None:
+        print(f"akrelay: log followers (search indexer, KIP importer) in process {followers.pid}"
+              f"{' ready' if ready else ' (still starting)'}", file=out, flush=True)
+
+    if derived_state_exists(settings.data_dir):
+        followers.start(on_ready=say)
+    else:
+        say(followers.start(ready_timeout=READY_TIMEOUT))
+
+
 def serve(settings: Settings, out: TextIO | None = None) -> None:
     """Run Granian in the foreground until interrupted."""
     from granian import Granian
@@ -168,10 +187,7 @@ def serve(settings: Settings, out: TextIO | None = None) -> None:
         workers_kill_timeout=WORKERS_KILL_TIMEOUT,
     )
     if followers is not None:
-        # the index and the nexus exist before the first request, even on a busy machine
-        ready = followers.start(ready_timeout=READY_TIMEOUT)
-        print(f"akrelay: log followers (search indexer, KIP importer) in process {followers.pid}"
-              f"{'' if ready else ' (still starting)'}", file=out, flush=True)
+        start_followers(followers, settings, out)
     try:
         server.serve()
     finally:

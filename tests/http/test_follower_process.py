@@ -99,6 +99,10 @@ def test_followers_run_in_their_own_process_which_is_replaced_when_killed(tmp_pa
             assert respawned, served.log.read_text()
             new = respawned[-1]
             assert _alive(new) and _wait(lambda: _holder(data / IMPORTER_LOCK) == new)
+            # a replacement finds the index and the nexus: it yields from its start, every thread (issue 25)
+            for tid in os.listdir(f"/proc/{new}/task"):
+                assert os.getpriority(os.PRIO_PROCESS, int(tid)) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE)
+                assert os.sched_getscheduler(int(tid)) == os.SCHED_IDLE
             assert _wait(lambda: _searchable(http, served.origin, ["text_publication", "text_regional"]))
             assert _wait(lambda: _kip_seq(http, served.origin) == 2)
 

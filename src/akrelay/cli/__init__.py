@@ -2,6 +2,10 @@
 
 Each area of akrelay owns one module in this package that exposes
 ``register(subparsers)``; this dispatcher lists them (:func:`command_modules`).
+
+Building the parser imports only ``argparse``-level modules: each command module
+imports what its handler needs when the handler runs, so ``akrelay --help`` and a
+typo answer at once (issue 25; ``tests/cli/test_cold_start.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -12,8 +16,6 @@ import sys
 from types import ModuleType
 
 from akrelay import __version__
-from akrelay.store.base import StoreRefused, StoreUnavailable
-from akrelay.store.schema import SchemaVersionError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 0
+    # after parsing: --help and usage errors exit above without loading the store
+    from akrelay.store.base import StoreRefused, StoreUnavailable
+    from akrelay.store.schema import SchemaVersionError
+
     try:
         result = handler(args)
         sys.stdout.flush()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -218,6 +217,8 @@ def load_signer(path: str | os.PathLike[str]) -> Any:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    import secrets
+
     from akrelay.protocol.b64 import b64encode
     from akrelay.protocol.signer import Signer
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from akrelay.protocol.agent_id import agent_id_from_public_key
 from akrelay.protocol.b64 import b64decode_canonical
-from akrelay.protocol.envelope import event_hash, validate_event_fields, verify_hash_and_signature
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
-from akrelay.protocol.jcs import JCSError, canonicalize
-from akrelay.protocol.signer import Signer
+
+# JCS, envelopes and signing are imported by the command that runs them (``akrelay --help``
+# loads none of their dependencies; issue 25).
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,6 +71,8 @@ def _load(name: str) -> Any:
 
 def _canonical_output(produce: Any) -> int:
     """Run ``produce()`` (which prints), mapping the core's refusals to exit code 1."""
+    from akrelay.protocol.jcs import JCSError
+
     try:
         produce()
     except ProtocolError as exc:
@@ -81,14 +83,20 @@ def _canonical_output(produce: Any) -> int:
 
 
 def cmd_jcs(args: argparse.Namespace) -> int:
+    from akrelay.protocol.jcs import canonicalize
+
     return _canonical_output(lambda: sys.stdout.buffer.write(canonicalize(_load(args.file)) + b"\n"))
 
 
 def cmd_hash(args: argparse.Namespace) -> int:
+    from akrelay.protocol.envelope import event_hash
+
     return _canonical_output(lambda: print(event_hash(_load(args.file))))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from akrelay.protocol.envelope import validate_event_fields, verify_hash_and_signature
+
     try:
         envelope = _load(args.file)
         if not isinstance(envelope, dict):
@@ -101,6 +109,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_agent_id(args: argparse.Namespace) -> int:
+    from akrelay.protocol.signer import Signer
+
     try:
         if args.seed_hex is not None:
             seed = bytes.fromhex(args.seed_hex)

@@ -13,16 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from akrelay.protocol.dependencies import check_targets
-from akrelay.protocol.envelope import verify_envelope
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.evidence import verify_evidence
-from akrelay.protocol.limits import DEFAULT_LIMITS, check_limits
-from akrelay.protocol.options import ValidationOptions
-from akrelay.protocol.payload import check_payload_rules
-from akrelay.protocol.text import text_terms
-from akrelay.protocol.timestamps import check_created_at
-from akrelay.protocol.view import materialize
+
+# The checks are imported by the command that runs them (``akrelay --help`` loads none; issue 25).
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +55,13 @@ def _error_line(name: str, exc: ProtocolError) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from akrelay.protocol.dependencies import check_targets
+    from akrelay.protocol.envelope import verify_envelope
+    from akrelay.protocol.limits import DEFAULT_LIMITS, check_limits
+    from akrelay.protocol.options import ValidationOptions
+    from akrelay.protocol.payload import check_payload_rules
+    from akrelay.protocol.timestamps import check_created_at
+
     options = ValidationOptions(allow_legacy_retract=not args.strict_retract)
     known: dict[str, Any] = {}
     failures = 0
@@ -89,6 +89,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    from akrelay.protocol.envelope import verify_envelope
+    from akrelay.protocol.view import materialize
+
     items = []
     for name in args.files:
         try:
@@ -101,6 +104,8 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
+    from akrelay.protocol.evidence import verify_evidence
+
     representation = Path(args.file).read_bytes() if args.file else None
     try:
         status = verify_evidence(args.digest, representation)
@@ -112,6 +117,8 @@ def cmd_evidence(args: argparse.Namespace) -> int:
 
 
 def cmd_terms(args: argparse.Namespace) -> int:
+    from akrelay.protocol.text import text_terms
+
     try:
         terms = text_terms(args.text, lexical=not args.semantic)
     except ProtocolError as exc:

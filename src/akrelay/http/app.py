@@ -172,6 +172,16 @@ def _headers_only(send: Send) -> Send:
     return head
 
 
+def opening(node: Node) -> str | None:
+    """What a component of ``node`` still opens in the background (``/readyz`` waits for it), or ``None``."""
+    for component in getattr(node, "components", ()):
+        still = getattr(component, "opening", None)
+        reason = still() if callable(still) else None
+        if reason:
+            return str(reason)
+    return None
+
+
 def build_app(node: Node) -> "RelayApp":
     """The app over ``node``: the core routes and the node's; the lifespan starts and stops the node.
 
@@ -180,7 +190,7 @@ def build_app(node: Node) -> "RelayApp":
     relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
-    readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)))
+    readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)), lambda: opening(node))
     handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
     buckets = node.rate_limits()
     app = RelayApp(

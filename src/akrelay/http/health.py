@@ -2,7 +2,8 @@
 
 ``/healthz`` says the process answers (no store access: a Redis outage must not
 get healthy nodes restarted). ``/readyz`` says this node can serve now: it is
-started and its store answers :meth:`~akrelay.store.base.Store.ping`. The probe
+started, no component still opens what its requests read (the KIP runtime opens in
+the background after start), and its store answers :meth:`~akrelay.store.base.Store.ping`. The probe
 runs on a thread of its own, at most once per :data:`PROBE_INTERVAL`, and a
 request waits for a fresh one at most :data:`PROBE_WAIT` seconds, so a flood of
 readiness checks costs one ping per second and never blocks the event loop; an
@@ -45,9 +46,12 @@ _OK = b'{"status":"ok"}'
 class Readiness:
     """The cached answer of ``/readyz``: is the node started, and did the store answer lately?"""
 
-    def __init__(self, store: Store, started: Callable[[], bool]) -> None:
+    def __init__(self, store: Store, started: Callable[[], bool],
+                 opening: Callable[[], str | None] = lambda: None) -> None:
         self.store = store
         self.started = started
+        #: What a started node still opens in the background (the KIP runtime), or ``None``
+        self.opening = opening
         self._checked = float("-inf")
         self._problem: str | None = None
         self._probe: asyncio.Future[Any] | None = None
@@ -67,6 +71,9 @@ class Readiness:
         """``None`` when ready, else why not (probing when the cached answer is stale)."""
         if not self.started():
             return "the relay node is starting or stopping"
+        opening = self.opening()
+        if opening is not None:  # a request would wait for it: not ready yet (issue 25)
+            return opening
         if time.monotonic() - self._checked < PROBE_INTERVAL:
             return self._problem
         loop = asyncio.get_running_loop()

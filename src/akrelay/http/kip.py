@@ -84,6 +84,12 @@ class Gateway:
             self._opener = threading.Thread(target=self._open_quietly, name="akrelay-kip-open", daemon=True)
             self._opener.start()
 
+    @property
+    def opening(self) -> bool:
+        """Whether :meth:`start`'s background open of the runtime is still running (``/readyz``)."""
+        opener = self._opener
+        return opener is not None and opener.is_alive()
+
     def _open_quietly(self) -> None:
         try:
             self.runtime()
@@ -159,6 +165,10 @@ class KipComponent:
 
     def stop(self) -> None:
         self.gateway.stop()
+
+    def opening(self) -> str | None:
+        """Why ``/readyz`` waits: the runtime still opens (a KIP request would wait for it)."""
+        return "the KIP runtime is opening" if self.gateway.opening else None
 
     def reindex(self) -> dict[str, Any]:
         """Rebuild the on-disk nexus from the whole log (``akrelay reindex --kip``)."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
-from akrelay.federation.runner import BackgroundSync, Leadership, sync_once
-from akrelay.federation.sync import PassResult
 from akrelay.http.stream import PushStream
 from akrelay.settings import SettingsError
 
-if TYPE_CHECKING:  # annotations only
+if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) loads when it runs (issue 25)
+    from akrelay.federation.leadership import Leadership
+    from akrelay.federation.runner import BackgroundSync
+    from akrelay.federation.sync import PassResult
     from akrelay.service.relay import Relay
     from akrelay.settings import Settings
 
@@ -51,6 +52,8 @@ class SyncComponent:
 
     def start(self) -> None:
         if self.enabled and self._loop is None:
+            from akrelay.federation.runner import BackgroundSync
+
             self._loop = BackgroundSync(self.settings, self.relay, self.leadership())
             self._loop.start()
 
@@ -70,6 +73,8 @@ class SyncComponent:
 
     def run_once(self, *, force: bool = True) -> list[PassResult]:
         """One pass over every peer (``akrelay sync --once``), as the data directory's leader."""
+        from akrelay.federation.runner import sync_once
+
         return sync_once(self.settings, self.relay, self.leadership(), force=force)
 
     def skipped_self(self) -> list[str]:

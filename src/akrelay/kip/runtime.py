@@ -325,7 +325,11 @@ def preload() -> None:
     The route calls it at app start, so a package reinstalled (or a file made
     unreadable) under a running relay cannot fail requests later.
     """
+    from akrelay.kip import grammar_cache
+    from akrelay.kip.kql import grammar
+
     request_validator()
+    grammar.use_loader(grammar_cache.load_or_compile)  # tables compiled by an earlier start (issue 25)
     parser("kql")
     parser("meta")
 

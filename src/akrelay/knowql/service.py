@@ -19,7 +19,6 @@ from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
-from akrelay.knowql.llm import llm_entry
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.pool import FairPool
 from akrelay.knowql.recovery import Deferred, fail_orphans, owner
@@ -58,7 +57,12 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
     """The extractive composer, the configured LLM (if any) and any registered extra composers."""
     entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
     tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
-    llm = llm_entry(settings)
+    llm = None
+    if getattr(settings, "knowql_llm_base_url", "") and getattr(settings, "knowql_llm_model", ""):
+        # only a configured model loads the HTTP client (a worker's start-up time, issue 25)
+        from akrelay.knowql.llm import llm_entry
+
+        llm = llm_entry(settings)
     if llm is not None:
         entries.append(llm)
         tiers["standard"] = tiers["pro"] = llm.id

@@ -2,11 +2,36 @@
 
 Tantivy proposes candidates; the protocol core verifies every hit, so lexical
 hits are exactly ``q`` matches and coverage never overstates completeness.
+
+The re-exports are loaded on first access (PEP 562): ``akrelay.search.options``
+is read by the settings, which must not load Tantivy (``akrelay --help``, the
+launcher; issue 25).
 """
 
-from akrelay.search.analysis import RANKING_ID
-from akrelay.search.lexical import Budget
-from akrelay.search.results import SearchHit, SearchPage
-from akrelay.search.service import FEATURE, MODES, SearchService, reindex
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from akrelay.search.analysis import RANKING_ID
+    from akrelay.search.lexical import Budget
+    from akrelay.search.results import SearchHit, SearchPage
+    from akrelay.search.service import FEATURE, MODES, SearchService, reindex
+
+#: Each re-exported name and the module that defines it.
+_EXPORTS = {
+    "RANKING_ID": "analysis", "Budget": "lexical", "SearchHit": "results", "SearchPage": "results",
+    "FEATURE": "service", "MODES": "service", "SearchService": "service", "reindex": "service",
+}
 
 __all__ = ["FEATURE", "MODES", "RANKING_ID", "Budget", "SearchHit", "SearchPage", "SearchService", "reindex"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -5,14 +5,18 @@ identical copy ships as package data under ``akrelay/data/`` so an installed
 wheel parses without a source checkout (``tests/kql/test_grammar_files.py``
 keeps the two in step). Each language grammar is composed after the shared
 ``kip_common.lark`` layer, then compiled once as LALR with the contextual lexer.
+
+Compiling both grammars costs about half a second of CPU in every process that runs
+KIP; the runtime therefore loads the tables it compiled before from disk
+(:mod:`akrelay.kip.grammar_cache`, installed with :func:`use_loader`; issue 25).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import importlib.resources
-from typing import Any
+import re
+from typing import Any, Callable
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -50,19 +54,39 @@ def grammar_text(name: str) -> str:
     return resource.read_text(encoding="utf-8")
 
 
+#: How every grammar is compiled (the cache in :mod:`akrelay.kip.grammar_cache` compiles with these too).
+OPTIONS: dict[str, Any] = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "maybe_placeholders": True,
+    # keywords are ASCII case-insensitive: without re.ASCII, "(?i)" would also let
+    # U+017F (long s) match "s" and U+212A (Kelvin) match "k"
+    "g_regex_flags": re.ASCII,
+}
+
+
+def compile_source(source: str) -> Lark:
+    """Compile a composed grammar's LALR tables (about a quarter of a second of CPU each)."""
+    return Lark(source, **OPTIONS)
+
+
+#: What turns a composed grammar into a parser: :func:`compile_source`, or the runtime's
+#: loader that keeps compiled tables on disk (:func:`use_loader`; the file I/O stays above this layer).
+_make: Callable[[str], Lark] = compile_source
+
+
+def use_loader(make: Callable[[str], Lark]) -> None:
+    """Have :func:`parser` build its parsers with ``make`` from now on (``akrelay.kip.runtime.preload``)."""
+    global _make
+    if make is not _make:
+        _make = make
+        parser.cache_clear()
+
+
 @functools.cache
 def parser(language: str) -> Lark:
     """The compiled LALR parser for ``"kql"`` or ``"meta"``."""
-    source = "\n".join(grammar_text(name) for name in _COMPOSITION[language])
-    return Lark(
-        source,
-        parser="lalr",
-        lexer="contextual",
-        maybe_placeholders=True,
-        # keywords are ASCII case-insensitive: without re.ASCII, "(?i)" would also let
-        # U+017F (long s) match "s" and U+212A (Kelvin) match "k"
-        g_regex_flags=re.ASCII,
-    )
+    return _make("\n".join(grammar_text(name) for name in _COMPOSITION[language]))
 
 
 def parse_tree(text: str, language: str) -> Tree:
