@@ -1,18 +1,7 @@
-"""Running the sync engine: one pass, the loop (leadership: :mod:`akrelay.federation.leadership`).
+"""Running the sync engine: one pass over the peers, and the background loop.
 
-Several processes may serve one deployment (Granian workers, ``akrelay sync
---once``, and with ``--store redis://...`` several relay nodes), but only one may
-replicate at a time, or two passes would race on the same peer checkpoint.
-
-* Embedded store: the leader is the process holding an exclusive ``flock`` on
-  ``federation.lock`` in the data directory; the kernel releases it when the
-  holder dies, so a killed leader is replaced by the next process that asks.
-* Redis: the leader holds a lease in Redis (:class:`akrelay.leader.RedisLease`,
-  ``akrelay:sync:leader``) renewed every ``ttl / 3`` seconds, with a fencing token
-  drawn on each acquisition. The federation state lives in Redis too, and its writes
-  carry the token: a leader that stalled past its lease and was replaced has its
-  next write refused, and stops. Stopping releases the lease, so another node takes
-  over within its retry interval rather than after the lease's expiry.
+Only the leader runs them (who leads, on one data directory or across a deployment, and
+how a stalled leader is fenced: :mod:`akrelay.federation.leadership`).
 """
 
 from __future__ import annotations
