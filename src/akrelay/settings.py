@@ -137,6 +137,22 @@ option("peers", _peer_file, "", "peer configuration file (TOML, see peers/README
 option("follow_hints", _bool, False, "also sync from origins that peers advertise as hints (bounded below)", kind="flag")
 option("hint_hops", _positive_int, 1, "with --follow-hints: how many hint hops away from a configured peer", metavar="N")
 option("hint_count", _positive_int, 8, "with --follow-hints: most hinted origins followed in total", metavar="N")
+def _interval(text: Any) -> float:
+    """Seconds, or 0 for never."""
+    if isinstance(text, bool):
+        raise ValueError("must be a number of seconds")
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError("must be 0 or a positive, finite number of seconds")
+    return value
+
+
+option("no_reconcile", _bool, False,
+       "neither serve POST /v1/knowledge/reconcile (nor advertise it) nor reconcile with peers; sync then only "
+       "pulls after_seq (docs/federation.md)", kind="flag")
+option("reconcile_interval", _interval, 3600.0,
+       "seconds between two set reconciliations with each peer that advertises it, which heal holes the "
+       "after_seq pull leaves (0: only on first contact and with `akrelay sync --reconcile`)", metavar="SECONDS")
 
 
 class Settings:

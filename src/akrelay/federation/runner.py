@@ -144,6 +144,8 @@ def sync_options(settings: Any) -> SyncOptions:
         follow_hints=bool(settings.follow_hints),
         hint_hops=settings.hint_hops,
         hint_count=settings.hint_count,
+        reconcile=not getattr(settings, "no_reconcile", False),
+        reconcile_interval=float(getattr(settings, "reconcile_interval", 3600.0)),
     )
 
 

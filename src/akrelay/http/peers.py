@@ -1,6 +1,7 @@
 """Federation as a component of the relay node: peer hints in discovery and the sync loop.
 
-No endpoints: discovery gains the configured peer origins as hints (§9.2),
+One endpoint, ``POST /v1/knowledge/reconcile`` (:mod:`akrelay.http.reconcile`), unless
+``--no-reconcile``. Discovery gains the configured peer origins as hints (§9.2),
 and each worker offers to run the sync loop, of which exactly one per data
 directory leads (:mod:`akrelay.federation.runner`). Without ``--peers`` the
 component does nothing.
@@ -77,10 +78,17 @@ class SyncComponent:
         return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
 
     def routes(self) -> list[Any]:
-        return []
+        """``POST /v1/knowledge/reconcile`` (issue 26), served with or without peers of our own."""
+        from akrelay.http import reconcile
+
+        return reconcile.routes(self.relay, self.settings)
 
     def discovery(self) -> dict[str, Any]:
-        """Up to 32 enabled peer origins, canonical, distinct and never our own."""
+        """Up to 32 enabled peer origins, canonical, distinct and never our own; the reconcile endpoint."""
+        from akrelay.federation.reconcile import discovery
+        from akrelay.http import reconcile
+
+        doc = discovery(self.relay.config.origin) if reconcile.enabled(self.relay, self.settings) else {}
         if not self.enabled:
-            return {}
-        return {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}
+            return doc
+        return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}
