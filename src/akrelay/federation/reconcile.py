@@ -77,8 +77,9 @@ def parse_window(pairs: Iterable[tuple[str, str]]) -> tuple[int | None, int | No
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
-            budget: int = DEFAULT_BUDGET) -> bytes:
+            budget: int | None = None) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows."""
+    budget = DEFAULT_BUDGET if budget is None else budget
     if len(message) > MAX_MESSAGE:
         raise ProtocolError("invalid_request", f"reconciliation message: {len(message)} bytes (at most {MAX_MESSAGE})")
     with index.recon_snapshot():
