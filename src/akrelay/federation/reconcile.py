@@ -51,6 +51,8 @@ MAX_NEED = 100_000
 #: The largest ``created_at`` a filter bound may name (the envelope's range, 2^53 - 1).
 MAX_CREATED_AT = 2**53 - 1
 #: Why a peer is pulled only ``after_seq``: shown by ``akrelay peers status``.
+#: The session clock (a module attribute so that tests can make rounds "slow" without sleeping).
+_monotonic = time.monotonic
 NOT_ADVERTISED = "the peer does not advertise reconcile: after_seq pulls only (holes are not healed)"
 
 
@@ -144,8 +146,8 @@ def event_id_of(raw: bytes) -> str:
 
 
 def learn(transport: PeerTransport, url: str, index: ReconIndex, result: ReconcileResult, *,
-          since: int | None = None, until: int | None = None, max_need: int = MAX_NEED,
-          deadline: float = SESSION_SECONDS, monotonic: Callable[[], float] = time.monotonic,
+          since: int | None = None, until: int | None = None, max_need: int | None = None,
+          deadline: float | None = None, monotonic: Callable[[], float] | None = None,
           progress: Callable[[ReconcileResult], None] | None = None) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
@@ -156,6 +158,9 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     """
     from akrelay.federation.transport import PeerFetchError
 
+    monotonic = monotonic or _monotonic
+    deadline = SESSION_SECONDS if deadline is None else deadline
+    max_need = MAX_NEED if max_need is None else max_need
     started = monotonic()
     query = ("?" + "&".join(f"{k}={v}" for k, v in (("since", since), ("until", until)) if v is not None)
              if since is not None or until is not None else "")
