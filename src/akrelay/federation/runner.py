@@ -196,6 +196,39 @@ def sync_once(settings: Any, relay: Any, *, force: bool = True) -> list[PassResu
         leadership.close()
 
 
+def reconcile_once(settings: Any, relay: Any, *, only: str | None = None,
+                   progress: Callable[[Any], None] | None = None) -> list[Any]:
+    """Reconcile with every enabled peer (or the one ``only`` names) as the leader; their results.
+
+    ``akrelay sync --reconcile``: what each peer has that we lack is fetched and verified
+    as sync does (:func:`akrelay.federation.reconcile.reconcile_now`). Raises
+    ``RuntimeError`` when another process leads, ``ValueError`` for an unknown ``only``.
+    """
+    from akrelay.federation.peers import canonical_https_origin
+    from akrelay.federation.reconcile import reconcile_now
+
+    peer_file = load_peers(settings.peers)
+    peers = [p for p in peer_file.peers if p.enabled]
+    if only is not None:
+        origin = canonical_https_origin(only)
+        peers = [p for p in peer_file.peers if p.origin == origin]
+        if not peers:
+            raise ValueError(f"--peer {only}: not a peer of {settings.peers}")
+    leadership = Leadership(settings)
+    try:
+        if not leadership.acquire():
+            raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
+        leadership.keep(lambda reason: log.warning("akrelay sync: lost the sync lease: %s", reason))
+        engine = build_engine(settings, relay, peer_file, leadership.open_state())
+        try:
+            return [reconcile_now(engine, p, progress) for p in peers if p.origin != engine.own_origin]
+        finally:
+            engine.close()
+            engine.state.close()
+    finally:
+        leadership.close()
+
+
 class BackgroundSync(threading.Thread):
     """The sync loop of ``akrelay serve``: waits for leadership, then runs until stopped.
 

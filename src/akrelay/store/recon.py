@@ -40,6 +40,8 @@ _MOD = 2**256
 #: Rows one message may read by default: enough for the largest honest message (a frame of
 #: about 2,400 ranges) at 1M items, far below what would stall a worker.
 DEFAULT_BUDGET = 400_000
+#: No item is later than this (``created_at`` is at most 2^53 - 1); keys past it stand for the end.
+MAX_ITEM_TIMESTAMP = 2**53 - 1
 #: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
 LIMBS = 8
 
@@ -157,6 +159,8 @@ class StoreView:
         if cached is not None:
             return cached
         ts, ident = key
+        if ts > MAX_ITEM_TIMESTAMP:  # beyond every item (e.g. the protocol's infinity): the whole index
+            return self._total()
         count = total = 0
         top = LEVELS[-1]
         for bucket, n, s in self._top_rows():
