@@ -68,3 +68,55 @@ def test_an_existing_data_directory_is_back_filled(tmp_path: Path) -> None:
     finally:
         store.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+class TestRedisRecon(ReconContract):
+    @pytest.fixture
+    def new_store(self, redis_url):
+        from akrelay.store.redis import RedisStore
+
+        namespaces = itertools.count()
+        opened: list = []
+
+        def fresh():
+            store = RedisStore(redis_url, namespace=f"recon{next(namespaces)}-{id(opened)}")
+            opened.append(store)
+            return store
+
+        yield fresh
+        for store in opened:
+            store._client.flushdb()
+            store.close()
+
+    @staticmethod
+    def add_items(store, items) -> None:
+        store.recon.add(sorted(items))
+
+    @staticmethod
+    def discard_items(store, items) -> None:
+        store.recon.discard(sorted(items))
+
+
+def test_a_redis_deployment_written_before_the_index_is_back_filled(redis_url) -> None:
+    """``rc:*`` absent (a deployment from before issue 26): the first read indexes every fetchable record."""
+    from akrelay.store.redis import RedisStore
+
+    store = RedisStore(redis_url, namespace="recon-backfill")
+    try:
+        envs = list(corpus())
+        for env in envs:
+            store.commit(env, 1)
+        store.set_withheld(envs[1].id, True)
+        client = store._client
+        for key in client.scan_iter(match=b"recon-backfill:rc:*"):
+            client.delete(key)
+        assert store.recon.indexed_seq() == 0
+        oracle = fetchable(store, envs)
+        with store.recon.recon_snapshot():
+            view = StoreView(store.recon)
+            assert view.size() == oracle.size() == len(envs) - 1
+            assert view.fingerprint(0, view.size()) == oracle.fingerprint(0, oracle.size())
+        assert store.recon.indexed_seq() == store.checkpoint()
+    finally:
+        store._client.flushdb()
+        store.close()
