@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 import akrelay.federation.reconcile as reconcile
-from akrelay.federation.reconcile import MEDIA_TYPE, reconcile_now
+from akrelay.federation.reconcile import MEDIA_TYPE
+from akrelay.federation.runner import reconcile_now
 from akrelay.protocol.reconcile import (FINGERPRINT, IDLIST, MAX_MESSAGE, MAX_ROUNDS, PROTOCOL_VERSION,
                                         encode_varint)
 

@@ -11,7 +11,8 @@ import httpx
 import respx
 
 from akrelay.federation.peers import Peer
-from akrelay.federation.reconcile import NOT_ADVERTISED, RECONCILE_PATH, discovery, reconcile_now, respond
+from akrelay.federation.reconcile import NOT_ADVERTISED, RECONCILE_PATH, discovery, respond
+from akrelay.federation.runner import reconcile_now
 from akrelay.federation.state import FederationState
 
 from .conftest import LOCAL, Author, Clock, FakePeer, make_engine, make_relay, raw

@@ -51,6 +51,8 @@ MAX_NEED = 100_000
 #: The largest ``created_at`` a filter bound may name (the envelope's range, 2^53 - 1).
 MAX_CREATED_AT = 2**53 - 1
 #: Why a peer is pulled only ``after_seq``: shown by ``akrelay peers status``.
+#: Ids per batch read (the §9.4 limit, as sync's ``BATCH_MAX_IDS``).
+BATCH_IDS = 100
 #: The session clock (a module attribute so that tests can make rounds "slow" without sleeping).
 _monotonic = time.monotonic
 NOT_ADVERTISED = "the peer does not advertise reconcile: after_seq pulls only (holes are not healed)"
@@ -201,8 +203,6 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
                    st: PeerState, pass_result: PassResult, *, since: int | None = None, until: int | None = None,
                    progress: Callable[[ReconcileResult], None] | None = None) -> ReconcileResult:
     """Reconcile with ``peer`` and ingest what it has that we lack, through the engine's own path."""
-    from akrelay.federation.sync import BATCH_MAX_IDS
-
     index = index_of(engine.relay.store)
     result = ReconcileResult(peer.origin)
     if index is None:
@@ -212,8 +212,8 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
     started = time.monotonic()
     accepted_before = pass_result.accepted
     need = learn(transport, url, index, result, since=since, until=until, progress=progress)
-    for start in range(0, len(need), BATCH_MAX_IDS):
-        ids = [event_id_of(i) for i in need[start:start + BATCH_MAX_IDS]]
+    for start in range(0, len(need), BATCH_IDS):
+        ids = [event_id_of(i) for i in need[start:start + BATCH_IDS]]
         result.batches += 1
         _, absent = engine.fetch_and_ingest(peer, transport, batch_url, ids, st, pass_result)
         result.absent += absent
@@ -226,12 +226,12 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
 
 def _bootstrap_checkpoint(transport: PeerTransport, query_url: str) -> int:
     """The peer's checkpoint now (one page of one record): what a complete reconciliation covers."""
-    from akrelay.federation.sync import PeerMisbehaved
+    from akrelay.federation.transport import PeerFetchError
 
     page = transport.get_json(query_url, {"after_seq": "0", "limit": "1"})
     checkpoint = page.get("checkpoint") if isinstance(page, dict) else None
     if type(checkpoint) is not int or checkpoint < 0:
-        raise PeerMisbehaved(f"query page without a valid checkpoint: {checkpoint!r}")
+        raise PeerFetchError("invalid", f"{query_url}: query page without a valid checkpoint: {checkpoint!r}")
     return checkpoint
 
 
@@ -271,7 +271,7 @@ def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, en
     bootstrap_at = _bootstrap_checkpoint(transport, endpoints["query"]) if first and not peer.log_key else None
     try:
         result = reconcile_peer(engine, peer, transport, url, endpoints["batch"], st, pass_result, progress=progress)
-    except (PeerFetchError, ProtocolError) as exc:
+    except (PeerFetchError, ProtocolError, ViewChanged) as exc:
         message = str(exc) if not isinstance(exc, ProtocolError) else f"{exc.code}: {exc.message}"
         st.last_reconcile = now
         st.reconcile_note = f"reconcile failed ({message[:300]}); pulled after_seq"
@@ -284,25 +284,4 @@ def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, en
         st.peer_checkpoint = max(st.peer_checkpoint, bootstrap_at)
         st.reconcile_note += f"; bootstrapped: pulling after seq {bootstrap_at}"
     log.info("sync %s: %s", peer.origin, st.reconcile_note)
-    return result
-
-
-def reconcile_now(engine: SyncEngine, peer: Peer,
-                  progress: Callable[[ReconcileResult], None] | None = None) -> ReconcileResult:
-    """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``); the state is saved."""
-    from akrelay.federation.sync import PassResult, PeerMisbehaved
-    from akrelay.federation.transport import PeerFetchError
-
-    st = engine.state.get(peer.origin)
-    pass_result = PassResult(peer.origin)
-    try:
-        with engine.open_transport(peer) as transport:
-            endpoints = engine.discover(peer, transport)
-            result = maybe_reconcile(engine, peer, transport, endpoints, st, pass_result, force=True,
-                                     progress=progress)
-    except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
-        result = ReconcileResult(peer.origin, error=str(exc) if not isinstance(exc, ProtocolError) else exc.message)
-    finally:
-        engine.state.put(st)
-    assert result is not None
     return result

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from akrelay.federation.peers import PeerFile, load_peers
 from akrelay.federation.state import FederationState, StateStore
-from akrelay.federation.sync import PassResult, SyncEngine, SyncOptions
+from akrelay.federation.sync import PassResult, PeerMisbehaved, SyncEngine, SyncOptions
 from akrelay.leader import LeaderLock, LeaseKeeper, RedisLease
 
 log = logging.getLogger("akrelay.federation")
@@ -196,6 +196,28 @@ def sync_once(settings: Any, relay: Any, *, force: bool = True) -> list[PassResu
         leadership.close()
 
 
+def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None] | None = None) -> Any:
+    """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``); the state is saved."""
+    from akrelay.federation.reconcile import ReconcileResult, maybe_reconcile
+    from akrelay.federation.transport import PeerFetchError
+    from akrelay.protocol.errors import ProtocolError
+    from akrelay.store.base import StoreUnavailable
+
+    st = engine.state.get(peer.origin)
+    pass_result = PassResult(peer.origin)
+    try:
+        with engine.open_transport(peer) as transport:
+            endpoints = engine.discover(peer, transport)
+            result = maybe_reconcile(engine, peer, transport, endpoints, st, pass_result, force=True,
+                                     progress=progress)
+    except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
+        result = ReconcileResult(peer.origin, error=str(exc) if not isinstance(exc, ProtocolError) else exc.message)
+    finally:
+        engine.state.put(st)
+    assert result is not None
+    return result
+
+
 def reconcile_once(settings: Any, relay: Any, *, only: str | None = None,
                    progress: Callable[[Any], None] | None = None) -> list[Any]:
     """Reconcile with every enabled peer (or the one ``only`` names) as the leader; their results.
@@ -205,7 +227,6 @@ def reconcile_once(settings: Any, relay: Any, *, only: str | None = None,
     ``RuntimeError`` when another process leads, ``ValueError`` for an unknown ``only``.
     """
     from akrelay.federation.peers import canonical_https_origin
-    from akrelay.federation.reconcile import reconcile_now
 
     peer_file = load_peers(settings.peers)
     peers = [p for p in peer_file.peers if p.enabled]

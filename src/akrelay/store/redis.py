@@ -541,7 +541,7 @@ class RedisStore:
         from akrelay.store.redis_recon import RedisReconIndex
 
         #: the reconciliation index (issue 26), a follower in the commit path like the Merkle log
-        self.recon = RedisReconIndex(self)
+        self.recon = RedisReconIndex(self, self._client, self._call)
         try:
             self._check_format()
             if text_index is not None:

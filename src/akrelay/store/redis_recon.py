@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import event_hash_bytes
@@ -99,16 +99,18 @@ def member(item: Item) -> bytes:
 class RedisReconIndex:
     """:class:`akrelay.store.recon.ReconIndex` over a :class:`RedisStore`'s client (through its outage handling)."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, client: Any, call: Callable[..., Any]) -> None:
+        """``call`` is the store's outage handling (:meth:`RedisStore._call`); ``client`` its connection."""
         self.store = store
         self.prefix = store.prefix
-        client = store._client
+        self._client = client
+        self._store_call = call
         self._apply_script = client.register_script(_APPLY)
         self._buckets_script = client.register_script(_BUCKETS)
         self._advance_script = client.register_script(_ADVANCE)
 
     def _call(self, fn: Any, name: str) -> Any:
-        return self.store._call(fn, name=name)
+        return self._store_call(fn, name=name)
 
     # -- maintenance -----------------------------------------------------------------------------
     def _apply(self, items: Iterable[Item], add: bool) -> int:
@@ -132,7 +134,7 @@ class RedisReconIndex:
         return self._apply(items, False)
 
     def indexed_seq(self) -> int:
-        value = self._call(lambda: self.store._client.get(self.prefix + "rc:seq"), "recon_seq")
+        value = self._call(lambda: self._client.get(self.prefix + "rc:seq"), "recon_seq")
         return int(value) if value is not None else 0
 
     def catch_up(self, limit: int = CATCH_UP_LIMIT) -> int:
@@ -185,5 +187,5 @@ class RedisReconIndex:
         key = self.prefix + "rc:items"
         upper = b"+" if hi is None else b"(" + member(hi)
         lower = b"[" + member(lo)
-        rows = self._call(lambda: self.store._client.zrangebylex(key, lower, upper, start=0, num=limit), "recon_items")
+        rows = self._call(lambda: self._client.zrangebylex(key, lower, upper, start=0, num=limit), "recon_items")
         return [(int.from_bytes(m[:8], "big"), bytes(m[8:])) for m in rows]
