@@ -42,6 +42,8 @@ _MOD = 2**256
 DEFAULT_BUDGET = 400_000
 #: No item is later than this (``created_at`` is at most 2^53 - 1); keys past it stand for the end.
 MAX_ITEM_TIMESTAMP = 2**53 - 1
+#: The largest range read in one scan when the protocol is about to split or list it.
+PREFETCH = 4096
 #: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
 LIMBS = 8
 
@@ -98,6 +100,28 @@ class ReconIndex(Protocol):
         """Up to ``limit`` items with ``lo <= item < hi`` (``None``: no upper end), ascending."""
         ...
 
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the non-empty buckets ``lo <= bucket < hi``: what a descent needs."""
+        ...
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        """(count, id sum) of the buckets ``lo <= bucket < hi`` together (a backend may add them up itself)."""
+        ...
+
+
+class BucketSums:
+    """``recon_counts`` and ``recon_sum`` from ``recon_buckets``, for backends that cannot add limbs themselves."""
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        raise NotImplementedError
+
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(b, n) for b, n, _ in self.recon_buckets(shift, lo, hi)]
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        rows = self.recon_buckets(shift, lo, hi)
+        return sum(r[1] for r in rows), sum(r[2] for r in rows) % _MOD
+
 
 class StoreView:
     """A :class:`~akrelay.protocol.reconcile.Storage` over a :class:`ReconIndex`, for one message.
@@ -117,6 +141,9 @@ class StoreView:
         #: key -> (count before, sum before)
         self._prefixes: dict[tuple[int, bytes], tuple[int, int]] = {}
         self._sums: dict[int, int] = {0: 0}
+        self._count_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        #: prefetched ranges: (first index, their items)
+        self._windows: list[tuple[int, list[Item]]] = []
         self._base = (0, 0)
         base = self._prefix((since, b"")) if since is not None else (0, 0)
         end = self._prefix((until, b"")) if until is not None else self._total()
@@ -142,6 +169,21 @@ class StoreView:
         # never read more than the budget has left (plus one row, which then breaks it)
         rows = self.index.recon_items(lo, hi, min(limit, room + 1))
         self._charge(len(rows))
+        return rows
+
+    def _sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        if hi <= lo:
+            return 0, 0
+        self._charge(FANOUT // 8)  # one aggregate over at most FANOUT rows, added up by the backend
+        return self.index.recon_sum(shift, lo, hi)
+
+    def _counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        key = (shift, lo)
+        rows = self._count_cache.get(key)
+        if rows is None:
+            rows = self.index.recon_counts(shift, lo, hi)
+            self._charge(len(rows))
+            self._count_cache[key] = rows
         return rows
 
     def _top_rows(self) -> list[tuple[int, int, int]]:
@@ -170,9 +212,9 @@ class StoreView:
             total += s
         for level in range(len(LEVELS) - 2, -1, -1):
             shift, parent = LEVELS[level], LEVELS[level + 1]
-            for _, n, s in self._buckets(shift, (ts >> parent) << (parent - shift), ts >> shift):
-                count += n
-                total += s
+            n, s = self._sum(shift, (ts >> parent) << (parent - shift), ts >> shift)
+            count += n
+            total += s
         low = (ts >> LEVELS[0]) << LEVELS[0]
         if (ts, ident) > (low, b""):
             # the edge: the raw items of one bottom bucket below the key
@@ -192,24 +234,27 @@ class StoreView:
             raise IndexError(index)
         remaining = index + self._base[0]
         acc = 0
-        rows = self._top_rows()
-        shift_index = len(LEVELS) - 1
-        while True:
-            chosen = None
-            for bucket, n, s in rows:
+        chosen = None
+        for bucket, n, total in self._top_rows():
+            if remaining < n:
+                chosen = bucket
+                break
+            remaining -= n
+            acc += total
+        if chosen is None:
+            raise ViewChanged("an index beyond the aggregates")
+        for level in range(len(LEVELS) - 2, -1, -1):
+            shift, span = LEVELS[level], LEVELS[level + 1] - LEVELS[level]
+            lo = chosen << span
+            parent, chosen = chosen, None
+            for bucket, n in self._counts(shift, lo, (parent + 1) << span):
                 if remaining < n:
                     chosen = bucket
                     break
                 remaining -= n
-                acc += s
             if chosen is None:
-                raise ViewChanged("an index beyond the aggregates")
-            if shift_index == 0:
-                break
-            parent, shift = LEVELS[shift_index], LEVELS[shift_index - 1]
-            span = parent - shift
-            rows = self._buckets(shift, chosen << span, (chosen + 1) << span)
-            shift_index -= 1
+                raise ViewChanged("a bucket holds fewer items than its count")
+            acc += self._sum(shift, lo, chosen)[1]
         low = chosen << LEVELS[0]
         items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 1)
         if len(items) <= remaining:
@@ -233,6 +278,32 @@ class StoreView:
             return known
         return self._select(index)[1]
 
+    def prefetch(self, begin: int, end: int) -> None:
+        """Read a range of at most :data:`PREFETCH` items in one scan: its items, bounds and sums are then known."""
+        if end - begin > PREFETCH or end - begin < 2 or (begin in self._selected and end - 1 in self._selected):
+            return
+        first, before = self._select(begin)
+        rows = self._items(first, None, end - begin)
+        if len(rows) != end - begin:
+            raise ViewChanged("fewer items than counted")
+        running = before
+        for offset, row in enumerate(rows):
+            index = begin + offset
+            if index not in self._selected:
+                self._selected[index] = (row, running)
+                self._sums[index] = running
+            running = (running + id_value(row[1])) % _MOD
+        if end < self._size:
+            self._sums.setdefault(end, running)
+        self._windows.append((begin, rows))
+
+    def _in_window(self, key: tuple[int, bytes]) -> int | None:
+        """The view index of ``key`` if it falls inside a prefetched range (else ``None``)."""
+        for begin, rows in self._windows:
+            if rows[0] < key <= rows[-1]:
+                return begin + bisect.bisect_left(rows, key)
+        return None
+
     # -- the Storage protocol ------------------------------------------------------------------
     def size(self) -> int:
         return self._size
@@ -241,7 +312,11 @@ class StoreView:
         return self._select(index)[0]
 
     def lower_bound(self, first: int, last: int, bound: Bound) -> int:
-        count, total = self._prefix(bound.key())
+        key = bound.key()
+        found = self._in_window(key) if self._windows else None
+        if found is not None:
+            return min(max(found, first), last)
+        count, total = self._prefix(key)
         index = count - self._base[0]
         if index <= first:
             return first
@@ -262,7 +337,7 @@ class StoreView:
         return [i for _, i in rows]
 
 
-class MemoryReconIndex:
+class MemoryReconIndex(BucketSums):
     """The index held in memory (the memory store's, and a readable statement of the layout)."""
 
     def __init__(self) -> None:

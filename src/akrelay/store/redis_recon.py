@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import event_hash_bytes
-from akrelay.store.recon import LEVELS, LIMBS, from_limbs, id_value, to_limbs
+from akrelay.store.recon import LEVELS, LIMBS, BucketSums, from_limbs, id_value, to_limbs
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.store.redis import RedisStore
@@ -96,7 +96,7 @@ def member(item: Item) -> bytes:
     return ts.to_bytes(8, "big") + ident
 
 
-class RedisReconIndex:
+class RedisReconIndex(BucketSums):
     """:class:`akrelay.store.recon.ReconIndex` over a :class:`RedisStore`'s client (through its outage handling)."""
 
     def __init__(self, store: RedisStore, client: Any, call: Callable[..., Any]) -> None:

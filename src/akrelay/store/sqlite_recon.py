@@ -121,6 +121,17 @@ class SqliteReconIndex:
         rows = self._connect().execute(sql + " ORDER BY bucket", args).fetchall()
         return [(r[0], r[1], from_limbs(r[2:])) for r in rows]
 
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        return self._connect().execute(
+            "SELECT bucket, n FROM recon_buckets WHERE shift = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
+            (shift, lo, hi)).fetchall()
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        row = self._connect().execute(
+            f"SELECT COALESCE(SUM(n), 0), {', '.join(f'COALESCE(SUM(s{i}), 0)' for i in range(LIMBS))} "
+            "FROM recon_buckets WHERE shift = ? AND bucket >= ? AND bucket < ?", (shift, lo, hi)).fetchone()
+        return row[0], from_limbs(row[1:])
+
     def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
         sql = "SELECT created_at, hash FROM recon_items WHERE (created_at, hash) >= (?, ?)"
         args: tuple[object, ...] = lo
