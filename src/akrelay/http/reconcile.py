@@ -17,6 +17,8 @@ from litestar import Request, post
 from litestar.response.base import ASGIResponse
 
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, parse_window, respond
+
+__all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:  # annotations only
