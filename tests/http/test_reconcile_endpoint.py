@@ -178,3 +178,12 @@ def test_an_initiator_infinity_only_message_is_answered() -> None:
         response = client.post(RECONCILE_PATH, content=empty, headers=OCTETS)
     assert response.status_code == 200 and response.content[0] == PROTOCOL_VERSION
     assert INFINITY.timestamp > 0
+
+
+def test_the_endpoint_is_rate_limited_as_a_read() -> None:
+    message = Reconciler(SortedItems([])).initiate()
+    with served(read_rate=0.001, read_burst=2) as client:
+        codes = [client.post(RECONCILE_PATH, content=message, headers=OCTETS).status_code for _ in range(3)]
+        last = client.post(RECONCILE_PATH, content=message, headers=OCTETS)
+    assert codes[:2] == [200, 200]
+    assert error_of(last) == (429, "rate_limited")
