@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # annotations only
 log = logging.getLogger("akrelay.store")
 
 #: Records one catch-up step reads; a view waits for at most :data:`CATCH_UP_LIMIT` of them.
-CATCH_UP_BATCH = 2000
+CATCH_UP_BATCH = 1000
 CATCH_UP_LIMIT = 20000
+#: Items one script call adds or removes: small, so that no call holds Redis (or waits for it) long.
+APPLY_CHUNK = 100
 
 _APPLY = """#!lua
 local p = ARGV[1]
@@ -114,8 +116,11 @@ class RedisReconIndex(BucketSums):
 
     # -- maintenance -----------------------------------------------------------------------------
     def _apply(self, items: Iterable[Item], add: bool) -> int:
+        todo = list(items)
+        return sum(self._apply_chunk(todo[k:k + APPLY_CHUNK], add) for k in range(0, len(todo), APPLY_CHUNK))
+
+    def _apply_chunk(self, chunk: list[Item], add: bool) -> int:
         args: list[Any] = [self.prefix, "1" if add else "0", len(LEVELS)]
-        chunk = list(items)
         if not chunk:
             return 0
         args.append(len(chunk))
