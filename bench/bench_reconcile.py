@@ -27,13 +27,14 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, Reconciler, SortedItems  # noqa: E402
 
 
-def sqlite_index(path: Path, items: list[tuple[int, bytes]]):
+def sqlite_index(path: Path, items: list[tuple[int, bytes]]) -> tuple[Any, Any]:
     """A SQLite file holding only the reconciliation tables, filled with ``items``."""
     import sqlite3
 
@@ -49,6 +50,43 @@ def sqlite_index(path: Path, items: list[tuple[int, bytes]]):
         recon_add(conn, items[start:start + 50_000])
     conn.execute("COMMIT")
     return SqliteReconIndex(lambda: conn), conn
+
+
+def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str, float]:
+    rng = random.Random(differences)
+    start_ms = 1_760_000_000_000
+    base = [(start_ms + rng.randrange(365 * 86_400_000), hashlib.sha256(i.to_bytes(8, "big")).digest())
+            for i in range(items)]
+    dropped = set(rng.sample(range(items), differences))
+    responder_items = [item for i, item in enumerate(base) if i not in dropped]
+    initiator_items = base
+    if both:
+        extra = [(start_ms + rng.randrange(365 * 86_400_000), hashlib.sha256(b"x" + i.to_bytes(8, "big")).digest())
+                 for i in range(differences)]
+        responder_items += extra
+    t0 = time.process_time()
+    initiator = Reconciler(SortedItems(initiator_items), frame_limit=frame_limit)
+    responder = Reconciler(SortedItems(responder_items), frame_limit=frame_limit)
+    build = time.process_time() - t0
+
+    t0 = time.process_time()
+    message: bytes | None = initiator.initiate()
+    sent = received = largest = rounds = 0
+    have = need = 0
+    while message is not None:
+        sent += len(message)
+        reply = responder.respond(message)
+        received += len(reply)
+        largest = max(largest, len(message), len(reply))
+        rounds += 1
+        outcome = initiator.reconcile(reply)
+        have += len(outcome.have)
+        need += len(outcome.need)
+        message = outcome.message
+    cpu = time.process_time() - t0
+    assert have == differences and need == (differences if both else 0), (have, need)
+    return {"rounds": rounds, "sent": sent, "received": received, "largest": largest, "cpu_ms": cpu * 1000,
+            "build_s": build, "ratio": (sent + received) / (32 * items)}
 
 
 _BASE: dict[int, tuple[Path, list[tuple[int, bytes]]]] = {}
@@ -73,9 +111,13 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
         rng0 = random.Random(0)
         base = [(start_ms + rng0.randrange(365 * 86_400_000), hashlib.sha256(i.to_bytes(8, "big")).digest())
                 for i in range(items)]
-        path = directory / "initiator.sqlite3"
-        _, conn = sqlite_index(path, base)
-        conn.close()
+        path = directory / f"initiator-{items}.sqlite3"
+        if not path.exists():  # --keep DIR: an index built by an earlier run is reused
+            partial = path.with_suffix(".partial")
+            partial.unlink(missing_ok=True)
+            _, conn = sqlite_index(partial, base)
+            conn.close()
+            partial.rename(path)
         _BASE[items] = (path, base)
     path, base = _BASE[items]
     rng = random.Random(differences)
@@ -127,6 +169,8 @@ def main() -> None:
     parser.add_argument("--frame-limit", type=int, default=DEFAULT_FRAME_LIMIT)
     parser.add_argument("--view", choices=("memory", "sqlite"), default="memory",
                         help="sorted lists in memory, or the store-backed view over SQLite (wall ms)")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="with --view sqlite: keep the initiator's index in DIR and reuse it next time")
     args = parser.parse_args()
     print(f"items {args.items:,}, frame limit {args.frame_limit:,} bytes, differences on "
           f"{'both sides' if args.both else 'one side'}, view {args.view}, load average "
@@ -137,9 +181,11 @@ def main() -> None:
     import tempfile
 
     scratch = tempfile.TemporaryDirectory(prefix="bench-reconcile-")
+    directory = Path(args.keep) if args.keep else Path(scratch.name)
+    directory.mkdir(parents=True, exist_ok=True)
     for d in args.differences:
         if args.view == "sqlite":
-            r = run_store(args.items, d, args.both, Path(scratch.name))
+            r = run_store(args.items, d, args.both, directory)
         else:
             r = run(args.items, d, args.both, args.frame_limit)
         first = first or r

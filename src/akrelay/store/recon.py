@@ -38,12 +38,12 @@ LEVELS: tuple[int, ...] = (8, 14, 20, 26, 32, 38, 44)
 FANOUT = 64
 _MOD = 2**256
 #: Rows one message may read by default: enough for the largest honest message (a frame of
-#: about 2,400 ranges) at 1M items, far below what would stall a worker.
-DEFAULT_BUDGET = 400_000
+#: about 2,400 ranges, 150 of them split) at 1M items; a few seconds of one thread at most.
+DEFAULT_BUDGET = 1_000_000
 #: No item is later than this (``created_at`` is at most 2^53 - 1); keys past it stand for the end.
 MAX_ITEM_TIMESTAMP = 2**53 - 1
 #: The largest range read in one scan when the protocol is about to split or list it.
-PREFETCH = 4096
+PREFETCH = 2048
 #: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
 LIMBS = 8
 
@@ -282,6 +282,8 @@ class StoreView:
         """Read a range of at most :data:`PREFETCH` items in one scan: its items, bounds and sums are then known."""
         if end - begin > PREFETCH or end - begin < 2 or (begin in self._selected and end - 1 in self._selected):
             return
+        if self.budget - self.reads < 4 * (end - begin):
+            return  # near the end of the budget: the item-by-item descent reads less for a few bounds
         first, before = self._select(begin)
         rows = self._items(first, None, end - begin)
         if len(rows) != end - begin:
