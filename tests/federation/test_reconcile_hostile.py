@@ -6,6 +6,7 @@ and time, never makes us accept anything unverified, and the after_seq pull goes
 from __future__ import annotations
 
 import os
+import tracemalloc
 
 import httpx
 import pytest
@@ -74,11 +75,17 @@ def test_endless_splitting_stops_at_the_round_bound(setup) -> None:
     peer, local, engine, _ = setup
     counter = iter(range(10**9))
     peer.reconcile_hook = lambda request: answer(infinity_range(FINGERPRINT, next(counter).to_bytes(16, "little")))
-    result = reconcile_now(engine, engine.peers[0])
+    tracemalloc.start()
+    try:
+        result = reconcile_now(engine, engine.peers[0])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert not result.complete
     assert peer.reconcile_calls <= MAX_ROUNDS + 1
     assert f"{MAX_ROUNDS} rounds" in (result.error or "")
     assert peer.batch_calls == []
+    assert peak < 32 * 1024 * 1024, peak  # nothing accumulates across the rounds
 
 
 def test_forged_ids_cost_a_batch_read_and_nothing_is_accepted(setup) -> None:
