@@ -45,6 +45,21 @@ def assert_view_matches(store: Any, oracle: SortedItems, rng: random.Random, che
                 bound = Bound(*oracle.item(i))
                 assert view.lower_bound(0, n, bound) == oracle.lower_bound(0, n, bound)
         assert view.lower_bound(0, n, INFINITY) == n
+    with store.recon.recon_snapshot():  # the same answers after small ranges were prefetched
+        view = StoreView(store.recon)
+        for _ in range(checks // 4):
+            i = rng.randrange(n + 1)
+            view.prefetch(i, min(n, i + rng.randrange(2, 200)))
+        for _ in range(checks):
+            i = rng.randrange(n + 1)
+            j = rng.randrange(i, n + 1)
+            assert view.fingerprint(i, j) == oracle.fingerprint(i, j), (i, j)
+            if i < n:
+                assert view.item(i) == oracle.item(i)
+                bound = Bound(*oracle.item(i))
+                assert view.lower_bound(0, n, bound) == oracle.lower_bound(0, n, bound)
+                short = Bound(oracle.item(i)[0], oracle.item(i)[1][:1])
+                assert view.lower_bound(0, n, short) == oracle.lower_bound(0, n, short)
 
 
 class ReconContract:
