@@ -8,7 +8,13 @@ each way, the largest message, and the CPU time of both sides (building the sort
 is reported apart). The ratio compares the bytes to the least a full pull could cost:
 N event hashes (32 bytes each), before any record is sent.
 
-    python3 bench/bench_reconcile.py [--items 1000000] [--differences 1 100 10000]
+    python3 bench/bench_reconcile.py [--items 1000000] [--differences 1 100 10000] [--view memory|sqlite]
+
+``--view sqlite`` runs both sides over the store-backed view (:mod:`akrelay.store.recon`) in
+SQLite files with the relay's own reconciliation tables (schema version 3), built once
+(reported apart); each round then reads each side's precomputed aggregates within the
+default budget, as ``POST /v1/knowledge/reconcile`` and sync do. Wall time is per
+reconciliation, not counting the build.
 
 Last line: ``reconcile_bytes_1_diff: <bytes> bytes`` (for the smallest difference count).
 """
@@ -21,10 +27,29 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, Reconciler, SortedItems  # noqa: E402
+
+
+def sqlite_index(path: Path, items: list[tuple[int, bytes]]) -> tuple[Any, Any]:
+    """A SQLite file holding only the reconciliation tables, filled with ``items``."""
+    import sqlite3
+
+    from akrelay.store.sqlite_recon import SCHEMA_V3, SqliteReconIndex, recon_add
+
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    for statement in SCHEMA_V3.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("BEGIN")
+    for start in range(0, len(items), 50_000):
+        recon_add(conn, items[start:start + 50_000])
+    conn.execute("COMMIT")
+    return SqliteReconIndex(lambda: conn), conn
 
 
 def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str, float]:
@@ -64,23 +89,108 @@ def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str,
             "build_s": build, "ratio": (sent + received) / (32 * items)}
 
 
+_BASE: dict[int, tuple[Path, list[tuple[int, bytes]]]] = {}
+
+
+def run_store(items: int, differences: int, both: bool, directory: Path) -> dict[str, float]:
+    """As :func:`run`, both sides over the store-backed view in SQLite.
+
+    The N items are indexed once (the initiator's file); each responder is a copy of it
+    without the D items (and with D of its own, ``--both``), so the build is paid once.
+    """
+    import shutil
+    import sqlite3
+
+    from akrelay.federation.reconcile import respond
+    from akrelay.store.recon import StoreView
+    from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard
+
+    start_ms = 1_760_000_000_000
+    t0 = time.perf_counter()
+    if items not in _BASE:
+        rng0 = random.Random(0)
+        base = [(start_ms + rng0.randrange(365 * 86_400_000), hashlib.sha256(i.to_bytes(8, "big")).digest())
+                for i in range(items)]
+        path = directory / f"initiator-{items}.sqlite3"
+        if not path.exists():  # --keep DIR: an index built by an earlier run is reused
+            partial = path.with_suffix(".partial")
+            partial.unlink(missing_ok=True)
+            _, conn = sqlite_index(partial, base)
+            conn.close()
+            partial.rename(path)
+        _BASE[items] = (path, base)
+    path, base = _BASE[items]
+    rng = random.Random(differences)
+    dropped = [base[i] for i in rng.sample(range(items), differences)]
+    copy = directory / f"responder-{differences}.sqlite3"
+    shutil.copyfile(path, copy)
+    c2 = sqlite3.connect(copy, isolation_level=None, check_same_thread=False)
+    c2.execute("BEGIN")
+    recon_discard(c2, dropped)
+    if both:
+        recon_add(c2, [(start_ms + rng.randrange(365 * 86_400_000), hashlib.sha256(b"x" + i.to_bytes(8, "big")).digest())
+                       for i in range(differences)])
+    c2.execute("COMMIT")
+    c1 = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    ours, theirs = SqliteReconIndex(lambda: c1), SqliteReconIndex(lambda: c2)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ours.recon_snapshot():
+        initiator = Reconciler(StoreView(ours))
+        message: bytes | None = initiator.initiate()
+    sent = received = largest = rounds = 0
+    have = need = 0
+    while message is not None:
+        sent += len(message)
+        reply = respond(theirs, message)
+        received += len(reply)
+        largest = max(largest, len(message), len(reply))
+        rounds += 1
+        with ours.recon_snapshot():
+            initiator.storage = StoreView(ours)
+            outcome = initiator.reconcile(reply)
+        have += len(outcome.have)
+        need += len(outcome.need)
+        message = outcome.message
+    wall = time.perf_counter() - t0
+    c1.close()
+    c2.close()
+    copy.unlink()
+    assert have == differences and need == (differences if both else 0), (have, need)
+    return {"rounds": rounds, "sent": sent, "received": received, "largest": largest, "cpu_ms": wall * 1000,
+            "build_s": build, "ratio": (sent + received) / (32 * items)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--differences", type=int, nargs="+", default=[1, 100, 10_000])
     parser.add_argument("--both", action="store_true", help="differences on both sides")
     parser.add_argument("--frame-limit", type=int, default=DEFAULT_FRAME_LIMIT)
+    parser.add_argument("--view", choices=("memory", "sqlite"), default="memory",
+                        help="sorted lists in memory, or the store-backed view over SQLite (wall ms)")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="with --view sqlite: keep the initiator's index in DIR and reuse it next time")
     args = parser.parse_args()
     print(f"items {args.items:,}, frame limit {args.frame_limit:,} bytes, differences on "
-          f"{'both sides' if args.both else 'one side'}")
-    print(f"{'diffs':>7} {'rounds':>6} {'sent B':>9} {'received B':>10} {'largest B':>9} {'cpu ms':>8} "
-          f"{'vs hashes':>9}")
+          f"{'both sides' if args.both else 'one side'}, view {args.view}, load average "
+          f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
+    print(f"{'diffs':>7} {'rounds':>6} {'sent B':>9} {'received B':>10} {'largest B':>9} "
+          f"{'cpu ms' if args.view == 'memory' else 'wall ms':>8} {'vs hashes':>9}")
     first: dict[str, float] | None = None
+    import tempfile
+
+    scratch = tempfile.TemporaryDirectory(prefix="bench-reconcile-")
+    directory = Path(args.keep) if args.keep else Path(scratch.name)
+    directory.mkdir(parents=True, exist_ok=True)
     for d in args.differences:
-        r = run(args.items, d, args.both, args.frame_limit)
+        if args.view == "sqlite":
+            r = run_store(args.items, d, args.both, directory)
+        else:
+            r = run(args.items, d, args.both, args.frame_limit)
         first = first or r
         print(f"{d:>7,} {r['rounds']:>6} {r['sent']:>9,} {r['received']:>10,} {r['largest']:>9,} "
-              f"{r['cpu_ms']:>8.1f} {r['ratio']:>9.2e}   (sorted views built in {r['build_s']:.1f} s)")
+              f"{r['cpu_ms']:>8.1f} {r['ratio']:>9.2e}   (views built in {r['build_s']:.1f} s)")
     assert first is not None
     print(f"reconcile_bytes_{args.differences[0]}_diff: {int(first['sent'] + first['received'])} bytes")
 

@@ -43,6 +43,9 @@ def recipes(kq) -> dict[str, tuple[str, str, dict, int]]:
         "getEvent": ("GET", f"/v1/knowledge/events/{ids['capsule']}", {}, 200),
         "query": ("GET", "/v1/knowledge/query?type=knowledge.publish&limit=1", {}, 200),
         "batch": ("POST", "/v1/knowledge/batch", {"json": {"hashes": [ids["capsule"], "A" * 43]}}, 200),
+        # the initiator's first message over an empty set: everything, as an empty id list
+        "reconcile": ("POST", "/v1/knowledge/reconcile", {"content": bytes([0x61, 0x00, 0x00, 0x02, 0x00]),
+                                                          "headers": {"content-type": "application/octet-stream"}}, 200),
         "search": ("POST", "/v1/knowledge/search", {"json": {"text": "disk", "mode": "lexical"}}, 200),
         "kip": ("POST", "/v1/kip", {"json": kip}, 200),
         "knowqlQuery": ("POST", "/query", {"json": {"ask": "disk", "scope": ["knowledge"]}}, 200),
@@ -127,6 +130,8 @@ def test_real_responses_match_declared_schemas(served) -> None:
         if media == "application/json":
             root = {"components": doc["components"], **schema}
             jsonschema.Draft202012Validator(root).validate(response.json())
+        elif media == "application/octet-stream":  # a reconciliation message
+            assert schema == {"type": "string", "format": "binary"} and response.content[:1] == b"\x61"
         else:
             assert schema == {"type": "string"} and isinstance(response.text, str)
 

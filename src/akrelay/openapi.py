@@ -197,6 +197,20 @@ def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None 
                           "503": {**UNAVAILABLE, "description": "This worker serves as many streams as it may, or "
                                                                 "the shared store is unreachable; Retry-After says "
                                                                 "when to retry"}}}}
+    from akrelay.http import reconcile
+
+    if present.get("reconcile", reconcile.enabled(relay, settings)):
+        paths[reconcile.RECONCILE_PATH] = {"post": {
+            "summary": "Set reconciliation: one negentropy V1 message in, the next out (docs/federation.md)",
+            "operationId": "reconcile",
+            "parameters": [{"name": name, "in": "query", "required": False,
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}}
+                           for name in ("since", "until")],
+            "requestBody": {"required": True, "content": {reconcile.MEDIA_TYPE: {"schema": {
+                "type": "string", "format": "binary"}}}},
+            "responses": {"200": {"description": "The next message", "content": {reconcile.MEDIA_TYPE: {
+                "schema": {"type": "string", "format": "binary"}}}},
+                "400": ERROR, "413": ERROR, "429": RATE_LIMITED, "503": UNAVAILABLE}}}
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",

@@ -151,6 +151,24 @@ option("push_poll", _seconds, 0.1,
        "the other workers' commits (Redis announces them instead)", metavar="SECONDS", serve_only=True)
 
 
+def _interval(text: Any) -> float:
+    """Seconds, or 0 for never."""
+    if isinstance(text, bool):
+        raise ValueError("must be a number of seconds")
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError("must be 0 or a positive, finite number of seconds")
+    return value
+
+
+option("no_reconcile", _bool, False,
+       "neither serve POST /v1/knowledge/reconcile (nor advertise it) nor reconcile with peers; sync then only "
+       "pulls after_seq (docs/federation.md)", kind="flag")
+option("reconcile_interval", _interval, 3600.0,
+       "seconds between two set reconciliations with each peer that advertises it, which heal holes the "
+       "after_seq pull leaves (0: only on first contact and with `akrelay sync --reconcile`)", metavar="SECONDS")
+
+
 class Settings:
     """Resolved option values; read them as attributes (``settings.port``)."""
 

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "options (environment and --config as for serve); listener, TLS and rate options are "
                     "serve's alone.")
     sync.add_argument("--once", action="store_true", help="run one pass over every peer and exit")
+    sync.add_argument("--reconcile", action="store_true",
+                      help="reconcile the sets with every peer that supports it (or --peer), fetch what we lack, "
+                           "print progress and a summary, and exit")
+    sync.add_argument("--peer", metavar="ORIGIN", default=None, help="with --reconcile: only this configured peer")
     add_arguments(sync, include_serve_only=False)
     sync.set_defaults(handler=cmd_sync)
 
@@ -212,6 +217,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"({s.cleared[-1].get('misbehaving')})")
         if s.last_batch_error:
             print(f"  batch error   {s.last_batch_error}")
+        if s.reconcile_note:
+            from akrelay.cli.terminal import printable
+
+            print(f"  reconcile     {printable(s.reconcile_note, keep='')} ({_when(s.last_reconcile)})")
         if s.retry_at and s.retry_at > time.time() * 1000:
             print(f"  backing off   until {_when(s.retry_at)}")
         print(f"  pending       {pending[origin]}")
@@ -256,6 +265,32 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reconcile(settings: Any, node: Any, only: str | None) -> int:
+    """``akrelay sync --reconcile``: progress on stderr, one summary line per peer on stdout."""
+    from akrelay.federation.peers import PeerConfigError
+    from akrelay.federation.reconcile import ReconcileResult
+    from akrelay.federation.runner import reconcile_once
+    from akrelay.cli.terminal import printable
+
+    def safe(text: str) -> str:
+        return printable(text, keep="")
+
+    def progress(r: ReconcileResult) -> None:
+        print(f"  {safe(r.origin)}: round {r.rounds}, have {r.have}, need {r.need}, "
+              f"{r.sent + r.received:,} bytes, {r.batches} batch fetch(es)", file=sys.stderr)
+
+    try:
+        results = reconcile_once(settings, node.relay, node.sync.leadership(), only=only, progress=progress)
+    except (PeerConfigError, RuntimeError, ValueError) as exc:
+        print(f"akrelay sync: {exc}", file=sys.stderr)
+        return 2
+    failed = 0
+    for r in results:
+        print(f"{safe(r.origin)}: {safe(r.summary())}")
+        failed += int(r.supported and not r.complete)
+    return 1 if failed else 0
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     from akrelay.federation.peers import PeerConfigError
     from akrelay.settings import SettingsError, load_settings, with_data_origin
@@ -277,6 +312,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
     try:
+        if getattr(args, "reconcile", False):
+            return _reconcile(settings, node, args.peer)
         if not args.once:
             node.start()
             try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.federation.peers import PeerFile, load_peers
 from akrelay.federation.state import FederationState, StateStore
-from akrelay.federation.sync import PassResult, SyncEngine, SyncOptions
+from akrelay.federation.sync import PassResult, PeerMisbehaved, SyncEngine, SyncOptions
 from akrelay.federation.leadership import LEASE_TTL, LOCK_FILE, Leadership, federation_lock
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ def sync_options(settings: Any) -> SyncOptions:
         follow_hints=bool(settings.follow_hints),
         hint_hops=settings.hint_hops,
         hint_count=settings.hint_count,
+        reconcile=not getattr(settings, "no_reconcile", False),
+        reconcile_interval=float(getattr(settings, "reconcile_interval", 3600.0)),
     )
 
 
@@ -84,6 +86,60 @@ def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool 
                               open_witness=leadership.open_witness)
         try:
             return engine.run_once(force=force)
+        finally:
+            engine.close()
+            engine.state.close()
+    finally:
+        leadership.close()
+
+
+def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None] | None = None) -> Any:
+    """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``); the state is saved."""
+    from akrelay.federation.reconcile import ReconcileResult, maybe_reconcile
+    from akrelay.federation.transport import PeerFetchError
+    from akrelay.protocol.errors import ProtocolError
+    from akrelay.store.base import StoreUnavailable
+
+    st = engine.state.get(peer.origin)
+    pass_result = PassResult(peer.origin)
+    try:
+        with engine.open_transport(peer) as transport:
+            endpoints = engine.discover(peer, transport)
+            result = maybe_reconcile(engine, peer, transport, endpoints, st, pass_result, force=True,
+                                     progress=progress)
+    except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
+        result = ReconcileResult(peer.origin, error=str(exc) if not isinstance(exc, ProtocolError) else exc.message)
+    finally:
+        engine.state.put(st)
+    assert result is not None
+    return result
+
+
+def reconcile_once(settings: Any, relay: Any, leadership: Leadership, *, only: str | None = None,
+                   progress: Callable[[Any], None] | None = None) -> list[Any]:
+    """Reconcile with every enabled peer (or the one ``only`` names) as the leader; their results.
+
+    ``akrelay sync --reconcile``: what each peer has that we lack is fetched and verified
+    as sync does (:func:`akrelay.federation.reconcile.reconcile_now`). Raises
+    ``RuntimeError`` when another process leads, ``ValueError`` for an unknown ``only``.
+    """
+    from akrelay.federation.peers import canonical_https_origin
+
+    peer_file = load_peers(settings.peers)
+    peers = [p for p in peer_file.peers if p.enabled]
+    if only is not None:
+        origin = canonical_https_origin(only)
+        peers = [p for p in peer_file.peers if p.origin == origin]
+        if not peers:
+            raise ValueError(f"--peer {only}: not a peer of {settings.peers}")
+    try:
+        if not leadership.acquire():
+            raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
+        leadership.keep(lambda reason: log.warning("akrelay sync: lost the sync lease: %s", reason))
+        engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared,
+                              open_witness=leadership.open_witness)
+        try:
+            return [reconcile_now(engine, p, progress) for p in peers if p.origin != engine.own_origin]
         finally:
             engine.close()
             engine.state.close()

@@ -58,6 +58,9 @@ class PeerState:
     misbehaving: str | None = None
     #: What proves it: both checkpoints and the proof or entry that failed.
     evidence: dict | None = None
+    #: Unix ms of the last set reconciliation with the peer (issue 26), and what it did or why there is none.
+    last_reconcile: int | None = None
+    reconcile_note: str | None = None
     #: The peer's last verified checkpoint with our ``cosignature/v1`` line (C2SP tlog-witness style).
     cosigned: str | None = None
     #: Misbehaviour an operator cleared (``akrelay peers clear``), oldest first: each keeps the

@@ -96,6 +96,10 @@ class SyncOptions:
     follow_hints: bool = False
     hint_hops: int = 1
     hint_count: int = 8
+    #: Reconcile with peers that advertise it (issue 26, :mod:`akrelay.federation.reconcile`): on first
+    #: contact, then every ``reconcile_interval`` seconds (0: first contact and on demand only).
+    reconcile: bool = True
+    reconcile_interval: float = 3600.0
 
 
 @dataclass(slots=True)
@@ -236,6 +240,10 @@ class SyncEngine:
             with self.push.transport(peer) as transport:  # a fresh one, or the one kept while pushed
                 endpoints = self._discover(peer, transport, hop)
                 self._retry_pending(peer, transport, endpoints["batch"], st, result)
+                if self.options.reconcile:
+                    from akrelay.federation.reconcile import maybe_reconcile
+
+                    maybe_reconcile(self, peer, transport, endpoints, st, result)
                 self._enumerate(peer, transport, endpoints, st, result)
         except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
             self._fail(peer, st, result, exc)
@@ -276,6 +284,11 @@ class SyncEngine:
         for name, url in endpoints.items():  # validate_discovery checks this too; never trust one check
             if not url.startswith(peer.origin + "/"):
                 raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
+        from akrelay.federation.reconcile import advertised_endpoint
+
+        reconcile_url = advertised_endpoint(doc, peer.origin)
+        if reconcile_url is not None:
+            endpoints["reconcile"] = reconcile_url
         if self.options.follow_hints and hop < self.options.hint_hops:
             self._note_hints(list(discovery.peers), hop + 1)
         self.streams[peer.origin] = discovery.stream if peer.push else None
@@ -684,6 +697,25 @@ class SyncEngine:
                 return "pending", None
             return "rejected", f"{exc.code}: {exc.message}"
         return ("accepted" if created else "duplicate"), None
+
+    # -- for set reconciliation (issue 26, :mod:`akrelay.federation.reconcile`) -----------------
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
+
+    def open_transport(self, peer: Peer) -> PeerTransport:
+        return self._transport_factory(peer)
+
+    def discover(self, peer: Peer, transport: PeerTransport) -> dict[str, str]:
+        return self._discover(peer, transport, 0)
+
+    def fetch_and_ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
+                         st: PeerState, result: PassResult) -> tuple[int, int]:
+        """Fetch exact ids (at most 100) with ``batch`` and ingest them exactly as pulled events are: (served, absent)."""
+        envelopes, absent = self._batch(peer, transport, batch_url, ids, _Budget(len(ids), peer.max_page_bytes))
+        self._ingest_page(peer, transport, batch_url, [{"envelope": msgspec.json.decode(raw)} for raw in envelopes],
+                          st, result)
+        return len(envelopes), len(absent)
 
     # -- failure ------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import ssl
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 from urllib.parse import urlsplit
 
 import httpcore
@@ -257,12 +257,18 @@ class PeerTransport:
         except httpx.HTTPError as exc:
             raise PeerFetchError("network", f"GET {url}: {type(exc).__name__}: {exc}") from None
 
+    def post_bytes(self, url: str, body: bytes, *, content_type: str, max_bytes: int) -> bytes:
+        """POST a binary body and return the binary answer (a reconciliation message), bounded like every read."""
+        return cast("bytes", self._request("POST", url, params=None, body=body, max_bytes=max_bytes,
+                                           raw="bytes", content_type=content_type)[0])
+
     def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
-                 max_bytes: int | None, raw: bool = False) -> tuple[Any, int]:
+                 max_bytes: int | None, raw: bool | str = False,
+                 content_type: str = "application/json") -> tuple[Any, int]:
         self._check_url(url)
         cap = max_bytes or self.peer.max_page_bytes
         deadline_at = self._monotonic() + self.peer.read_timeout
-        headers = {"content-type": "application/json"} if body is not None else None
+        headers = {"content-type": content_type} if body is not None else None
         try:
             with deadline(deadline_at, self._monotonic), \
                     self._client.stream(method, url, params=params, content=body, headers=headers) as response:
@@ -307,6 +313,8 @@ class PeerTransport:
             kind = "rate_limited" if status == 429 else ("server" if status >= 500 else "status")
             raise PeerFetchError(kind, f"{method} {url} answered {status}" + (f" ({code})" if code else ""),
                                  status=status, retry_after=retry_after)
+        if raw == "bytes":
+            return bytes(data), size
         if raw:
             try:
                 return bytes(data).decode("utf-8"), size

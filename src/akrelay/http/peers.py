@@ -2,9 +2,10 @@
 
 Discovery gains the configured peer origins as hints (§9.2), and each worker
 offers to run the sync loop, of which exactly one per data directory leads
-(:mod:`akrelay.federation.runner`); without ``--peers`` there is no loop. The
-push stream that peers subscribe to (:mod:`akrelay.http.stream`) is served
-either way, unless ``--no-push-stream``.
+(:mod:`akrelay.federation.runner`); without ``--peers`` there is no loop. Two
+endpoints are served either way: the push stream that peers subscribe to
+(:mod:`akrelay.http.stream`, unless ``--no-push-stream``) and set reconciliation,
+``POST /v1/knowledge/reconcile`` (:mod:`akrelay.http.reconcile`, unless ``--no-reconcile``).
 """
 
 from __future__ import annotations
@@ -88,11 +89,20 @@ class SyncComponent:
         return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
 
     def routes(self) -> list[Any]:
-        return self.push.routes()
+        """The push stream and ``POST /v1/knowledge/reconcile`` (issue 26), served with or without peers."""
+        from akrelay.http import reconcile
+
+        return self.push.routes() + reconcile.routes(self.relay, self.settings)
 
     def discovery(self) -> dict[str, Any]:
-        """The push stream, and up to 32 enabled peer origins, canonical, distinct and never our own."""
+        """The push stream, the reconcile endpoint, and up to 32 enabled peer origins (canonical, distinct,
+        never our own)."""
+        from akrelay.federation.reconcile import discovery
+        from akrelay.http import reconcile
+
         doc = self.push.discovery()
+        if reconcile.enabled(self.relay, self.settings):
+            doc = doc | discovery(self.relay.config.origin)
         if not self.enabled:
             return doc
         return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}

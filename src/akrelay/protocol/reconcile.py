@@ -133,6 +133,9 @@ class Storage(Protocol):
 
     def ids(self, begin: int, end: int) -> Sequence[bytes]: ...
 
+    # Optional: ``prefetch(begin, end)``, called before a range is split or listed, lets a
+    # view that reads from a store fetch a small range in one read instead of item by item.
+
 
 class SortedItems:
     """A :class:`Storage` over items held in memory, with prefix sums for O(1) fingerprints."""
@@ -387,6 +390,9 @@ class Reconciler:
         """Describe ``[lower, upper)``: its ids when few, else ``buckets`` fingerprints."""
         storage = self.storage
         count = upper - lower
+        prefetch = getattr(storage, "prefetch", None)
+        if prefetch is not None:  # an optional hint: a store-backed view reads a small range in one go
+            prefetch(lower, upper)
         if count < self.list_below:
             ids = storage.ids(lower, upper)
             out.add(out.bound(upper_bound) + encode_varint(IDLIST) + encode_varint(len(ids)) + b"".join(ids))

@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import LogEntry, Queryable, QueryParams, Record, event_hash_bytes, indexed_facts
+from akrelay.store.recon import MemoryReconIndex
 from akrelay.store.tlog import append_entries, leaf_of
 
 
@@ -41,6 +42,8 @@ class MemoryStore(Queryable):
         self._log_index: dict[int, int] = {}
         self._nodes: dict[tuple[int, int], bytes] = {}
         self._frontier = Frontier()
+        #: the reconciliation index (issue 26): the fetchable records as (created_at, hash)
+        self.recon = MemoryReconIndex()
 
     # -- reads -------------------------------------------------------------
     def get(self, event_id: str) -> Record | None:
@@ -111,6 +114,7 @@ class MemoryStore(Queryable):
             self._log.append((record.seq, event_hash))
             for level, index, value in append_entries(self._frontier, [(record.seq, event_hash)]):
                 self._nodes[(level, index)] = value
+            self.recon.add([(envelope.created_at, event_hash)])
             return record, True
 
     def commit_many(self, items: Iterable[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
@@ -128,6 +132,8 @@ class MemoryStore(Queryable):
                 return False
             rec = row.record
             row.record = rec.replace(withheld=withheld)
+            item = (rec.envelope.created_at, event_hash_bytes(event_id))
+            (self.recon.discard if withheld else self.recon.add)([item])
             return True
 
     def remove(self, event_id: str) -> bool:
@@ -138,6 +144,7 @@ class MemoryStore(Queryable):
             index = bisect_right(self._seqs, row.record.seq) - 1
             del self._seqs[index]
             del self._rows[index]
+            self.recon.discard([(row.record.envelope.created_at, event_hash_bytes(event_id))])
             return True
 
     # -- metadata ------------------------------------------------------------

@@ -544,6 +544,10 @@ class RedisStore(Queryable):
         }
         self.text_index: TextIndex | None = None
         self._indexer: TextIndexer | None = None
+        from akrelay.store.redis_recon import RedisReconIndex
+
+        #: the reconciliation index (issue 26), a follower in the commit path like the Merkle log
+        self.recon = RedisReconIndex(self, self._client, self._call)
         try:
             self._check_format()
             if text_index is not None:
@@ -802,6 +806,10 @@ class RedisStore(Queryable):
             out += self._commit_chunk(items[start:start + COMMIT_CHUNK])
         if any(created for _, created in out):
             self._log_after_commit(out)
+            try:
+                self.recon.catch_up()
+            except StoreUnavailable:
+                log.warning("the reconciliation index could not be extended now; the next commit or read will")
         return out
 
     def _log_after_commit(self, out: list[tuple[Record, bool]]) -> None:
@@ -863,7 +871,10 @@ class RedisStore(Queryable):
         return int(self._script("raise", [int(seq)]))
 
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
-        return bool(self._script("withhold", [event_id, "1" if withheld else "0"]))
+        done = bool(self._script("withhold", [event_id, "1" if withheld else "0"]))
+        if done:
+            self.recon.follow_withheld(event_id, withheld)
+        return done
 
     def remove(self, event_id: str) -> bool:
         """Drop the record and its index entries (terms recomputed from its envelope); the mark stays."""
@@ -873,6 +884,8 @@ class RedisStore(Queryable):
                 return False
             terms, _ = indexed_facts(record.envelope)
             done = int(self._script("remove", [event_id, str(record.seq), *terms]))
+            if done == 1:
+                self.recon.discard([(record.envelope.created_at, event_hash_bytes(event_id))])
             if done >= 0:
                 return done == 1
         raise RuntimeError(f"remove({event_id}): the record kept changing under us")  # pragma: no cover

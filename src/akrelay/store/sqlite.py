@@ -57,6 +57,7 @@ from akrelay.store.sqlite_background import BackgroundWork
 from akrelay.store.text_indexer import TextIndexer
 from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
+from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard, record_item
 from akrelay.store.sqlite_schema import SCHEMA
 from akrelay.store.tlog import append_entries, leaf_of
 
@@ -136,6 +137,8 @@ class SqliteStore(BackgroundWork, Queryable):
             os.close(self._open_fd)
             raise
         self._writer = writer
+        #: the reconciliation index (issue 26), read in one transaction per message
+        self.recon = SqliteReconIndex(self._reader)
         #: the Merkle log's frontier as of the last commit of this process (checked against the file each time)
         self._frontier: Frontier | None = None
         #: False only to measure the log's cost (``--no-merkle-log``): commits then leave the log behind
@@ -381,6 +384,8 @@ class SqliteStore(BackgroundWork, Queryable):
                 conn.executemany("INSERT INTO terms (term, seq, created_at) VALUES (?, ?, ?)", term_rows)
                 self._reservation.cover(hwm)  # durable outside the file before any of these seqs is acknowledged
                 conn.execute("UPDATE sequence SET hwm = ? WHERE id = 1", (hwm,))
+            if fresh:
+                recon_add(conn, [(r.envelope.created_at, event_hash_bytes(r.id)) for r in fresh.values()])
             if fresh and self.merkle_log:
                 frontier = self._log_append(conn, [(r.seq, event_hash_bytes(r.id)) for r in fresh.values()])
                 for index, record in enumerate(fresh.values(), frontier.size - len(fresh)):
@@ -516,9 +521,15 @@ class SqliteStore(BackgroundWork, Queryable):
             return self._locked(lambda: self._retry_busy(run, conn))
 
     def set_withheld(self, event_id: str, withheld: bool) -> bool:
-        return self._write(
-            lambda c: c.execute("UPDATE records SET withheld = ? WHERE id = ?", (int(withheld), event_id)).rowcount > 0
-        )
+        def run(c: sqlite3.Connection) -> bool:
+            if not c.execute("UPDATE records SET withheld = ? WHERE id = ?", (int(withheld), event_id)).rowcount:
+                return False
+            item = record_item(c, event_id)
+            if item is not None:  # a withheld record is not offered to reconciling peers
+                (recon_discard if withheld else recon_add)(c, [item])
+            return True
+
+        return self._write(run)
 
     def remove(self, event_id: str) -> bool:
         def run(c: sqlite3.Connection) -> bool:
@@ -528,6 +539,9 @@ class SqliteStore(BackgroundWork, Queryable):
             seq, text = row
             if seq <= text_position(c):
                 c.execute("INSERT INTO text_index (text_index, rowid, text) VALUES ('delete', ?, ?)", (seq, text))
+            item = record_item(c, event_id)
+            if item is not None:
+                recon_discard(c, [item])
             c.execute("DELETE FROM terms WHERE seq = ?", (seq,))
             c.execute("DELETE FROM records WHERE seq = ?", (seq,))
             return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from akrelay.store.schema import Schema, script
+from akrelay.store.sqlite_recon import migrate_v3
 
 #: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
 _SCHEMA_V1 = """
@@ -55,4 +56,5 @@ CREATE TABLE IF NOT EXISTS log_nodes (
     PRIMARY KEY (level, idx)
 ) WITHOUT ROWID;
 """
-SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1), 1: script(_SCHEMA_V2)})
+#: Version 3 adds the reconciliation index (issue 26, :mod:`akrelay.store.sqlite_recon`), back-filled by the migration.
+SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1), 1: script(_SCHEMA_V2), 2: migrate_v3})

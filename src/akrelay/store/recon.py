@@ -1,0 +1,405 @@
+"""The store's reconciliation view: precomputed fingerprints over ``(created_at, event hash)`` (issue 26).
+
+Why: :class:`akrelay.protocol.reconcile.Reconciler` asks its :class:`~akrelay.protocol.reconcile.Storage`
+for counts, items and fingerprints of index ranges. Building a sorted in-memory copy of
+a 1M-event log for every request costs seconds; this view answers the same questions from
+aggregates the store keeps current in the commit, so one question costs a bounded number
+of aggregate reads plus an edge scan, whatever the size of the log.
+
+The items are the records a peer can fetch: retained and not withheld. A record leaves the
+set when it is withheld or removed and comes back when it is shown again.
+
+Layout (every backend keeps the same facts): the items themselves, ordered by
+``(created_at, hash)``, and per *level* a count and an id sum (modulo 2^256) per time
+bucket ``created_at >> shift`` for the shifts in :data:`LEVELS`. Each level has 64 times
+the span of the one below (:data:`FANOUT`), so the items below a key are the whole top
+buckets before it, at most 63 buckets of each lower level, and the raw items of one
+bottom bucket (:data:`LEVELS[0]` ms wide): about 7 small reads.
+
+What bounds the work: every read of a :class:`StoreView` is charged to its ``budget`` (rows
+read); past it the view raises :class:`ViewBudgetExceeded` (``invalid_request``), so a small
+message never costs a large scan. The view also runs inside the backend's snapshot
+(``recon_snapshot``) so that one message sees one state of the log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import threading
+from contextlib import AbstractContextManager
+from typing import Iterable, Iterator, Protocol, Sequence
+
+from akrelay.protocol.errors import ProtocolError
+from akrelay.protocol.reconcile import Bound, Item, fingerprint
+
+#: Bucket widths as shifts of ``created_at`` (ms): 256 ms, 16 s, 17 min, 18 h, 50 days, 8.7 years, 557 years.
+LEVELS: tuple[int, ...] = (8, 14, 20, 26, 32, 38, 44)
+FANOUT = 64
+_MOD = 2**256
+#: Rows one message may read by default: enough for the largest honest message (a frame of
+#: about 2,400 ranges, 150 of them split) at 1M items; a few seconds of one thread at most.
+DEFAULT_BUDGET = 1_000_000
+#: No item is later than this (``created_at`` is at most 2^53 - 1); keys past it stand for the end.
+MAX_ITEM_TIMESTAMP = 2**53 - 1
+#: The largest range read in one scan when the protocol is about to split or list it.
+PREFETCH = 2048
+#: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
+LIMBS = 8
+
+
+class ViewBudgetExceeded(ProtocolError):
+    """One message needs more store reads than its budget (a hostile or oversized message)."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__("invalid_request",
+                         f"reconciliation message: answering it would read more than {budget:,} index rows; "
+                         "send fewer ranges")
+
+
+class ViewChanged(Exception):
+    """The aggregates and the items disagree (a backend without snapshots changed under a message)."""
+
+
+def to_limbs(total: int) -> list[int]:
+    return [(total >> (32 * i)) & 0xFFFFFFFF for i in range(LIMBS)]
+
+
+def from_limbs(limbs: Iterable[int]) -> int:
+    return sum(int(v) << (32 * i) for i, v in enumerate(limbs)) % _MOD
+
+
+def id_value(ident: bytes) -> int:
+    return int.from_bytes(ident, "little")
+
+
+def bucket_deltas(items: Iterable[Item], sign: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """What adding (``sign=1``) or removing (``-1``) ``items`` changes per ``(shift, bucket)``: (count, id sum)."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for ts, ident in items:
+        value = id_value(ident)
+        for shift in LEVELS:
+            row = out.setdefault((shift, ts >> shift), [0, 0])
+            row[0] += sign
+            row[1] += sign * value
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+class ReconIndex(Protocol):
+    """What a backend provides for the view (each method reads a bounded range)."""
+
+    def recon_snapshot(self) -> AbstractContextManager[None]:
+        """One consistent state of the index for the reads inside it."""
+        ...
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        """``(bucket, count, id sum)`` of the non-empty buckets ``lo <= bucket < hi`` (``None``: no upper end), ascending."""
+        ...
+
+    def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
+        """Up to ``limit`` items with ``lo <= item < hi`` (``None``: no upper end), ascending."""
+        ...
+
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the non-empty buckets ``lo <= bucket < hi``: what a descent needs."""
+        ...
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        """(count, id sum) of the buckets ``lo <= bucket < hi`` together (a backend may add them up itself)."""
+        ...
+
+
+class BucketSums:
+    """``recon_counts`` and ``recon_sum`` from ``recon_buckets``, for backends that cannot add limbs themselves."""
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        raise NotImplementedError
+
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(b, n) for b, n, _ in self.recon_buckets(shift, lo, hi)]
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        rows = self.recon_buckets(shift, lo, hi)
+        return sum(r[1] for r in rows), sum(r[2] for r in rows) % _MOD
+
+
+class StoreView:
+    """A :class:`~akrelay.protocol.reconcile.Storage` over a :class:`ReconIndex`, for one message.
+
+    ``since`` / ``until`` narrow the set to ``since <= created_at < until`` (a filter of
+    the endpoint); both sides of a reconciliation must use the same narrowing.
+    """
+
+    def __init__(self, index: ReconIndex, *, budget: int = DEFAULT_BUDGET,
+                 since: int | None = None, until: int | None = None) -> None:
+        self.index = index
+        self.budget = budget
+        self.reads = 0
+        self._top: list[tuple[int, int, int]] | None = None
+        #: index -> (item, sum of the ids before it)
+        self._selected: dict[int, tuple[Item, int]] = {}
+        #: key -> (count before, sum before)
+        self._prefixes: dict[tuple[int, bytes], tuple[int, int]] = {}
+        self._sums: dict[int, int] = {0: 0}
+        self._count_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        #: prefetched ranges: (first index, their items)
+        self._windows: list[tuple[int, list[Item]]] = []
+        self._base = (0, 0)
+        base = self._prefix((since, b"")) if since is not None else (0, 0)
+        end = self._prefix((until, b"")) if until is not None else self._total()
+        self._base = base
+        self._size = max(0, end[0] - base[0])
+        self._sums = {0: 0, self._size: (end[1] - base[1]) % _MOD}
+
+    # -- budgeted reads ----------------------------------------------------------------------
+    def _charge(self, rows: int) -> None:
+        self.reads += rows + 1
+        if self.reads > self.budget:
+            raise ViewBudgetExceeded(self.budget)
+
+    def _buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        if hi is not None and hi <= lo:
+            return []
+        rows = self.index.recon_buckets(shift, lo, hi)
+        self._charge(len(rows))
+        return rows
+
+    def _items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
+        room = max(0, self.budget - self.reads)
+        # never read more than the budget has left (plus one row, which then breaks it)
+        rows = self.index.recon_items(lo, hi, min(limit, room + 1))
+        self._charge(len(rows))
+        return rows
+
+    def _sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        if hi <= lo:
+            return 0, 0
+        self._charge(FANOUT // 8)  # one aggregate over at most FANOUT rows, added up by the backend
+        return self.index.recon_sum(shift, lo, hi)
+
+    def _counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        key = (shift, lo)
+        rows = self._count_cache.get(key)
+        if rows is None:
+            rows = self.index.recon_counts(shift, lo, hi)
+            self._charge(len(rows))
+            self._count_cache[key] = rows
+        return rows
+
+    def _top_rows(self) -> list[tuple[int, int, int]]:
+        if self._top is None:
+            self._top = self._buckets(LEVELS[-1], 0, None)
+        return self._top
+
+    def _total(self) -> tuple[int, int]:
+        rows = self._top_rows()
+        return sum(r[1] for r in rows), sum(r[2] for r in rows) % _MOD
+
+    def _prefix(self, key: tuple[int, bytes]) -> tuple[int, int]:
+        """(count, id sum) of the whole index's items below ``key``."""
+        cached = self._prefixes.get(key)
+        if cached is not None:
+            return cached
+        ts, ident = key
+        if ts > MAX_ITEM_TIMESTAMP:  # beyond every item (e.g. the protocol's infinity): the whole index
+            return self._total()
+        count = total = 0
+        top = LEVELS[-1]
+        for bucket, n, s in self._top_rows():
+            if bucket >= ts >> top:
+                break
+            count += n
+            total += s
+        for level in range(len(LEVELS) - 2, -1, -1):
+            shift, parent = LEVELS[level], LEVELS[level + 1]
+            n, s = self._sum(shift, (ts >> parent) << (parent - shift), ts >> shift)
+            count += n
+            total += s
+        low = (ts >> LEVELS[0]) << LEVELS[0]
+        if (ts, ident) > (low, b""):
+            # the edge: the raw items of one bottom bucket below the key
+            for _, i in self._items((low, b""), (ts, ident), self.budget):
+                count += 1
+                total += id_value(i)
+        out = (count, total % _MOD)
+        self._prefixes[key] = out
+        return out
+
+    def _select(self, index: int) -> tuple[Item, int]:
+        """The item at ``index`` of the view and the id sum of the view's items before it."""
+        hit = self._selected.get(index)
+        if hit is not None:
+            return hit
+        if not 0 <= index < self._size:
+            raise IndexError(index)
+        remaining = index + self._base[0]
+        acc = 0
+        chosen = None
+        for bucket, n, total in self._top_rows():
+            if remaining < n:
+                chosen = bucket
+                break
+            remaining -= n
+            acc += total
+        if chosen is None:
+            raise ViewChanged("an index beyond the aggregates")
+        for level in range(len(LEVELS) - 2, -1, -1):
+            shift, span = LEVELS[level], LEVELS[level + 1] - LEVELS[level]
+            lo = chosen << span
+            parent, chosen = chosen, None
+            for bucket, n in self._counts(shift, lo, (parent + 1) << span):
+                if remaining < n:
+                    chosen = bucket
+                    break
+                remaining -= n
+            if chosen is None:
+                raise ViewChanged("a bucket holds fewer items than its count")
+            acc += self._sum(shift, lo, chosen)[1]
+        low = chosen << LEVELS[0]
+        items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 1)
+        if len(items) <= remaining:
+            raise ViewChanged("a bucket holds fewer items than its count")
+        before = sum(id_value(i) for _, i in items[:remaining])
+        item = items[remaining]
+        base_sum = self._base[1]
+        result = (item, (acc + before - base_sum) % _MOD)
+        self._selected[index] = result
+        self._sums[index] = result[1]
+        if remaining and index - 1 not in self._selected:
+            prev = items[remaining - 1]
+            prev_sum = (result[1] - id_value(prev[1])) % _MOD
+            self._selected[index - 1] = (prev, prev_sum)
+            self._sums[index - 1] = prev_sum
+        return result
+
+    def _sum_before(self, index: int) -> int:
+        known = self._sums.get(index)
+        if known is not None:
+            return known
+        return self._select(index)[1]
+
+    def prefetch(self, begin: int, end: int) -> None:
+        """Read a range of at most :data:`PREFETCH` items in one scan: its items, bounds and sums are then known."""
+        if end - begin > PREFETCH or end - begin < 2 or (begin in self._selected and end - 1 in self._selected):
+            return
+        if self.budget - self.reads < 4 * (end - begin):
+            return  # near the end of the budget: the item-by-item descent reads less for a few bounds
+        first, before = self._select(begin)
+        rows = self._items(first, None, end - begin)
+        if len(rows) != end - begin:
+            raise ViewChanged("fewer items than counted")
+        running = before
+        for offset, row in enumerate(rows):
+            index = begin + offset
+            if index not in self._selected:
+                self._selected[index] = (row, running)
+                self._sums[index] = running
+            running = (running + id_value(row[1])) % _MOD
+        if end < self._size:
+            self._sums.setdefault(end, running)
+        self._windows.append((begin, rows))
+
+    def _in_window(self, key: tuple[int, bytes]) -> int | None:
+        """The view index of ``key`` if it falls inside a prefetched range (else ``None``)."""
+        for begin, rows in self._windows:
+            if rows[0] < key <= rows[-1]:
+                return begin + bisect.bisect_left(rows, key)
+        return None
+
+    # -- the Storage protocol ------------------------------------------------------------------
+    def size(self) -> int:
+        return self._size
+
+    def item(self, index: int) -> Item:
+        return self._select(index)[0]
+
+    def lower_bound(self, first: int, last: int, bound: Bound) -> int:
+        key = bound.key()
+        found = self._in_window(key) if self._windows else None
+        if found is not None:
+            return min(max(found, first), last)
+        count, total = self._prefix(key)
+        index = count - self._base[0]
+        if index <= first:
+            return first
+        if index >= last:
+            return last
+        self._sums.setdefault(index, (total - self._base[1]) % _MOD)
+        return index
+
+    def fingerprint(self, begin: int, end: int) -> bytes:
+        return fingerprint(self._sum_before(end) - self._sum_before(begin), end - begin)
+
+    def ids(self, begin: int, end: int) -> Sequence[bytes]:
+        if end <= begin:
+            return []
+        rows = self._items(self.item(begin), None, end - begin)
+        if len(rows) != end - begin:
+            raise ViewChanged("fewer items than counted")
+        return [i for _, i in rows]
+
+
+class MemoryReconIndex(BucketSums):
+    """The index held in memory (the memory store's, and a readable statement of the layout)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._items: list[Item] = []
+        self._members: set[Item] = set()
+        #: per shift: bucket -> [count, id sum], and the sorted bucket numbers
+        self._buckets: dict[int, dict[int, list[int]]] = {shift: {} for shift in LEVELS}
+        self._keys: dict[int, list[int]] = {shift: [] for shift in LEVELS}
+
+    def recon_snapshot(self) -> AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def held() -> Iterator[None]:
+            with self._lock:
+                yield
+
+        return held()
+
+    def add(self, items: Iterable[Item]) -> None:
+        self._apply([i for i in items], 1)
+
+    def discard(self, items: Iterable[Item]) -> None:
+        self._apply([i for i in items], -1)
+
+    def _apply(self, items: list[Item], sign: int) -> None:
+        with self._lock:
+            changed = []
+            for item in items:
+                if (item in self._members) == (sign > 0):
+                    continue  # already there / already gone: idempotent
+                changed.append(item)
+                if sign > 0:
+                    self._members.add(item)
+                    bisect.insort(self._items, item)
+                else:
+                    self._members.discard(item)
+                    del self._items[bisect.bisect_left(self._items, item)]
+            for (shift, bucket), (n, s) in bucket_deltas(changed, sign).items():
+                rows = self._buckets[shift]
+                row = rows.get(bucket)
+                if row is None:
+                    row = rows[bucket] = [0, 0]
+                    bisect.insort(self._keys[shift], bucket)
+                row[0] += n
+                row[1] += s
+                if row[0] == 0:
+                    del rows[bucket]
+                    keys = self._keys[shift]
+                    del keys[bisect.bisect_left(keys, bucket)]
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        with self._lock:
+            keys = self._keys[shift]
+            start = bisect.bisect_left(keys, lo)
+            end = len(keys) if hi is None else bisect.bisect_left(keys, hi)
+            rows = self._buckets[shift]
+            return [(b, rows[b][0], rows[b][1] % _MOD) for b in keys[start:end]]
+
+    def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
+        with self._lock:
+            start = bisect.bisect_left(self._items, lo)
+            end = len(self._items) if hi is None else bisect.bisect_left(self._items, hi)
+            return self._items[start:min(end, start + max(0, limit))]

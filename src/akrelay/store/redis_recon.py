@@ -1,0 +1,196 @@
+"""The reconciliation index in Redis (issue 26; layout in :mod:`akrelay.store.recon`).
+
+Keys under the store's prefix: ``rc:items`` (a sorted set of members ``created_at`` as 8
+big-endian bytes + the 32-byte hash, all at score 0, so lexicographic order is the items'
+order), per level ``rc:b:SHIFT`` (a hash: ``BUCKET:n`` and ``BUCKET:0``..``BUCKET:7``, the
+count and the id sum as 32-bit limbs, added with ``HINCRBY``) and ``rc:k:SHIFT`` (the
+non-empty buckets, scored by number, for range reads).
+
+Why a follower in the commit path, as the Merkle log here: the commit script stays as it
+is, and every node runs :meth:`RedisReconIndex.catch_up` right after its commits (and
+before a view is read), adding what was committed after ``rc:seq``. Adding and removing
+are idempotent (a member already there or already gone changes no aggregate), so nodes
+racing each other, a crash between a commit and its catch-up, and the back-fill of an
+existing deployment (``rc:seq`` absent: everything) are all the same operation. The view
+is therefore bounded to the records up to ``rc:seq``; withholding and removal update it
+directly. Redis has no read snapshot across calls: a view that sees the index change under
+it raises ``ViewChanged`` and the endpoint answers 503 (retry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from akrelay.protocol.reconcile import Item
+from akrelay.store.base import event_hash_bytes
+from akrelay.store.recon import LEVELS, LIMBS, BucketSums, from_limbs, id_value, to_limbs
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.store.redis import RedisStore
+
+log = logging.getLogger("akrelay.store")
+
+#: Records one catch-up step reads; a view waits for at most :data:`CATCH_UP_LIMIT` of them.
+CATCH_UP_BATCH = 1000
+CATCH_UP_LIMIT = 20000
+#: Items one script call adds or removes: small, so that no call holds Redis (or waits for it) long.
+APPLY_CHUNK = 100
+
+_APPLY = """#!lua
+local p = ARGV[1]
+local add = ARGV[2] == '1'
+local nlevels = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local items = p .. 'rc:items'
+local i = 5
+local changed = 0
+for _ = 1, n do
+  local did
+  if add then did = redis.call('ZADD', items, 'NX', 0, ARGV[i]) else did = redis.call('ZREM', items, ARGV[i]) end
+  if did == 1 then
+    changed = changed + 1
+    for l = 0, nlevels - 1 do
+      local at = i + 1 + l * 10
+      local shift, bucket = ARGV[at], ARGV[at + 1]
+      local key = p .. 'rc:b:' .. shift
+      local cnt = redis.call('HINCRBY', key, bucket .. ':n', add and 1 or -1)
+      for k = 0, 7 do redis.call('HINCRBY', key, bucket .. ':' .. k, ARGV[at + 2 + k]) end
+      if cnt == 0 then
+        redis.call('HDEL', key, bucket .. ':n', bucket .. ':0', bucket .. ':1', bucket .. ':2', bucket .. ':3',
+                   bucket .. ':4', bucket .. ':5', bucket .. ':6', bucket .. ':7')
+        redis.call('ZREM', p .. 'rc:k:' .. shift, bucket)
+      elseif add and cnt == 1 then
+        redis.call('ZADD', p .. 'rc:k:' .. shift, bucket, bucket)
+      end
+    end
+  end
+  i = i + 1 + nlevels * 10
+end
+return changed
+"""
+
+_BUCKETS = """#!lua flags=no-writes
+local p, shift = ARGV[1], ARGV[2]
+local bs = redis.call('ZRANGEBYSCORE', p .. 'rc:k:' .. shift, ARGV[3], ARGV[4])
+local key = p .. 'rc:b:' .. shift
+local out = {}
+for _, b in ipairs(bs) do
+  out[#out + 1] = b
+  local vals = redis.call('HMGET', key, b .. ':n', b .. ':0', b .. ':1', b .. ':2', b .. ':3', b .. ':4', b .. ':5',
+                          b .. ':6', b .. ':7')
+  for k = 1, 9 do out[#out + 1] = vals[k] or '0' end
+end
+return out
+"""
+
+_ADVANCE = """#!lua
+local cur = tonumber(redis.call('GET', ARGV[1] .. 'rc:seq') or '0')
+if tonumber(ARGV[2]) > cur then redis.call('SET', ARGV[1] .. 'rc:seq', ARGV[2]) end
+return 1
+"""
+
+
+def member(item: Item) -> bytes:
+    ts, ident = item
+    return ts.to_bytes(8, "big") + ident
+
+
+class RedisReconIndex(BucketSums):
+    """:class:`akrelay.store.recon.ReconIndex` over a :class:`RedisStore`'s client (through its outage handling)."""
+
+    def __init__(self, store: RedisStore, client: Any, call: Callable[..., Any]) -> None:
+        """``call`` is the store's outage handling (:meth:`RedisStore._call`); ``client`` its connection."""
+        self.store = store
+        self.prefix = store.prefix
+        self._client = client
+        self._store_call = call
+        self._apply_script = client.register_script(_APPLY)
+        self._buckets_script = client.register_script(_BUCKETS)
+        self._advance_script = client.register_script(_ADVANCE)
+
+    def _call(self, fn: Any, name: str) -> Any:
+        return self._store_call(fn, name=name)
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def _apply(self, items: Iterable[Item], add: bool) -> int:
+        todo = list(items)
+        return sum(self._apply_chunk(todo[k:k + APPLY_CHUNK], add) for k in range(0, len(todo), APPLY_CHUNK))
+
+    def _apply_chunk(self, chunk: list[Item], add: bool) -> int:
+        args: list[Any] = [self.prefix, "1" if add else "0", len(LEVELS)]
+        if not chunk:
+            return 0
+        args.append(len(chunk))
+        for ts, ident in chunk:
+            args.append(member((ts, ident)))
+            limbs = to_limbs(id_value(ident))
+            for shift in LEVELS:
+                args += [shift, ts >> shift, *(v if add else -v for v in limbs)]
+        script = self._apply_script
+        return int(self._call(lambda: script(keys=[], args=args), "recon_apply"))
+
+    def add(self, items: Iterable[Item]) -> int:
+        return self._apply(items, True)
+
+    def discard(self, items: Iterable[Item]) -> int:
+        return self._apply(items, False)
+
+    def indexed_seq(self) -> int:
+        value = self._call(lambda: self._client.get(self.prefix + "rc:seq"), "recon_seq")
+        return int(value) if value is not None else 0
+
+    def catch_up(self, limit: int = CATCH_UP_LIMIT) -> int:
+        """Add the fetchable records committed after ``rc:seq`` (at most ``limit``); how many were read."""
+        after = self.indexed_seq()
+        done = 0
+        while done < limit:
+            records = self.store.iter_records(after, min(CATCH_UP_BATCH, limit - done))
+            if not records:
+                break
+            self.add((r.envelope.created_at, event_hash_bytes(r.id)) for r in records if not r.withheld)
+            after = records[-1].seq
+            done += len(records)
+            script = self._advance_script
+            self._call(lambda: script(keys=[], args=[self.prefix, after]), "recon_seq")
+        if done >= CATCH_UP_BATCH:
+            log.info("reconciliation index: caught up %d records (to seq %d)", done, after)
+        return done
+
+    def follow_withheld(self, event_id: str, withheld: bool) -> None:
+        record = self.store.get(event_id)
+        if record is None or record.seq > self.indexed_seq():
+            return  # not retained, or not indexed yet: the catch-up reads its flag then
+        item = (record.envelope.created_at, event_hash_bytes(event_id))
+        self._apply([item], not withheld)
+
+    # -- the ReconIndex protocol ---------------------------------------------------------------------
+    def recon_snapshot(self) -> AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def caught_up() -> Iterator[None]:
+            self.catch_up()
+            yield
+
+        return caught_up()
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        script = self._buckets_script
+        args = [self.prefix, shift, lo, "+inf" if hi is None else f"({hi}"]
+        flat = self._call(lambda: script(keys=[], args=args), "recon_buckets")
+        out = []
+        for k in range(0, len(flat), 2 + LIMBS):
+            n = int(flat[k + 1])
+            if n:
+                out.append((int(flat[k]), n, from_limbs(int(v) for v in flat[k + 2:k + 2 + LIMBS])))
+        return out
+
+    def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
+        if limit <= 0:
+            return []
+        key = self.prefix + "rc:items"
+        upper = b"+" if hi is None else b"(" + member(hi)
+        lower = b"[" + member(lo)
+        rows = self._call(lambda: self._client.zrangebylex(key, lower, upper, start=0, num=limit), "recon_items")
+        return [(int.from_bytes(m[:8], "big"), bytes(m[8:])) for m in rows]

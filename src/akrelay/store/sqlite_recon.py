@@ -1,0 +1,143 @@
+"""The reconciliation index in ``relay.sqlite3`` (schema version 3; layout in :mod:`akrelay.store.recon`).
+
+Why tables and not a cache: the index is kept in the same transaction as the commit,
+the withholding or the removal that changes the set, so every worker process sees it
+current and a restart costs nothing. Ids sums are stored as eight 32-bit limbs because
+SQLite adds 64-bit integers only; a limb sum stays exact up to 2^31 records per bucket.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AbstractContextManager, contextmanager
+from typing import Callable, Iterable, Iterator
+
+from akrelay.protocol.reconcile import Item
+from akrelay.store.base import event_hash_bytes
+from akrelay.store.recon import LIMBS, bucket_deltas, from_limbs, to_limbs
+
+_LIMB_COLUMNS = ", ".join(f"s{i}" for i in range(LIMBS))
+
+SCHEMA_V3 = f"""
+CREATE TABLE IF NOT EXISTS recon_items (
+    created_at INTEGER NOT NULL,
+    hash BLOB NOT NULL,  -- the 32 raw bytes of the event hash
+    PRIMARY KEY (created_at, hash)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recon_buckets (
+    shift INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    {", ".join(f"s{i} INTEGER NOT NULL" for i in range(LIMBS))},
+    PRIMARY KEY (shift, bucket)
+) WITHOUT ROWID;
+"""
+
+_UPSERT = (
+    f"INSERT INTO recon_buckets (shift, bucket, n, {_LIMB_COLUMNS}) VALUES (?, ?, ?, {', '.join('?' * LIMBS)}) "
+    f"ON CONFLICT (shift, bucket) DO UPDATE SET n = n + excluded.n, "
+    + ", ".join(f"s{i} = s{i} + excluded.s{i}" for i in range(LIMBS))
+)
+
+
+def migrate_v3(conn: sqlite3.Connection) -> None:
+    """Create the index and back-fill it from the fetchable records, inside the migration's transaction."""
+    for statement in SCHEMA_V3.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    batch: list[Item] = []
+    for created_at, event_id in conn.execute("SELECT created_at, id FROM records WHERE withheld = 0"):
+        batch.append((created_at, event_hash_bytes(event_id)))
+        if len(batch) >= 20000:
+            recon_add(conn, batch)
+            batch = []
+    recon_add(conn, batch)
+
+
+def _apply(conn: sqlite3.Connection, items: list[Item], sign: int) -> None:
+    if not items:
+        return
+    rows = []
+    for (shift, bucket), (n, total) in bucket_deltas(items, sign).items():
+        limbs = to_limbs(abs(total))
+        rows.append((shift, bucket, n, *(v if total >= 0 else -v for v in limbs)))
+    conn.executemany(_UPSERT, rows)
+    if sign < 0:
+        conn.executemany("DELETE FROM recon_buckets WHERE shift = ? AND bucket = ? AND n = 0",
+                         [r[:2] for r in rows])
+
+
+def recon_add(conn: sqlite3.Connection, items: Iterable[Item]) -> None:
+    """Add ``items`` (those not yet there) inside the open transaction."""
+    fresh = []
+    for ts, ident in items:
+        if conn.execute("INSERT OR IGNORE INTO recon_items (created_at, hash) VALUES (?, ?)", (ts, ident)).rowcount:
+            fresh.append((ts, ident))
+    _apply(conn, fresh, 1)
+
+
+def recon_discard(conn: sqlite3.Connection, items: Iterable[Item]) -> None:
+    """Remove ``items`` (those there) inside the open transaction."""
+    gone = []
+    for ts, ident in items:
+        if conn.execute("DELETE FROM recon_items WHERE created_at = ? AND hash = ?", (ts, ident)).rowcount:
+            gone.append((ts, ident))
+    _apply(conn, gone, -1)
+
+
+def record_item(conn: sqlite3.Connection, event_id: str) -> Item | None:
+    """The index item of a stored record (``None`` if not retained)."""
+    row = conn.execute("SELECT created_at FROM records WHERE id = ?", (event_id,)).fetchone()
+    return None if row is None else (row[0], event_hash_bytes(event_id))
+
+
+class SqliteReconIndex:
+    """:class:`akrelay.store.recon.ReconIndex` over a reader connection; a snapshot is one read transaction."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+
+    def recon_snapshot(self) -> AbstractContextManager[None]:
+        @contextmanager
+        def snapshot() -> Iterator[None]:
+            conn = self._connect()
+            if conn.in_transaction:  # nested: the outer snapshot holds
+                yield
+                return
+            conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                conn.execute("COMMIT")
+
+        return snapshot()
+
+    def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
+        sql = f"SELECT bucket, n, {_LIMB_COLUMNS} FROM recon_buckets WHERE shift = ? AND bucket >= ?"
+        args: tuple[int, ...] = (shift, lo)
+        if hi is not None:
+            sql += " AND bucket < ?"
+            args += (hi,)
+        rows = self._connect().execute(sql + " ORDER BY bucket", args).fetchall()
+        return [(r[0], r[1], from_limbs(r[2:])) for r in rows]
+
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        return self._connect().execute(
+            "SELECT bucket, n FROM recon_buckets WHERE shift = ? AND bucket >= ? AND bucket < ? ORDER BY bucket",
+            (shift, lo, hi)).fetchall()
+
+    def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
+        row = self._connect().execute(
+            f"SELECT COALESCE(SUM(n), 0), {', '.join(f'COALESCE(SUM(s{i}), 0)' for i in range(LIMBS))} "
+            "FROM recon_buckets WHERE shift = ? AND bucket >= ? AND bucket < ?", (shift, lo, hi)).fetchone()
+        return row[0], from_limbs(row[1:])
+
+    def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
+        sql = "SELECT created_at, hash FROM recon_items WHERE (created_at, hash) >= (?, ?)"
+        args: tuple[object, ...] = lo
+        if hi is not None:
+            sql += " AND (created_at, hash) < (?, ?)"
+            args += hi
+        rows = self._connect().execute(sql + " ORDER BY created_at, hash LIMIT ?", (*args, limit)).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
+

@@ -1,0 +1,189 @@
+"""``POST /v1/knowledge/reconcile`` over the real app (issue 26): answers, filters, every error path.
+
+The oracle for answers is the protocol core itself: a reconciliation run through the
+endpoint must teach the initiator exactly the set difference, as the in-memory one does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import pytest
+from litestar.testing import TestClient
+from relay_harness import ORIGIN, Clock, defaults, error_of
+
+from akrelay.app import create_app
+from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH
+from akrelay.protocol.reconcile import (FINGERPRINT, IDLIST, INFINITY, MAX_MESSAGE, PROTOCOL_VERSION, Reconciler,
+                                        SortedItems, encode_varint)
+from akrelay.service.config import ServiceConfig
+from akrelay.service.relay import Relay
+from akrelay.store.memory import MemoryStore
+
+OCTETS = {"content-type": MEDIA_TYPE}
+
+
+@contextmanager
+def served(items: list[tuple[int, bytes]] = (), **overrides: Any) -> Iterator[TestClient]:
+    """The app with the sync component over a memory store whose index holds ``items``."""
+    store = MemoryStore()
+    store.recon.add(items)
+    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=Clock(1_790_000_000_000), cursor_secret=b"k" * 32)
+    app = create_app(relay, defaults(**({"write_rate": 0.0, "read_rate": 0.0} | overrides)), components=("sync",))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def item(n: int, ts: int | None = None) -> tuple[int, bytes]:
+    return (1_760_000_000_000 + (ts if ts is not None else n * 997), hashlib.sha256(n.to_bytes(8, "big")).digest())
+
+
+def reconcile(client: TestClient, ours: list[tuple[int, bytes]], query: str = "") -> tuple[set[bytes], set[bytes], int]:
+    initiator = Reconciler(SortedItems(ours))
+    message: bytes | None = initiator.initiate()
+    have: set[bytes] = set()
+    need: set[bytes] = set()
+    rounds = 0
+    while message is not None:
+        response = client.post(RECONCILE_PATH + query, content=message, headers=OCTETS)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"] == MEDIA_TYPE
+        rounds += 1
+        outcome = initiator.reconcile(response.content)
+        have |= set(outcome.have)
+        need |= set(outcome.need)
+        message = outcome.message
+    return have, need, rounds
+
+
+def test_the_endpoint_teaches_exactly_the_differences() -> None:
+    theirs = [item(n) for n in range(3000)]
+    ours = theirs[5:] + [item(10_000 + n) for n in range(7)]
+    with served(theirs) as client:
+        have, need, rounds = reconcile(client, ours)
+    assert need == {i for _, i in theirs[:5]}
+    assert have == {item(10_000 + n)[1] for n in range(7)}
+    assert rounds <= 4
+
+
+def test_since_and_until_narrow_both_sides_to_the_same_window() -> None:
+    theirs = [item(n, ts=n * 1000) for n in range(500)]
+    window = [x for x in theirs if 1_760_000_100_000 <= x[0] < 1_760_000_200_000]
+    ours = [x for x in window if x is not window[3]]
+    with served(theirs) as client:
+        have, need, _ = reconcile(client, ours, "?since=1760000100000&until=1760000200000")
+    assert need == {window[3][1]} and have == set()
+
+
+def test_discovery_advertises_the_endpoint_unless_disabled() -> None:
+    with served() as client:
+        doc = client.get("/.well-known/agent-knowledge").json()
+    assert doc["reconcile"]["endpoint"] == ORIGIN + RECONCILE_PATH
+    assert doc["reconcile"]["protocol"] == "negentropy-v1"
+    with served(no_reconcile=True) as client:
+        doc = client.get("/.well-known/agent-knowledge").json()
+        response = client.post(RECONCILE_PATH, content=bytes([PROTOCOL_VERSION]), headers=OCTETS)
+    assert "reconcile" not in doc
+    assert error_of(response) == (404, "not_found")
+
+
+def _bad_messages() -> list[tuple[str, bytes]]:
+    rng = random.Random(26)
+    return [
+        ("empty", b""),
+        ("not a version byte", b"\x00\x01\x02"),
+        ("truncated bound", bytes([PROTOCOL_VERSION, 0x85])),
+        ("truncated fingerprint", bytes([PROTOCOL_VERSION]) + encode_varint(0) + encode_varint(0)
+         + encode_varint(FINGERPRINT) + b"\x01\x02"),
+        ("unknown mode", bytes([PROTOCOL_VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(7)),
+        ("id list longer than the message", bytes([PROTOCOL_VERSION]) + encode_varint(0) + encode_varint(0)
+         + encode_varint(IDLIST) + encode_varint(1_000_000)),
+        ("varint past 64 bits", bytes([PROTOCOL_VERSION]) + b"\xff" * 12),
+        ("prefix longer than an id", bytes([PROTOCOL_VERSION]) + encode_varint(5) + encode_varint(40) + b"\0" * 40),
+        ("bounds going backwards", bytes([PROTOCOL_VERSION]) + encode_varint(10) + encode_varint(0)
+         + encode_varint(0) + encode_varint(1) + encode_varint(0) + encode_varint(0)),
+        ("random", bytes([PROTOCOL_VERSION]) + rng.randbytes(300)),
+    ]
+
+
+@pytest.mark.parametrize(("why", "body"), _bad_messages(), ids=[w for w, _ in _bad_messages()])
+def test_a_malformed_message_is_invalid_request(why: str, body: bytes) -> None:
+    with served([item(n) for n in range(100)]) as client:
+        response = client.post(RECONCILE_PATH, content=body, headers=OCTETS)
+    assert error_of(response) == (400, "invalid_request"), why
+
+
+def test_random_messages_never_cause_a_server_error() -> None:
+    rng = random.Random(7)
+    with served([item(n) for n in range(300)]) as client:
+        for _ in range(200):
+            body = bytes([PROTOCOL_VERSION]) + rng.randbytes(rng.randrange(0, 200))
+            response = client.post(RECONCILE_PATH, content=body, headers=OCTETS)
+            assert response.status_code in (200, 400), (response.status_code, body.hex())
+
+
+@pytest.mark.parametrize(("query", "why"), [
+    ("?since=abc", "not an integer"), ("?until=-1", "negative"), ("?since=9007199254740992", "beyond 2^53"),
+    ("?since=5&until=5", "empty window"), ("?kinds=claim", "unknown parameter"), ("?since=1&since=2", "twice"),
+])
+def test_a_bad_filter_is_invalid_request(query: str, why: str) -> None:
+    with served() as client:
+        response = client.post(RECONCILE_PATH + query, content=Reconciler(SortedItems([])).initiate(), headers=OCTETS)
+    assert error_of(response) == (400, "invalid_request"), why
+
+
+def test_the_content_type_must_be_octet_stream() -> None:
+    with served() as client:
+        response = client.post(RECONCILE_PATH, content=b"\x61", headers={"content-type": "application/json"})
+        missing = client.post(RECONCILE_PATH, content=b"\x61")
+    assert error_of(response) == (400, "invalid_request")
+    assert error_of(missing) == (400, "invalid_request")
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_parsed() -> None:
+    with served(max_envelope_bytes=MAX_MESSAGE * 2) as client:
+        response = client.post(RECONCILE_PATH, content=bytes([PROTOCOL_VERSION]) + b"\0" * MAX_MESSAGE,
+                               headers=OCTETS)
+    assert error_of(response) == (400, "invalid_request")
+    with served(max_envelope_bytes=4096) as client:
+        response = client.post(RECONCILE_PATH, content=bytes([PROTOCOL_VERSION]) + b"\0" * 5000, headers=OCTETS)
+    assert error_of(response) == (413, "payload_too_large")
+
+
+def test_a_message_that_would_read_too_much_is_refused_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No amplification: 4,096 fingerprint ranges over a large set cost a bounded read, then 400."""
+    import akrelay.federation.reconcile as module
+
+    monkeypatch.setattr(module, "DEFAULT_BUDGET", 2000)
+    theirs = [item(n) for n in range(5000)]
+    # many ranges, each a fingerprint that cannot match: every one makes the responder read
+    parts = [bytes([PROTOCOL_VERSION])]
+    for k in range(1, 4000):
+        parts.append(encode_varint(997 * 37 if k > 1 else 1_760_000_000_000 + 1) + encode_varint(0)
+                     + encode_varint(FINGERPRINT) + b"\x07" * 16)
+    parts.append(encode_varint(0) + encode_varint(0) + encode_varint(FINGERPRINT) + b"\x07" * 16)
+    with served(theirs) as client:
+        response = client.post(RECONCILE_PATH, content=b"".join(parts), headers=OCTETS)
+    status, code = error_of(response)
+    assert (status, code) == (400, "invalid_request")
+    assert "index rows" in response.json()["error"]["message"]
+
+
+def test_an_initiator_infinity_only_message_is_answered() -> None:
+    with served([item(n) for n in range(10)]) as client:
+        empty = bytes([PROTOCOL_VERSION]) + encode_varint(0) + encode_varint(0) + encode_varint(IDLIST) + encode_varint(0)
+        response = client.post(RECONCILE_PATH, content=empty, headers=OCTETS)
+    assert response.status_code == 200 and response.content[0] == PROTOCOL_VERSION
+    assert INFINITY.timestamp > 0
+
+
+def test_the_endpoint_is_rate_limited_as_a_read() -> None:
+    message = Reconciler(SortedItems([])).initiate()
+    with served(read_rate=0.001, read_burst=2) as client:
+        codes = [client.post(RECONCILE_PATH, content=message, headers=OCTETS).status_code for _ in range(3)]
+        last = client.post(RECONCILE_PATH, content=message, headers=OCTETS)
+    assert codes[:2] == [200, 200]
+    assert error_of(last) == (429, "rate_limited")

@@ -1,0 +1,122 @@
+"""The reconciliation index contract (tests/recon_contract.py) on the memory and SQLite backends,
+and the SQLite back-fill of a data directory written before the index existed (schema version 2)."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from akrelay.store.memory import MemoryStore
+from akrelay.store.recon import StoreView
+from akrelay.store.sqlite import SqliteStore
+from akrelay.store.sqlite_recon import recon_add, recon_discard
+from recon_contract import ReconContract, fetchable
+from store_contract import corpus
+
+
+class TestMemoryRecon(ReconContract):
+    @pytest.fixture
+    def new_store(self):
+        return MemoryStore
+
+    @staticmethod
+    def add_items(store, items) -> None:
+        store.recon.add(items)
+
+    @staticmethod
+    def discard_items(store, items) -> None:
+        store.recon.discard(items)
+
+
+class TestSqliteRecon(ReconContract):
+    @pytest.fixture
+    def new_store(self, tmp_path: Path):
+        counter = itertools.count()
+        return lambda: SqliteStore(tmp_path / f"fresh-{next(counter)}.sqlite3")
+
+    @staticmethod
+    def add_items(store, items) -> None:
+        store._write(lambda c: recon_add(c, sorted(items)))
+
+    @staticmethod
+    def discard_items(store, items) -> None:
+        store._write(lambda c: recon_discard(c, sorted(items)))
+
+
+def test_an_existing_data_directory_is_back_filled(tmp_path: Path) -> None:
+    path = tmp_path / "relay.sqlite3"
+    store = SqliteStore(path)
+    envs = list(corpus())
+    for env in envs:
+        store.commit(env, 1)
+    store.set_withheld(envs[0].id, True)
+    store.close()
+    conn = sqlite3.connect(path)  # as a relay before issue 26 left it: version 2, no index
+    conn.executescript("DROP TABLE recon_items; DROP TABLE recon_buckets; PRAGMA user_version = 2;")
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        oracle = fetchable(store, envs)
+        assert oracle.size() == len(envs) - 1
+        with store.recon.recon_snapshot():
+            view = StoreView(store.recon)
+            assert view.size() == oracle.size()
+            assert view.fingerprint(0, view.size()) == oracle.fingerprint(0, oracle.size())
+    finally:
+        store.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+class TestRedisRecon(ReconContract):
+    @pytest.fixture
+    def new_store(self, redis_url):
+        from akrelay.store.redis import RedisStore
+
+        namespaces = itertools.count()
+        opened: list = []
+
+        def fresh():
+            store = RedisStore(redis_url, namespace=f"recon{next(namespaces)}-{id(opened)}")
+            opened.append(store)
+            return store
+
+        yield fresh
+        for store in opened:
+            store._client.flushdb()
+            store.close()
+
+    @staticmethod
+    def add_items(store, items) -> None:
+        store.recon.add(sorted(items))
+
+    @staticmethod
+    def discard_items(store, items) -> None:
+        store.recon.discard(sorted(items))
+
+
+def test_a_redis_deployment_written_before_the_index_is_back_filled(redis_url) -> None:
+    """``rc:*`` absent (a deployment from before issue 26): the first read indexes every fetchable record."""
+    from akrelay.store.redis import RedisStore
+
+    store = RedisStore(redis_url, namespace="recon-backfill")
+    try:
+        envs = list(corpus())
+        for env in envs:
+            store.commit(env, 1)
+        store.set_withheld(envs[1].id, True)
+        client = store._client
+        for key in client.scan_iter(match=b"recon-backfill:rc:*"):
+            client.delete(key)
+        assert store.recon.indexed_seq() == 0
+        oracle = fetchable(store, envs)
+        with store.recon.recon_snapshot():
+            view = StoreView(store.recon)
+            assert view.size() == oracle.size() == len(envs) - 1
+            assert view.fingerprint(0, view.size()) == oracle.fingerprint(0, oracle.size())
+        assert store.recon.indexed_seq() == store.checkpoint()
+    finally:
+        store._client.flushdb()
+        store.close()
