@@ -25,7 +25,7 @@ import base64
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler
@@ -35,10 +35,29 @@ from akrelay.store.recon import DEFAULT_BUDGET, ReconIndex, StoreView, ViewChang
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.peers import Peer
     from akrelay.federation.state import PeerState
-    from akrelay.federation.sync import PassResult, SyncEngine
     from akrelay.federation.transport import PeerTransport
+    from akrelay.service.relay import Relay
 
 log = logging.getLogger("akrelay.federation.reconcile")
+
+
+class PassResult(Protocol):
+    """What a reconciliation adds to the pass it runs in (:class:`akrelay.federation.sync.PassResult`)."""
+
+    accepted: int
+
+
+class SyncEngine(Protocol):
+    """What a reconciliation uses of :class:`akrelay.federation.sync.SyncEngine`, which calls it (named
+    here, not imported, so that the two modules form no cycle)."""
+
+    relay: Relay
+    options: Any
+
+    def now_ms(self) -> int: ...
+
+    def fetch_and_ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
+                         st: PeerState, result: Any) -> tuple[int, int]: ...
 
 RECONCILE_PATH = "/v1/knowledge/reconcile"
 MEDIA_TYPE = "application/octet-stream"

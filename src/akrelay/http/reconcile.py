@@ -39,7 +39,7 @@ def routes(relay: Relay, settings: Settings) -> list[Any]:
 
     @post(RECONCILE_PATH, status_code=200)
     async def reconcile(request: Request) -> ASGIResponse:
-        from akrelay.http.app import query_pairs
+        from akrelay.http.querystring import query_pairs
 
         media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()
         if media != MEDIA_TYPE:

@@ -22,16 +22,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from akrelay.protocol.reconcile import Item
-from akrelay.store.base import event_hash_bytes
+from akrelay.store.base import Record, event_hash_bytes
 from akrelay.store.recon import LEVELS, LIMBS, BucketSums, from_limbs, id_value, to_limbs
 
-if TYPE_CHECKING:  # annotations only
-    from akrelay.store.redis import RedisStore
-
 log = logging.getLogger("akrelay.store")
+
+
+class LogReader(Protocol):
+    """What the index reads of its :class:`~akrelay.store.redis.RedisStore` (named here, not imported: no cycle)."""
+
+    prefix: str
+
+    def get(self, event_id: str) -> Record | None: ...
+
+    def iter_records(self, after_seq: int, limit: int) -> list[Record]: ...
 
 #: Records one catch-up step reads; a view waits for at most :data:`CATCH_UP_LIMIT` of them.
 CATCH_UP_BATCH = 1000
@@ -101,7 +108,7 @@ def member(item: Item) -> bytes:
 class RedisReconIndex(BucketSums):
     """:class:`akrelay.store.recon.ReconIndex` over a :class:`RedisStore`'s client (through its outage handling)."""
 
-    def __init__(self, store: RedisStore, client: Any, call: Callable[..., Any]) -> None:
+    def __init__(self, store: LogReader, client: Any, call: Callable[..., Any]) -> None:
         """``call`` is the store's outage handling (:meth:`RedisStore._call`); ``client`` its connection."""
         self.store = store
         self.prefix = store.prefix
