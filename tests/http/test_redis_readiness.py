@@ -78,7 +78,11 @@ def test_readyz_is_back_within_seconds_of_a_redis_restart_after_kill_9(tmp_path)
         return True
 
     try:
-        assert ready_on_fresh_connections(4)
+        # discovery answers before every worker is ready (/readyz waits for each worker's KIP runtime)
+        settled = time.monotonic() + 60
+        while not ready_on_fresh_connections(4):
+            assert time.monotonic() < settled, "/readyz never 200 on every worker before the fault"
+            time.sleep(0.1)
         server.kill()
         deadline = time.monotonic() + 10
         while ready_on_fresh_connections(1):
