@@ -204,7 +204,8 @@ def test_akrelay_serve_with_a_redis_store(tmp_path, redis_url):
     served = start_relay(tmp_path / "node", workers=2, extra=["--store", redis_url])
     try:
         with httpx.Client(verify=served.ssl_context(), timeout=10) as client:
-            assert client.get(served.origin + "/readyz").status_code == 200
+            # discovery answers first; /readyz once the worker's KIP runtime is open too
+            assert _wait_status(client, served.origin + "/readyz", 200, 60)
             accepted = client.post(served.origin + "/v1/knowledge/events", content=publication("served"), headers=HEADERS)
             assert accepted.status_code == 200 and accepted.json()["seq"] == 1
             page = client.get(served.origin + "/v1/knowledge/query").json()
