@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from akrelay.federation.peers import PeerFile, load_peers
 from akrelay.federation.state import FederationState, StateStore
@@ -77,7 +78,13 @@ def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool 
 
     Raises ``RuntimeError`` when another process (a running ``serve``) leads. Closes ``leadership``.
     """
-    peer_file = load_peers(settings.peers)
+    with _as_leader(settings, relay, load_peers(settings.peers), leadership) as engine:
+        return engine.run_once(force=force)
+
+
+@contextmanager
+def _as_leader(settings: Any, relay: Any, peer_file: PeerFile, leadership: Leadership) -> Iterator[SyncEngine]:
+    """An engine for one command (``sync --once``, ``sync --reconcile``) while we lead; all closed after."""
     try:
         if not leadership.acquire():
             raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
@@ -85,7 +92,7 @@ def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool 
         engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared,
                               open_witness=leadership.open_witness)
         try:
-            return engine.run_once(force=force)
+            yield engine
         finally:
             engine.close()
             engine.state.close()
@@ -132,19 +139,8 @@ def reconcile_once(settings: Any, relay: Any, leadership: Leadership, *, only: s
         peers = [p for p in peer_file.peers if p.origin == origin]
         if not peers:
             raise ValueError(f"--peer {only}: not a peer of {settings.peers}")
-    try:
-        if not leadership.acquire():
-            raise RuntimeError(f"another process is already syncing {leadership.where} (see {leadership.holder()})")
-        leadership.keep(lambda reason: log.warning("akrelay sync: lost the sync lease: %s", reason))
-        engine = build_engine(settings, relay, peer_file, leadership.open_state(), shared=leadership.shared,
-                              open_witness=leadership.open_witness)
-        try:
-            return [reconcile_now(engine, p, progress) for p in peers if p.origin != engine.own_origin]
-        finally:
-            engine.close()
-            engine.state.close()
-    finally:
-        leadership.close()
+    with _as_leader(settings, relay, peer_file, leadership) as engine:
+        return [reconcile_now(engine, p, progress) for p in peers if p.origin != engine.own_origin]
 
 
 class BackgroundSync(threading.Thread):
