@@ -45,8 +45,10 @@ def test_audit_ok_then_every_kind_of_lie(node: Node, tmp_path: Path) -> None:
     forged = dict(saved)
     forged["localhost:8443"] = entry | {"root": base64.b64encode(b"\x01" * 32).decode()}
     state_file.write_text(json.dumps(forged))
-    with pytest.raises(AuditFailure, match="fork"):
+    with pytest.raises(AuditFailure, match="fork") as failure:
         audit(client_of(node), state=State(state_file))
+    # it says which kept checkpoint it compared with, and how to audit another relay on the same origin
+    assert str(state_file) in failure.value.where and "--state" in failure.value.where
     # a rollback: we saw a larger tree before
     state_file.write_text(json.dumps({"localhost:8443": entry | {"size": 12}}))
     with pytest.raises(AuditFailure, match="shrank"):

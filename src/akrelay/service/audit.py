@@ -206,7 +206,16 @@ def audit(client: Any, *, pinned: str | None = None, state: State | None = None,
     previous = state.get(checkpoint.origin)
     if previous is not None:
         result.previous = previous.size
-        check_consistency(reader, previous, checkpoint)
+        try:
+            check_consistency(reader, previous, checkpoint)
+        except AuditFailure as exc:
+            if state.path is None:
+                raise
+            # the kept checkpoint may be of another relay that served this origin before (a newcomer's
+            # second relay on localhost:8443): say where it came from, so that the reader can tell
+            raise AuditFailure(exc.what, "; ".join(filter(None, [
+                exc.where, f"against the checkpoint of {checkpoint.origin} kept in {state.path}; if another relay "
+                f"now serves this origin, audit it with --state pointing at another file"]))) from None
     if full:
         _full(reader, client, checkpoint, result, progress)
     state.put(checkpoint, note)
