@@ -10,8 +10,9 @@ for the nexus and its dependencies (``akrelay --help``, the launcher; issue 25).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from akrelay.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from akrelay.kip.config import KipConfig, TrustState, space_id_for_origin
@@ -33,10 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)

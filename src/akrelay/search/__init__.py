@@ -10,8 +10,9 @@ launcher; issue 25).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from akrelay.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from akrelay.search.analysis import RANKING_ID
@@ -28,10 +29,4 @@ _EXPORTS = {
 __all__ = ["FEATURE", "MODES", "RANKING_ID", "Budget", "SearchHit", "SearchPage", "SearchService", "reindex"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)

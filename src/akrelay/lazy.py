@@ -1,0 +1,24 @@
+"""Package re-exports loaded on first access (PEP 562), so that importing a package costs nothing.
+
+``akrelay.kip`` and ``akrelay.search`` re-export their API, but the CLI and the settings read
+small modules of theirs and must not pay for the rest (``akrelay --help``, the launcher).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+def lazy_exports(package: str, namespace: dict[str, Any], exports: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: ``exports`` maps a name to the submodule defining it."""
+
+    def attribute(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        namespace[name] = value  # the next access is a plain global
+        return value
+
+    return attribute
