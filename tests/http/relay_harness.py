@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
 from akrelay.settings import defaults

@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay, open_relay
 from akrelay.settings import defaults

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.observability.routes import scrape
 from akrelay.service.config import ServiceConfig
 from akrelay.service.relay import Relay
