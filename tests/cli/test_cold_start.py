@@ -8,6 +8,7 @@ modules are imported is what a test can check on a loaded machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -67,3 +68,68 @@ def test_lazy_package_exports_still_resolve() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         akrelay.kip.nothing  # noqa: B018 - the attribute access is the test
+
+
+def test_top_level_help_and_a_typo_import_no_command_module() -> None:
+    """``akrelay --help`` is answered from the static table (``akrelay.cli.COMMANDS``)."""
+    for argv in (["--help"], [], ["no-such-command"], ["--version"]):
+        modules = loaded_after(f"from akrelay.cli import main; main({argv!r})")
+        assert [m for m in modules if m.startswith("akrelay.cli.")] == [], argv
+
+
+def test_a_command_imports_only_the_modules_that_build_it() -> None:
+    modules = loaded_after("from akrelay.cli import main; main(['reindex', '--help'])")
+    assert {m for m in modules if m.startswith("akrelay.cli.")} >= {"akrelay.cli.search", "akrelay.cli.kip"}
+    assert "akrelay.cli.serve" not in modules and "akrelay.cli.audit" not in modules
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def test_the_command_table_says_what_the_modules_register() -> None:
+    """Names, help order, one-line help and the modules behind each command, as registered."""
+    from akrelay import cli
+
+    full = _subparsers(cli.build_parser())
+    assert [(a.dest, a.help) for a in full._choices_actions] == [(name, text) for name, _, text in cli.COMMANDS]
+    for name, owners, _ in cli.COMMANDS:
+        parser = cli.build_parser(name)
+        assert name in _subparsers(parser).choices
+        # the light parser of the command is the full one's: same arguments, same defaults
+        light, whole = _subparsers(parser).choices[name], full.choices[name]
+        assert light.format_help() == whole.format_help()
+        assert [a.dest for a in light._actions] == [a.dest for a in whole._actions]
+        handlers = (light.get_default("handler"), whole.get_default("handler"))  # None: it has subcommands
+        assert len({getattr(h, "__qualname__", None) for h in handlers}) == 1
+    owners_of: dict[str, list[str]] = {}
+    for module in cli.command_modules():
+        sub = argparse.ArgumentParser().add_subparsers()
+        module.register(sub)
+        for name in sub.choices:
+            owners_of.setdefault(name, []).append(module.__name__.rpartition(".")[2])
+    assert owners_of == {name: list(owners) for name, owners, _ in cli.COMMANDS}
+
+
+@pytest.mark.parametrize("argv", [["--help"], [], ["no-such-command"], ["identity"], ["-h", "serve"]])
+def test_the_light_parser_answers_as_the_whole_one(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from akrelay import cli
+
+    def answer(run: object) -> tuple[str, str, object]:
+        code: object = None
+        try:
+            code = run()  # type: ignore[operator]
+        except SystemExit as exc:
+            code = exc.code
+        out = capsys.readouterr()
+        return out.out, out.err, code
+
+    def whole() -> object:
+        parser = cli.build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "handler", None) is None:
+            parser.print_help()
+            return 0
+        return None
+
+    assert answer(lambda: cli.main(argv)) == answer(whole)
