@@ -180,6 +180,35 @@ def test_the_handle_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None
     assert handle.spawned == 1
 
 
+def test_a_process_asked_to_stop_while_starting_ends_at_once(tmp_path: Path) -> None:
+    """A stop right after a start: the process does not finish opening its node only to stop it.
+
+    Its node's open is held here until the test ends (at idle priority behind the workers it
+    takes seconds); SIGTERM must end it cleanly, not leave it to the launcher's kill.
+    """
+    from akrelay.settings import RESOLVED_ENV, defaults
+
+    opening = tmp_path / "opening"
+    held = [sys.executable, "-c",
+            "import pathlib, threading\n"
+            "from akrelay.node import RelayNode\n"
+            "from akrelay.process import followers\n"
+            "def held(*args, **kwargs):\n"
+            f"    pathlib.Path({str(opening)!r}).touch()\n"
+            "    threading.Event().wait()\n"
+            "RelayNode.open = held\n"
+            "raise SystemExit(followers.main())\n"]
+    env = {**os.environ, RESOLVED_ENV: defaults(data=str(tmp_path / "data")).to_env()}
+    handle = FollowerProcess(env, respawn_delay=0.05, argv=held)
+    handle.start()
+    try:
+        assert _wait(opening.exists, 60)  # in RelayNode.open, its signal handlers installed
+    finally:
+        handle.stop(timeout=60)
+    assert handle.proc is not None and handle.proc.returncode == 0  # ended itself, was not killed
+    assert handle.spawned == 1
+
+
 class _Opened(Exception):
     """Ends :func:`akrelay.process.followers.main` right after it opened its node."""
 

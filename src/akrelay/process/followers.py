@@ -81,8 +81,20 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s] %(name)s: %(message)s", stream=sys.stderr)
     halt = threading.Event()
+    running = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        halt.set()
+        if not running.is_set():
+            # Asked to stop while still opening or starting (a stop right after a start): at idle
+            # priority, behind the workers, finishing the start only to stop would take seconds,
+            # and the launcher would kill us anyway. Nothing is lost by ending here: the index
+            # and the nexus are crash-safe (a later process redoes the work since their last
+            # commit) and the leader locks are flocks that the kernel releases.
+            os._exit(0)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: halt.set())
+        signal.signal(signum, on_signal)
     launcher = os.getppid()
     settings = from_resolved_env(env)
     # On a restart the index and the nexus exist and the workers start beside this process
@@ -103,6 +115,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         _say_ready(env)
         if not restart:  # on a restart every thread started since inherited the low priority
             lower_priority()
+        running.set()  # from here on a signal stops the node (the loop below sees ``halt`` at once)
         log.info("followers: pid %d keeps the search index and the KIP nexus of %s current",
                  os.getpid(), settings.data_dir)
         while not halt.wait(PARENT_CHECK):
