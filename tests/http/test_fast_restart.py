@@ -134,6 +134,7 @@ def test_a_worker_without_peers_llm_or_redis_loads_none_of_their_clients(tmp_pat
                          text=True, timeout=300, check=True)
     modules = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"akrelay.http.kip", "akrelay.http.knowql", "akrelay.web"} <= modules  # every component is built
+    # pydantic: Litestar's default plugins would import it (and its DTOs) when installed; akrelay uses none
     unused = {"httpx", "redis", "akrelay.federation.runner", "akrelay.federation.sync", "akrelay.knowql.llm",
-              "akrelay.knowql.redis_store", "akrelay.store.redis"}
+              "akrelay.knowql.redis_store", "akrelay.store.redis", "pydantic", "litestar.plugins.pydantic"}
     assert sorted(unused & modules) == []

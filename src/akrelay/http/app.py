@@ -136,6 +136,19 @@ class RelayApp(Litestar):
     read_body: "BodyReader | None" = None  # set by build_app
     observer: "RequestObserver | None" = None  # set by build_app: latency metrics, JSON access log
 
+    @staticmethod
+    def _get_default_plugins(plugins: list[Any]) -> list[Any]:
+        """Litestar's default plugins less the pydantic and attrs ones, which akrelay does not use.
+
+        Litestar adds those whenever the libraries are installed, and importing its pydantic
+        plugin (pydantic, its DTOs) was the largest single cost of a worker's start (issue 25:
+        about 0.3 s of CPU of each worker, before it can answer). The msgspec plugin stays: it
+        is the one the handlers' parameters go through.
+        """
+        from litestar.plugins.core import MsgspecDIPlugin
+
+        return [*plugins, MsgspecDIPlugin()]
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.observer is not None:
             await self.observer(self._serve, scope, receive, send)
