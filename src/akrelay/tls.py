@@ -4,24 +4,32 @@ The relay only ever runs over HTTPS (service origins are HTTPS URLs), so a fresh
 data directory gets a certificate for ``localhost``, ``127.0.0.1`` and the
 origin host; clients trust it with ``--cacert``. Operators replace it with
 ``--tls-cert/--tls-key``.
+
+Beside it, ``tls-cert.json`` notes the names and the expiry of that certificate (by its
+SHA-256), so that a restart checks an unchanged certificate without parsing it: importing
+``cryptography.x509`` was about 0.1 s of CPU on the launcher's path to the workers (issue 25).
+A missing or stale note only means parsing the certificate (and noting it again).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import ipaddress
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+if TYPE_CHECKING:  # annotations only: cryptography is imported where a certificate is parsed or made
+    from cryptography import x509
 
 CERT_NAME = "tls-cert.pem"
 KEY_NAME = "tls-key.pem"
+#: What the certificate with a given SHA-256 covers and until when (see the module's docstring).
+NOTE_NAME = "tls-cert.json"
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ def required_names(origin: str) -> list[str]:
 
 
 def _san(name: str) -> x509.GeneralName:
+    from cryptography import x509
+
     try:
         return x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
@@ -49,18 +59,63 @@ def _san(name: str) -> x509.GeneralName:
 
 def _covers(cert_path: Path, names: list[str]) -> bool:
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (OSError, ValueError, x509.ExtensionNotFound):
+        pem = cert_path.read_bytes()
+    except OSError:
         return False
+    digest = hashlib.sha256(pem).hexdigest()
+    noted = _noted(cert_path.with_name(NOTE_NAME), digest)
+    if noted is None:
+        parsed = _parse(pem)
+        if parsed is None:
+            return False
+        noted = parsed
+        _note(cert_path.with_name(NOTE_NAME), digest, *parsed)
+    present, not_after = noted
+    return all(name in present for name in names) and not_after > _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(days=1)
+
+
+def _parse(pem: bytes) -> tuple[set[str], _dt.datetime] | None:
+    """The names (DNS and IP) and the expiry of a PEM certificate, ``None`` if it has none or is not one."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return None
     present = set(san.get_values_for_type(x509.DNSName))
     present |= {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
-    not_after = cert.not_valid_after_utc
-    return all(name in present for name in names) and not_after > _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(days=1)
+    return present, cert.not_valid_after_utc
+
+
+def _noted(path: Path, digest: str) -> tuple[set[str], _dt.datetime] | None:
+    """What the note says of the certificate with ``digest``, or ``None`` (no note, another certificate)."""
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+        if note["sha256"] != digest:
+            return None
+        return set(note["names"]), _dt.datetime.fromisoformat(note["not_after"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _note(path: Path, digest: str, names: set[str], not_after: _dt.datetime) -> None:
+    note = {"sha256": digest, "names": sorted(names), "not_after": not_after.isoformat()}
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(note), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:  # a read-only data directory: parse the certificate each time
+        pass
 
 
 def generate(names: list[str], *, days: int = 825) -> tuple[bytes, bytes]:
     """A P-256 self-signed certificate and key (PEM) covering ``names``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0]),
                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, "akrelay self-signed")])
@@ -103,6 +158,9 @@ def ensure_self_signed(data_dir: str | os.PathLike[str], origin: str) -> TlsFile
     tmp = cert_path.with_suffix(".tmp")
     tmp.write_bytes(cert_pem)
     os.replace(tmp, cert_path)
+    parsed = _parse(cert_pem)
+    if parsed is not None:
+        _note(cert_path.with_name(NOTE_NAME), hashlib.sha256(cert_pem).hexdigest(), *parsed)
     return TlsFiles(cert_path, key_path, True)
 
 

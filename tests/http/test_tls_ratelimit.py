@@ -33,6 +33,35 @@ def test_certificate_is_replaced_when_the_origin_host_changes(tmp_path) -> None:
     assert required_names("https://[::1]:8443")[-1] == str(ipaddress.ip_address("::1"))
 
 
+def test_an_unchanged_certificate_is_checked_from_its_note_without_cryptography(tmp_path) -> None:
+    """A restart reads ``tls-cert.json`` instead of importing ``cryptography.x509`` (issue 25)."""
+    import json
+    import subprocess
+    import sys
+
+    ensure_self_signed(tmp_path, "https://relay.example.org:9443")
+    probe = ("import json, sys; from akrelay.tls import ensure_self_signed; "
+             f"f = ensure_self_signed({str(tmp_path)!r}, 'https://relay.example.org:9443'); "
+             "print(json.dumps([f.created, sorted(m for m in sys.modules if m.startswith('cryptography'))]))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == [False, []]
+
+
+def test_a_note_of_another_certificate_is_not_trusted(tmp_path) -> None:
+    """The note names its certificate by SHA-256: a certificate copied over the noted one is parsed."""
+    import json
+
+    first = ensure_self_signed(tmp_path / "a", "https://relay.example.org:9443").cert.read_bytes()
+    noted = json.loads((tmp_path / "a" / "tls-cert.json").read_text())
+    assert "relay.example.org" in noted["names"]
+    other = ensure_self_signed(tmp_path / "b", "https://localhost:8443")  # localhost and 127.0.0.1 only
+    for path in (other.cert, other.key):  # copied over the first, its note left in place
+        (tmp_path / "a" / path.name).write_bytes(path.read_bytes())
+    again = ensure_self_signed(tmp_path / "a", "https://relay.example.org:9443")
+    assert again.created and "relay.example.org" in _names(again.cert)
+    assert again.cert.read_bytes() not in (first, other.cert.read_bytes())
+
+
 def test_token_bucket_burst_refill_and_per_client_isolation() -> None:
     now = [0.0]
     bucket = TokenBucket(2.0, 3, clock=lambda: now[0])
