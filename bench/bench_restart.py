@@ -14,7 +14,7 @@ One run:
    ``GET /readyz``, and the first ``POST /v1/kip`` KQL lookup that returns the last
    accepted capsule (and the CPU seconds the relay's processes had used by then, a figure
    the machine's load does not inflate); then the SIGTERM-to-exit time;
-4. times a cold ``akrelay --help`` (a fresh interpreter each time).
+4. times a cold ``akrelay --help`` (a fresh interpreter each time), wall and CPU.
 
 Each ``--python`` is a separate interpreter whose ``akrelay`` is measured in turn on the
 same data directory (e.g. this worktree's venv and one with an older checkout), so a
@@ -191,14 +191,19 @@ def warm_up(python: str, data: Path, capsule: str, title: str, timeout: float, l
     return time.monotonic() - t
 
 
-def cold_help(python: str, runs: int) -> float:
-    """The median wall time of ``akrelay --help`` in a fresh process."""
-    times = []
+def cold_help(python: str, runs: int) -> tuple[float, float]:
+    """The median wall time and CPU time (user + system) of ``akrelay --help`` in a fresh process."""
+    import resource
+
+    times, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run([command_of(python), "--help"], check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def main() -> None:
@@ -232,7 +237,8 @@ def main() -> None:
               f"{statistics.median(f['readyz']):.2f} s, to KQL of the last capsule {statistics.median(f['kql']):.2f} s "
               f"(max {max(f['kql']):.2f} s over {len(f['kql'])}; CPU of the relay's processes until then "
               f"{statistics.median(f['kql_cpu']):.2f} s); SIGTERM to exit {statistics.median(f['stop']):.2f} s; "
-              f"cold --help {helps[python]:.3f} s; load average {os.getloadavg()[0]:.2f}", flush=True)
+              f"cold --help {helps[python][0]:.3f} s wall, {helps[python][1]:.3f} s CPU; "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
     print(f"restart_first_kql: {statistics.median(figures[pythons[0]]['kql']):.2f} s")
 
 
