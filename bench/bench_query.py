@@ -48,8 +48,8 @@ from akrelay.protocol.b64 import b64encode
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.sqlite import SqliteStore
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -209,7 +209,7 @@ def q_shapes(rng: random.Random, corpus: Corpus) -> dict:
 
 
 def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str, float]:
-    relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+    relay = Relay(store, RelayConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
     rng = random.Random(99)
     actors = [s.agent_id for s in corpus.signers]
     checkpoint = store.checkpoint()
@@ -364,7 +364,7 @@ class RedisBeside:
         from akrelay.store.redis import RedisStore
 
         store = RedisStore(self.url, text_index=self.tmp / "lagging-text.db", text_indexer=False)
-        relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+        relay = Relay(store, RelayConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
         for lag in lags:
             while (behind := store.text_index_lag()) > lag:
                 store.index_text(min(5000, behind - lag))

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the options modules are declarations only (each imports akrelay.optionkit), read by the settings
     ("settings", ("akrelay.settings", "akrelay.optionkit", "akrelay.search.options", "akrelay.kip.options",
                   "akrelay.knowql.options", "akrelay.explorer.options", "akrelay.observability.options")),
-    ("service", ("akrelay.service", "akrelay.client", "akrelay.boundedhttp")),
+    ("relay", ("akrelay.relay", "akrelay.client", "akrelay.boundedhttp")),
     ("areas", ("akrelay.search", "akrelay.federation", "akrelay.kip.runtime", "akrelay.kip.meta",
                "akrelay.kip.service", "akrelay.kip.follower", "akrelay.kip.nexus_sqlite",
                "akrelay.kip.config", "akrelay.kip.package", "akrelay.kip.grammar_cache", "=akrelay.kip")),

@@ -22,8 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
 
-from akrelay.backend import Backend, backend_for, service_config
-from akrelay.service.relay import Relay
+from akrelay.backend import Backend, backend_for, relay_config
+from akrelay.relay.core import Relay
 from akrelay.settings import Settings, defaults
 from akrelay.store.base import BackgroundStore
 from akrelay.store.follow import set_max_defer
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the component modules are imported when a node builds one (
 
 __all__ = ["COMPONENTS", "REGISTRY", "Component", "ComponentRegistry", "ComponentSpec", "Assembly", "RelayNode",
            "StoreComponent", "build_components", "check_components", "merge_discovery", "open_relay_for",
-           "service_config"]
+           "relay_config"]
 
 log = logging.getLogger("akrelay.node")
 C = TypeVar("C")

@@ -21,10 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 def seed(data, origin: str, envelopes: list[dict]) -> None:
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import open_relay
 
-    relay = open_relay(data, ServiceConfig(origin=origin))
+    relay = open_relay(data, RelayConfig(origin=origin))
     try:
         for env in envelopes:
             relay.submit(json.dumps(env).encode())

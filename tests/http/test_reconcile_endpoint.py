@@ -19,8 +19,8 @@ from akrelay.app import create_app
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH
 from akrelay.protocol.reconcile import (FINGERPRINT, IDLIST, INFINITY, MAX_MESSAGE, PROTOCOL_VERSION, Reconciler,
                                         SortedItems, encode_varint)
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 
 OCTETS = {"content-type": MEDIA_TYPE}
@@ -31,7 +31,7 @@ def served(items: list[tuple[int, bytes]] = (), **overrides: Any) -> Iterator[Te
     """The app with the sync component over a memory store whose index holds ``items``."""
     store = MemoryStore()
     store.recon.add(items)
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=Clock(1_790_000_000_000), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), clock=Clock(1_790_000_000_000), cursor_secret=b"k" * 32)
     app = create_app(relay, defaults(**({"write_rate": 0.0, "read_rate": 0.0} | overrides)), components=("sync",))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client

@@ -263,7 +263,7 @@ def test_submissions_are_verified_on_the_event_loop_and_only_store_lookups_hop_t
 
     from litestar.testing import AsyncTestClient
 
-    import akrelay.service.relay as relay_module
+    import akrelay.relay.core as relay_module
     from akrelay.store.redis import RedisStore
 
     verified: list[bool] = []  # on an event loop's thread?

@@ -11,15 +11,15 @@ from akrelay.federation.state import FederationState, PeerState
 from akrelay.observability.routes import scrape
 from akrelay.observability.sources import Sources
 from akrelay.observability.status import relay_status
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 from akrelay.settings import defaults
 from akrelay.web import WebComponent
 from tests.knowql.kq_harness import knowql_app
 
 
 def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
-    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    relay = open_relay(tmp_path, RelayConfig(origin="https://localhost:8443"))
     try:
         state = FederationState.open_in(tmp_path)
         peer = PeerState("https://peer.example", checkpoint=5, peer_checkpoint=12, last_error="refused <b>x</b>")
@@ -69,7 +69,7 @@ def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url
     RedisFederationState(client, token=lease.token).put(PeerState("https://peer.example", checkpoint=2,
                                                                   peer_checkpoint=5))
     client.close()
-    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    relay = open_relay(tmp_path, RelayConfig(origin="https://localhost:8443"))
     try:
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
         backend = backend_for(defaults(data=str(tmp_path), store=redis_url))

@@ -354,7 +354,7 @@ def test_the_background_indexer_catches_up(redis_url, tmp_path, corpus_3k):
 
 
 def test_serve_over_redis_uses_the_text_index(redis_url, tmp_path):
-    from akrelay.service.relay import open_shared_relay
+    from akrelay.relay.core import open_shared_relay
 
     relay = open_shared_relay(redis_url, data_dir=tmp_path, accept_weak_durability=True)
     try:
@@ -457,13 +457,13 @@ def test_q_cursor_pages_stay_complete_while_the_index_moves_and_the_log_grows(re
     """One ``q`` enumeration paged by cursor through the relay, with the index catching up and records committed
     between pages (so its position crosses the page boundary and then the checkpoint): exactly the records at or
     below the first page's checkpoint, each once, in ``seq`` order, as the memory backend pages them."""
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import Relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import Relay
 
     first, later = corpus_3k[:1500], corpus_3k[1500:]
     store, memory = _load(redis_url, tmp_path, first, index_upto=200)
-    relay = Relay(store, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
-    oracle = Relay(memory, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+    oracle = Relay(memory, RelayConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
 
     def pages(r: Relay, request: list[tuple[str, str]], between: Any = None) -> list[int]:
         seqs: list[int] = []

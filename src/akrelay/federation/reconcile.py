@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.federation.peers import Peer
     from akrelay.federation.state import PeerState
     from akrelay.federation.transport import PeerTransport
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.federation.reconcile")
 

@@ -59,7 +59,7 @@ def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str
 
     ``shared`` (nodes over one store): no key in one node's data directory, only ``--log-key``."""
 
-    from akrelay.service.transparency import KEY_NAME, load_or_create_key, log_name
+    from akrelay.relay.transparency import KEY_NAME, load_or_create_key, log_name
 
     key_file = getattr(settings, "log_key", None)
     if not key_file and not shared and getattr(relay, "data_dir", None) is not None:

@@ -3,7 +3,7 @@
 One pass per peer reads the peer's discovery document, then enumerates its
 ``query`` endpoint from the persisted checkpoint (``after_seq``) to the end,
 following cursors. Each envelope is submitted to the local
-:class:`~akrelay.service.relay.Relay` with ``source="sync"``, the same pipeline
+:class:`~akrelay.relay.core.Relay` with ``source="sync"``, the same pipeline
 as ``POST /events``, so verification and admission happen in exactly one place
 and the peer's ``seq`` and ``accepted_at`` are never copied. The checkpoint is
 persisted only after the last page was processed (Knowledge §9.3.2).

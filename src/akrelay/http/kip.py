@@ -34,7 +34,7 @@ from akrelay.protocol.ijson import parse_strict
 if TYPE_CHECKING:  # annotations only
     from akrelay.kip.follower import KipFollower
     from akrelay.kip.runtime import KipRuntime
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 KIP_PATH = "/v1/kip"

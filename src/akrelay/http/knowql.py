@@ -38,7 +38,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings, SettingsError
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 JSON = "application/json"
 SSE = "text/event-stream"

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) load
     from akrelay.federation.leadership import Leadership
     from akrelay.federation.runner import BackgroundSync
     from akrelay.federation.sync import PassResult
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 

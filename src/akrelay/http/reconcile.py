@@ -22,7 +22,7 @@ __all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 

@@ -21,7 +21,7 @@ from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 

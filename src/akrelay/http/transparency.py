@@ -2,8 +2,8 @@
 
 ``GET /v1/knowledge/checkpoint`` (C2SP signed note, ``text/plain``), ``/log``,
 ``/proof/inclusion`` and ``/proof/consistency`` (JSON); discovery gains ``log``.
-Thin handlers over :class:`akrelay.service.transparency.TransparencyLog`; each
-worker runs a one-second signer (:class:`~akrelay.service.transparency.Ticker`),
+Thin handlers over :class:`akrelay.relay.transparency.TransparencyLog`; each
+worker runs a one-second signer (:class:`~akrelay.relay.transparency.Ticker`),
 and the store's compare-and-set keeps their checkpoints one consistent chain.
 
 The key is ``--log-key FILE`` or, for an embedded store, ``log-key.pem`` made in
@@ -24,7 +24,7 @@ from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.protocol.errors import ProtocolError
-from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
+from akrelay.relay.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
 
 #: C2SP tlog-witness ``add-checkpoint`` (submission prefix ``/v1/knowledge/witness``).
 ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
@@ -32,7 +32,7 @@ ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.state import StateStore
     from akrelay.federation.witness import WitnessState
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.transparency")
