@@ -318,13 +318,13 @@ class RedisBeside:
 
             self.server = RedisServer(self.tmp / "redis").start()
             self.url = self.server.url
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         self.client = redis.Redis.from_url(self.url)
         self.client.flushdb()
         self.used0 = int(self.client.info("memory")["used_memory"])
         self.aof0 = self.aof_bytes()
-        # q candidates come from a node-local trigram file, as on a relay node (``store.redis_text``)
+        # q candidates come from a node-local trigram file, as on a relay node (``store.redis.text``)
         self.store = RedisStore(self.url, text_index=self.tmp / "redis-text.db", text_indexer=False)
         return self
 
@@ -361,7 +361,7 @@ class RedisBeside:
         Records past the index's position are scanned in Redis (exact, never skipped), so
         a page that must see the whole tail (rare pairs) costs in proportion to the lag.
         """
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         store = RedisStore(self.url, text_index=self.tmp / "lagging-text.db", text_indexer=False)
         relay = Relay(store, RelayConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")

@@ -49,7 +49,7 @@ class Opener:
 
             path = self.tmp_path / ("relay.sqlite3" if same else f"fresh-{next(self._fresh)}.sqlite3")
             return SqliteStore(path)
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         assert self.redis_url is not None
         return RedisStore(self.redis_url) if same else RedisStore(self.redis_url,

@@ -235,7 +235,7 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_no_import_cycles_even_through_type_checking_imports() -> None:
-    """``store.redis`` and ``store.redis_text``, ``kip.meta`` and ``kip.runtime`` were one such pair each:
+    """``store.redis`` and ``store.redis.text``, ``kip.meta`` and ``kip.runtime`` were one such pair each:
     the lower module names what it needs as a Protocol instead of importing its caller."""
     names = {name for name, _ in sources()}
     graph = {name: {t for t, _ in imports(path) if t in names and t != name} for name, path in sources()}

@@ -145,7 +145,7 @@ class RedisBackend(Backend):
     label = "Redis"
 
     def __init__(self, settings: Settings) -> None:
-        from akrelay.store.redis_client import connect
+        from akrelay.store.redis.client import connect
 
         super().__init__(settings)
         self.url: str = settings.store
@@ -153,7 +153,7 @@ class RedisBackend(Backend):
         self.client: redis.Redis = connect(self.url)  # no connection until the first command
 
     def prefix(self, area: str) -> str:
-        from akrelay.store.redis_client import shared_prefix
+        from akrelay.store.redis.client import shared_prefix
 
         return shared_prefix(self.namespace, area)
 
@@ -170,7 +170,7 @@ class RedisBackend(Backend):
     def bind(self, relay: Relay) -> None:
         """Also count the log's round trips and outages into ``/metrics`` (the store cannot import them)."""
         from akrelay.observability.metrics import StoreObserver
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         super().bind(relay)
         if isinstance(relay.store, RedisStore) and not isinstance(relay.store.observer, StoreObserver):
@@ -184,7 +184,7 @@ class RedisBackend(Backend):
     def leadership(self, ttl: float = LEASE_TTL) -> Leadership:
         from akrelay.federation.redis_state import RedisFederationState
         from akrelay.leader import RedisLease
-        from akrelay.store.redis_client import describe
+        from akrelay.store.redis.client import describe
 
         prefix = self.prefix("sync")
         return Leadership(RedisLease(self.client, prefix, ttl=ttl), f"the deployment on {describe(self.url)}",

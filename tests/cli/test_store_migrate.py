@@ -7,7 +7,7 @@ import json
 from akrelay.cli import main
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import CURSOR_SECRET_KEY, open_relay, open_shared_relay
-from akrelay.store.redis import RedisStore
+from akrelay.store.redis.store import RedisStore
 from store_contract import corpus
 
 

@@ -226,7 +226,7 @@ def new_state(request, tmp_path):
     else:
         from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
         from akrelay.leader import RedisLease
-        from akrelay.store.redis_client import connect
+        from akrelay.store.redis.client import connect
 
         client = connect(request.getfixturevalue("redis_url"))
         leases: dict[str, RedisLease] = {}

@@ -135,5 +135,5 @@ def test_a_worker_without_peers_llm_or_redis_loads_none_of_their_clients(tmp_pat
     modules = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"akrelay.http.kip", "akrelay.http.knowql", "akrelay.web"} <= modules  # every component is built
     unused = {"httpx", "redis", "akrelay.federation.runner", "akrelay.federation.sync", "akrelay.knowql.llm",
-              "akrelay.knowql.redis_store", "akrelay.store.redis"}
+              "akrelay.knowql.redis_store", "akrelay.store.redis.store"}
     assert sorted(unused & modules) == []

@@ -18,7 +18,7 @@ from akrelay.app import create_app
 from akrelay.node import open_relay_for
 from akrelay.protocol.signer import Signer, assess_event, publish_event
 from akrelay.settings import defaults
-from akrelay.store.redis import WeakDurability
+from akrelay.store.redis.store import WeakDurability
 from redis_server import RedisServer
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -264,7 +264,7 @@ def test_submissions_are_verified_on_the_event_loop_and_only_store_lookups_hop_t
     from litestar.testing import AsyncTestClient
 
     import akrelay.relay.core as relay_module
-    from akrelay.store.redis import RedisStore
+    from akrelay.store.redis.store import RedisStore
 
     verified: list[bool] = []  # on an event loop's thread?
     looked_up: list[bool] = []

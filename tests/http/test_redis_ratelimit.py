@@ -18,7 +18,7 @@ from akrelay.store.memory import MemoryStore
 from akrelay.backend import backend_for
 from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, limiter_client
 from akrelay.settings import defaults
-from akrelay.store.redis_client import connect
+from akrelay.store.redis.client import connect
 from redis_server import RedisServer
 
 from relay_harness import NOW, ORIGIN, Clock, Harness, error_of

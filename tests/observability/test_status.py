@@ -61,7 +61,7 @@ def test_explorer_pages_share_the_read_rate_limit(tmp_path: Path) -> None:
 def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url: str) -> None:
     from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
     from akrelay.leader import RedisLease
-    from akrelay.store.redis_client import connect
+    from akrelay.store.redis.client import connect
 
     client = connect(redis_url)
     lease = RedisLease(client, KEY_PREFIX)

@@ -7,7 +7,7 @@ from akrelay.observability.routes import scrape
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.settings import defaults
-from akrelay.store.redis import RedisStore
+from akrelay.store.redis.store import RedisStore
 from litestar.testing import TestClient
 from redis_server import RedisServer
 from tests.http.relay_harness import NOW, ORIGIN, Clock, Harness

@@ -16,8 +16,8 @@ from akrelay.protocol.signer import Signer, publish_event
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.settings import defaults
-from akrelay.store.redis import RedisStore
-from akrelay.store.redis_text import TEXT_INDEX_FILE
+from akrelay.store.redis.store import RedisStore
+from akrelay.store.redis.text import TEXT_INDEX_FILE
 from akrelay.store.sqlite import SqliteStore
 from store_contract import BASE_TIME, LICENSE, envelope_from_signed
 from tests.observability.test_metrics import value

@@ -73,7 +73,7 @@ def test_an_existing_data_directory_is_back_filled(tmp_path: Path) -> None:
 class TestRedisRecon(ReconContract):
     @pytest.fixture
     def new_store(self, redis_url):
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         namespaces = itertools.count()
         opened: list = []
@@ -99,7 +99,7 @@ class TestRedisRecon(ReconContract):
 
 def test_a_redis_deployment_written_before_the_index_is_back_filled(redis_url) -> None:
     """``rc:*`` absent (a deployment from before issue 26): the first read indexes every fetchable record."""
-    from akrelay.store.redis import RedisStore
+    from akrelay.store.redis.store import RedisStore
 
     store = RedisStore(redis_url, namespace="recon-backfill")
     try:

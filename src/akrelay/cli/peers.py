@@ -87,7 +87,7 @@ def _redis_state(args: argparse.Namespace) -> object | None:
     if not store or store == "sqlite":
         return None
     from akrelay.federation.redis_state import RedisFederationState
-    from akrelay.store.redis_client import shared_prefix
+    from akrelay.store.redis.client import shared_prefix
 
     namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
     return RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))

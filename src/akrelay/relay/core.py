@@ -508,15 +508,15 @@ def open_shared_relay(
     """Open the relay over the acceptance log shared in Redis at ``url`` (several nodes, one log).
 
     Refuses a Redis whose live persistence settings could lose an acknowledged
-    acceptance (:func:`akrelay.store.redis.check_durability`) unless
+    acceptance (:func:`akrelay.store.redis.store.check_durability`) unless
     ``accept_weak_durability``. The cursor secret lives in the shared log's
     metadata, so a cursor issued by one node is accepted by every node.
     ``data_dir`` holds this node's derived state only (search index, KIP nexus, and the
-    trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis_text`).
+    trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis.text`).
     ``client``: the node's shared Redis client (``akrelay.backend.RedisBackend``), else a new one.
     """
-    from akrelay.store.redis import RedisStore, check_durability
-    from akrelay.store.redis_text import TEXT_INDEX_FILE
+    from akrelay.store.redis.store import RedisStore, check_durability
+    from akrelay.store.redis.text import TEXT_INDEX_FILE
 
     text_index = None if data_dir is None else Path(data_dir) / TEXT_INDEX_FILE
     store = RedisStore(url, namespace=namespace, text_index=text_index, client=client)

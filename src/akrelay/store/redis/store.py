@@ -26,7 +26,7 @@ Why it is shaped this way (docs/architecture.md, "The Redis store", has the key 
   can share a database; a format-version key is checked on open, and a log written
   by a newer akrelay is refused (as :mod:`akrelay.store.schema` does for SQLite).
 * **Outages are 503s.** Every call goes through :meth:`RedisStore._call`, which asks
-  :func:`akrelay.store.redis_client.outage_kind`: a Redis that is down, loading its
+  :func:`akrelay.store.redis.client.outage_kind`: a Redis that is down, loading its
   AOF, out of memory, unable to persist or a read-only replica raises
   :class:`StoreUnavailable`, never a redis-py exception. Only "down" puts calls on hold:
   a Redis that refuses writes still answers reads.
@@ -50,14 +50,14 @@ from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import (LogEntry, Queryable, QueryParams, Record, StoreRefused, StoreUnavailable, event_hash_bytes,
                                 indexed_facts)
 from akrelay.store.tlog import append_entries, leaf_of
-from akrelay.store import redis_client
-from akrelay.store.redis_client import RETRY_AFTER, connect, describe
-from akrelay.store.redis_text import TextIndex, fts_query, indexable
+from akrelay.store.redis import client as redis_client
+from akrelay.store.redis.client import RETRY_AFTER, connect, describe
+from akrelay.store.redis.text import TextIndex, fts_query, indexable
 from akrelay.store.sqlite_planner import COUNT_CAP
 from akrelay.store.text_indexer import TextIndexer
 from akrelay.store.schema import SchemaVersionError
 
-log = logging.getLogger("akrelay.store.redis")
+log = logging.getLogger("akrelay.store.redis.store")
 
 T = TypeVar("T")
 
@@ -518,7 +518,7 @@ class RedisStore(Queryable):
 
     def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None,
                  text_index: str | os.PathLike[str] | None = None, text_indexer: bool = True) -> None:
-        """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis_text`), kept caught
+        """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis.text`), kept caught
         up by a background thread from :meth:`start` on unless ``text_indexer`` is false; without it ``q`` is
         verified by scanning. ``client``: a client shared with the rest of the node (the backend's); the
         store still closes it on :meth:`close`, which comes last. Nothing starts here."""
@@ -544,7 +544,7 @@ class RedisStore(Queryable):
         }
         self.text_index: TextIndex | None = None
         self._indexer: TextIndexer | None = None
-        from akrelay.store.redis_recon import RedisReconIndex
+        from akrelay.store.redis.recon import RedisReconIndex
 
         #: the reconciliation index (issue 26), a follower in the commit path like the Merkle log
         self.recon = RedisReconIndex(self, self._client, self._call)

@@ -32,7 +32,7 @@ log = logging.getLogger("akrelay.store")
 
 
 class LogReader(Protocol):
-    """What the index reads of its :class:`~akrelay.store.redis.RedisStore` (named here, not imported: no cycle)."""
+    """What the index reads of its :class:`~akrelay.store.redis.store.RedisStore` (named here, not imported: no cycle)."""
 
     prefix: str
 
