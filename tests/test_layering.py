@@ -37,13 +37,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # counters the HTTP layer increments (prometheus-client only)
     ("metrics", ("akrelay.observability.metrics", "akrelay.observability.requests")),
     ("http", ("akrelay.http", "akrelay.tls")),
+    # the node's components, one module each: what start() opens and stop() closes, and the routes they mount
+    ("components", ("akrelay.components",)),
     # where the state is kept (SQLite or Redis): opens the log, turn store, federation state, rate buckets
     ("backend", ("akrelay.backend",)),
     # pages and documents over the components: the explorer, /metrics, /openapi.json
     ("web", ("akrelay.explorer", "akrelay.observability", "akrelay.openapi", "akrelay.web")),
     # the app that mounts every component's routes and pages: nothing it mounts may import it
     ("app", ("akrelay.http.app",)),
-    ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (in akrelay.http)
+    ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (akrelay.components)
     ("server", ("akrelay.server", "akrelay.app", "akrelay.followers")),
     ("cli", ("akrelay.cli", "akrelay.__main__")),
 ]

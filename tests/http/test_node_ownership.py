@@ -21,7 +21,7 @@ from litestar.testing import TestClient
 from akrelay.app import create_app
 from akrelay.backend import BACKENDS, RedisBackend, SqliteBackend, backend_for
 from akrelay.http.lifecycle import NotRunning
-from akrelay.http.search import SearchComponent
+from akrelay.components.search import SearchComponent
 from akrelay.node import REGISTRY, ComponentSpec, RelayNode
 from akrelay.settings import defaults
 

@@ -1,14 +1,9 @@
-"""``POST /v1/kip``: the read-only KIP 2.0 runtime as a component of the relay node.
+"""The read-only KIP 2.0 runtime as a component of the relay node.
 
-Thin: parse the JSON body as strict I-JSON (the protocol core's parser, as
-every other endpoint), hand it to :class:`akrelay.kip.runtime.KipRuntime`,
-return its response envelope. Envelope-level failures are HTTP 400 with a
-``status: "failed"`` envelope carrying the §86 error; operation failures are
-HTTP 200 with each failed result carrying its own error. Execution runs in a
-worker thread so that a long catch-up, search or a query spending its CPU
-budget (``--kip-budget-ms``) never stalls the event loop or other routes.
-Everything a request reads from the installed package (request schema,
-grammars, schema packages) is loaded when the route is created.
+:class:`Gateway` opens the runtime and its importer and answers a request body;
+:class:`KipComponent` starts and stops it and mounts ``POST /v1/kip``
+(:mod:`akrelay.http.kip`). Everything a request reads from the installed package
+(request schema, grammars, schema packages) is loaded when the gateway is created.
 """
 
 from __future__ import annotations
@@ -16,17 +11,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-import anyio
-import anyio.to_thread
-import msgspec
-from litestar import Request, Response, post
-
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.runtime import load_environment, preload
 from akrelay.kip.service import open_runtime, reindex
+from akrelay.http import kip as kip_http
+from akrelay.http.kip import JSON, KIP_PATH
 from akrelay.http.lifecycle import NotRunning
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
@@ -36,13 +28,6 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.kip.runtime import KipRuntime
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
-
-KIP_PATH = "/v1/kip"
-JSON = "application/json"
-#: Worker threads KIP requests may hold at once. The runtime runs one request at a
-#: time, so more threads would only wait on its lock while taking the shared
-#: thread pool (40) from search; further KIP requests wait in the event loop.
-KIP_THREADS = 4
 
 
 class Gateway:
@@ -177,17 +162,7 @@ class KipComponent:
         return reindex(self.relay.store, self.gateway.data_dir, origin=self.relay.config.origin)
 
     def routes(self) -> list[Any]:
-        gateway = self.gateway
-        limiter = anyio.CapacityLimiter(KIP_THREADS)
-
-        @post(KIP_PATH, status_code=200)
-        async def kip(request: Request) -> Response[bytes]:
-            body = await request.body()
-            status, envelope = await anyio.to_thread.run_sync(gateway.handle, body,
-                                                              request.headers.get("content-type"), limiter=limiter)
-            return Response(content=msgspec.json.encode(envelope), status_code=status, media_type=JSON)
-
-        return [kip]
+        return kip_http.routes(self.gateway.handle)
 
     def discovery(self) -> dict[str, Any]:
         """The extension member advertising the KIP endpoint (clients ignore unknown members)."""

@@ -1,10 +1,8 @@
-"""The Merkle log's endpoints and signer as a component of the relay node (issue 23).
+"""The Merkle log and its signer as a component of the relay node (issue 23).
 
-``GET /v1/knowledge/checkpoint`` (C2SP signed note, ``text/plain``), ``/log``,
-``/proof/inclusion`` and ``/proof/consistency`` (JSON); discovery gains ``log``.
-Thin handlers over :class:`akrelay.relay.transparency.TransparencyLog`; each
-worker runs a one-second signer (:class:`~akrelay.relay.transparency.Ticker`),
-and the store's compare-and-set keeps their checkpoints one consistent chain.
+The log's routes are :mod:`akrelay.http.transparency`; discovery gains ``log``. Each
+worker runs a one-second signer (:class:`~akrelay.relay.transparency.Ticker`), and the
+store's compare-and-set keeps their checkpoints one consistent chain.
 
 The key is ``--log-key FILE`` or, for an embedded store, ``log-key.pem`` made in
 the data directory at first start. Nodes of a Redis deployment must share one
@@ -17,17 +15,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import msgspec
-import anyio
-from litestar import Request, get, post
-from litestar.response.base import ASGIResponse
-
-from akrelay.http.errors import JSON
+from akrelay.http import transparency as log_http
 from akrelay.protocol.errors import ProtocolError
-from akrelay.relay.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
-
-#: C2SP tlog-witness ``add-checkpoint`` (submission prefix ``/v1/knowledge/witness``).
-ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
+from akrelay.relay.transparency import KEY_NAME, Ticker, TransparencyLog, load_or_create_key
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.state import StateStore
@@ -36,7 +26,6 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.transparency")
-TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 
 def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> TransparencyLog | None:
@@ -93,55 +82,14 @@ class LogComponent:
         return self.tlog.discovery(self.relay.config.origin) if self.tlog is not None else {}
 
     def routes(self) -> list[Any]:
-        tlog = self.tlog
-        if tlog is None:
+        if self.tlog is None:
             return []
-        offload = bool(getattr(self.relay.store, "blocking_io", False))
+        return log_http.routes(self.tlog, offload=bool(getattr(self.relay.store, "blocking_io", False)),
+                               cosigned=self.cosigned, add_checkpoint=self.add_checkpoint)
 
-        def params(request: Request) -> dict[str, str]:
-            from akrelay.http.querystring import query_pairs
-
-            return dict(query_pairs(request.scope["query_string"]))
-
-        def answer(body: dict[str, Any]) -> ASGIResponse:
-            return ASGIResponse(body=msgspec.json.encode(body), status_code=200, media_type=JSON)
-
-        @get("/v1/knowledge/checkpoint", sync_to_thread=offload)
-        def checkpoint() -> ASGIResponse:
-            return ASGIResponse(body=tlog.checkpoint_text().encode(), status_code=200, media_type=TEXT,
-                                headers={"cache-control": "no-cache"})
-
-        @get("/v1/knowledge/log", sync_to_thread=offload)
-        def entries(request: Request) -> ASGIResponse:
-            return answer(tlog.entries(params(request)))
-
-        @get("/v1/knowledge/proof/inclusion", sync_to_thread=offload)
-        def inclusion(request: Request) -> ASGIResponse:
-            return answer(tlog.inclusion(params(request)))
-
-        @get("/v1/knowledge/proof/consistency", sync_to_thread=offload)
-        def consistency(request: Request) -> ASGIResponse:
-            return answer(tlog.consistency(params(request)))
-
-        settings = self.settings
-
-        @get(WITNESS_PATH, sync_to_thread=True)
-        def witnessed(request: Request) -> ASGIResponse:
-            """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
-            wanted = params(request).get("origin", "")
-            text = cosigned_checkpoint(settings, wanted, self.federation_state, self.witness_state)
-            if text is None:
-                raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
-            return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
-
-        @post(ADD_CHECKPOINT_PATH, status_code=200, opt={"rate": "write"})
-        async def add_checkpoint(request: Request) -> ASGIResponse:
-            """C2SP tlog-witness: cosign a known log's checkpoint that is consistent with the last we cosigned."""
-            body = await request.body()  # bounded by the body reader (max_envelope_bytes) and again by the parser
-            lines = await anyio.to_thread.run_sync(self.add_checkpoint, body)
-            return ASGIResponse(body=lines.encode(), status_code=200, media_type=TEXT)
-
-        return [checkpoint, entries, inclusion, consistency, witnessed, add_checkpoint]
+    def cosigned(self, name: str) -> str | None:
+        """The cosigned checkpoint of the peer whose log origin is ``name`` (``None``: none)."""
+        return cosigned_checkpoint(self.settings, name, self.federation_state, self.witness_state)
 
     def add_checkpoint(self, body: bytes) -> str:
         from akrelay.federation.peers import PeerConfigError, load_peers

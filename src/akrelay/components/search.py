@@ -1,8 +1,7 @@
-"""``POST /v1/knowledge/search`` (Agent Knowledge §9.5) and its discovery members.
+"""Ranked search as a component of the relay node: the index, its indexer and its discovery members.
 
-Thin: the body goes to :class:`akrelay.search.SearchService`, which parses it
-strictly and returns a page; errors leave through the common error mapping.
-:class:`SearchComponent` is the search part of a :class:`akrelay.node.RelayNode`.
+:class:`SearchComponent` is the search part of a :class:`akrelay.node.RelayNode`; its route,
+``POST /v1/knowledge/search``, is :mod:`akrelay.http.search`.
 """
 
 from __future__ import annotations
@@ -11,11 +10,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
-from litestar import Request, post
-from litestar.response.base import ASGIResponse
-
-from akrelay.http.errors import JSON
+from akrelay.http import search as search_http
 from akrelay.http.lifecycle import NotRunning
 from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
@@ -90,16 +85,7 @@ class SearchComponent:
         return reindex(self.relay, data_dir)
 
     def routes(self) -> list[Any]:
-        @post(self.relay.config.search_path, status_code=200)
-        async def search(request: Request) -> ASGIResponse:
-            from akrelay.http.ingest import check_content_type
-
-            check_content_type(request.headers.get("content-type"))
-            body = await request.body()
-            page = await anyio.to_thread.run_sync(self.service.search, body)
-            return ASGIResponse(body=page.to_json(), status_code=200, media_type=JSON)
-
-        return [search]
+        return search_http.routes(self.relay.config.search_path, lambda: self.service)
 
     def discovery(self) -> dict[str, Any]:
         """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""

@@ -1,4 +1,4 @@
-"""Federation as a component of the relay node: peer hints in discovery and the sync loop.
+"""Federation as a component of the relay node: peer hints in discovery, the push stream, reconciliation and the sync loop.
 
 Discovery gains the configured peer origins as hints (§9.2), and each worker
 offers to run the sync loop, of which exactly one per data directory leads
