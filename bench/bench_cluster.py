@@ -87,7 +87,7 @@ def role_cpu_seconds(pgid: int) -> dict[str, float]:
                 cmdline = fh.read()
         except OSError:
             continue
-        role = "launcher" if pid == pgid else "followers" if b"akrelay.followers" in cmdline else "workers"
+        role = "launcher" if pid == pgid else "followers" if b"akrelay.process.followers" in cmdline else "workers"
         out[role] += seconds
     return out
 

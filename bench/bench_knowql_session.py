@@ -21,7 +21,7 @@ from pathlib import Path
 
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, publish_event
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import open_relay

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from litestar.testing import TestClient  # noqa: E402
 
-from akrelay.app import create_app  # noqa: E402
+from akrelay.process.worker import create_app  # noqa: E402
 from akrelay.protocol.signer import Signer, assess_event, publish_event  # noqa: E402
 from akrelay.relay.config import RelayConfig  # noqa: E402
 from akrelay.relay.core import Relay  # noqa: E402

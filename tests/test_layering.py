@@ -46,7 +46,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the app that mounts every component's routes and pages: nothing it mounts may import it
     ("app", ("akrelay.http.app",)),
     ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (akrelay.components)
-    ("server", ("akrelay.server", "akrelay.app", "akrelay.followers")),
+    # the processes of `akrelay serve`: the launcher, the worker's app factory, the followers' process
+    ("process", ("akrelay.process",)),
     ("cli", ("akrelay.cli", "akrelay.__main__")),
 ]
 
@@ -313,10 +314,11 @@ def test_relative_and_lazy_imports_are_resolved(tmp_path: Path) -> None:
 
 def test_type_checking_imports_count_for_layers_but_not_for_cycles(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from akrelay.server import x\n",
+    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                     "    from akrelay.process.launcher import x\n",
                      encoding="utf-8")
-    assert ("akrelay.server", 3) in imports(probe, name="akrelay.protocol.probe")
-    assert ("akrelay.server", 3) not in imports(probe, name="akrelay.protocol.probe", runtime_only=True)
+    assert ("akrelay.process.launcher", 3) in imports(probe, name="akrelay.protocol.probe")
+    assert ("akrelay.process.launcher", 3) not in imports(probe, name="akrelay.protocol.probe", runtime_only=True)
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

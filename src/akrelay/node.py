@@ -74,7 +74,7 @@ class StoreComponent:
 
     Always part of a node (it is not one of :data:`COMPONENTS`): opening a store starts
     nothing, so schema creation and the CLI run no thread. ``background=False``: the
-    store's work runs in other processes (:mod:`akrelay.followers` leaves it to the workers).
+    store's work runs in other processes (:mod:`akrelay.process.followers` leaves it to the workers).
     """
 
     name = "store"
@@ -282,7 +282,7 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     """The components called ``names``, built in registry order; an unknown name is an error.
 
     ``follow=False``: the search index and the KIP nexus are kept current by another
-    process (:mod:`akrelay.followers`); these components only read them.
+    process (:mod:`akrelay.process.followers`); these components only read them.
     """
     set_max_defer(settings.follow_max_defer)  # before any follower is built (the followers' process, --followers thread)
     assembly = Assembly(relay, settings, backend if backend is not None else backend_for(settings), follow)

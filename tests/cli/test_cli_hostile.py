@@ -392,7 +392,7 @@ def test_the_client_refuses_an_alias_with_the_asked_and_the_claimed_origin() -> 
 
 
 def test_serve_prints_the_origin_to_use_not_the_listen_address_as_a_url() -> None:
-    from akrelay.server import banner
+    from akrelay.process.launcher import banner
     from akrelay.settings import load_settings
 
     line = banner(load_settings({"data": "/tmp/d", "host": "127.0.0.1", "port": 8443}, {}))

@@ -39,7 +39,7 @@ def _peers(tmp_path: Path, *origins: str) -> Path:
 
 
 def test_serve_records_the_origin_it_serves(tmp_path) -> None:
-    from akrelay.server import prepare
+    from akrelay.process.launcher import prepare
     from akrelay.settings import recorded_origin
 
     prepare(defaults(data=str(tmp_path / "d"), origin="https://relay.example.org"), out=open("/dev/null", "w"))

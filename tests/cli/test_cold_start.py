@@ -18,7 +18,7 @@ import pytest
 HEAVY = ("tantivy", "lark", "jsonschema", "litestar", "granian", "httpx", "redis", "cryptography", "nacl",
          "msgspec", "sqlite3", "anyio", "akrelay.store", "akrelay.relay", "akrelay.node", "akrelay.http",
          "akrelay.kip.nexus", "akrelay.kip.runtime", "akrelay.kip.kql", "akrelay.knowql.service",
-         "akrelay.search.service", "akrelay.explorer.routes", "akrelay.federation", "akrelay.server",
+         "akrelay.search.service", "akrelay.explorer.routes", "akrelay.federation", "akrelay.process.launcher",
          "akrelay.protocol.envelope", "akrelay.protocol.signer")
 
 PROBE = """

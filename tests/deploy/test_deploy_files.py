@@ -19,7 +19,7 @@ import pytest
 from redis_server import require_redis_server
 
 from akrelay.cli import build_parser
-from akrelay.server import check_origin
+from akrelay.process.launcher import check_origin
 from akrelay.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

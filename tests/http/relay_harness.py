@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.settings import defaults

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.node import COMPONENTS, Component, RelayNode, build_components
 from akrelay.settings import OPTIONS, defaults
 

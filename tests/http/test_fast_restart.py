@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from akrelay.followers import FollowerProcess, derived_state_exists
-from akrelay.server import start_followers
+from akrelay.process.followers import FollowerProcess, derived_state_exists
+from akrelay.process.launcher import start_followers
 from akrelay.settings import defaults
 
 #: A follower that says ready (on the launcher's pipe) once ``GATE`` exists, then idles.
@@ -91,7 +91,7 @@ def test_readyz_waits_for_the_kip_runtime_that_opens_after_start(tmp_path: Path,
     from litestar.testing import TestClient
 
     import akrelay.components.kip as kip_component
-    from akrelay.app import create_app
+    from akrelay.process.worker import create_app
 
     gate = threading.Event()
     real = kip_component.open_runtime
@@ -115,7 +115,7 @@ def test_readyz_waits_for_the_kip_runtime_that_opens_after_start(tmp_path: Path,
 
 WORKER_PROBE = """
 import json, sys
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.node import RelayNode
 from akrelay.settings import defaults
 node = RelayNode.open(defaults(data=sys.argv[1]), follow=False)

@@ -1,4 +1,4 @@
-"""The log followers' own process under ``akrelay serve`` (``akrelay.followers``).
+"""The log followers' own process under ``akrelay serve`` (``akrelay.process.followers``).
 
 Checked: the search indexer and the KIP importer run in one low-priority process
 that holds both leader locks (the workers only read); what is accepted becomes
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from akrelay.followers import NICE, FollowerProcess
+from akrelay.process.followers import NICE, FollowerProcess
 from akrelay.kip.service import IMPORTER_LOCK
 
 from relay_harness import fixture_bytes, hash_of, start_relay
@@ -181,13 +181,13 @@ def test_the_handle_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None
 
 
 class _Opened(Exception):
-    """Ends :func:`akrelay.followers.main` right after it opened its node."""
+    """Ends :func:`akrelay.process.followers.main` right after it opened its node."""
 
 
 def test_the_followers_process_leaves_the_store_s_background_threads_to_the_workers(tmp_path: Path,
                                                                                      monkeypatch) -> None:  # noqa: ANN001
     """At idle priority, a trigram indexer holding the store's write lock would stall the workers waiting for it."""
-    from akrelay import followers
+    from akrelay.process import followers
     from akrelay.node import RelayNode
     from akrelay.settings import RESOLVED_ENV, defaults
 

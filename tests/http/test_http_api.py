@@ -54,7 +54,7 @@ def test_discovery_for_another_origin_is_not_valid_here() -> None:
 
 
 def test_an_extra_component_plugs_in_routes_and_discovery() -> None:
-    from akrelay.app import create_app
+    from akrelay.process.worker import create_app
     from litestar.testing import TestClient
 
     class Extra:

@@ -18,7 +18,7 @@ import pytest
 from litestar import get
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.backend import BACKENDS, RedisBackend, SqliteBackend, backend_for
 from akrelay.http.lifecycle import NotRunning
 from akrelay.components.search import SearchComponent

@@ -15,7 +15,7 @@ import pytest
 from litestar.testing import TestClient
 from relay_harness import ORIGIN, Clock, defaults, error_of
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH
 from akrelay.protocol.reconcile import (FINGERPRINT, IDLIST, INFINITY, MAX_MESSAGE, PROTOCOL_VERSION, Reconciler,
                                         SortedItems, encode_varint)

@@ -18,7 +18,7 @@ import redis
 import redis.exceptions
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.settings import defaults
 from akrelay.store.redis.client import DOWN, REFUSING, is_outage, outage_kind, outage_reason, unavailable
 from akrelay.store.base import StoreUnavailable

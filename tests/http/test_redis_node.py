@@ -14,7 +14,7 @@ import time
 import pytest
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.node import open_relay_for
 from akrelay.protocol.signer import Signer, assess_event, publish_event
 from akrelay.settings import defaults

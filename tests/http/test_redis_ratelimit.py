@@ -10,7 +10,7 @@ from typing import Iterator
 import redis
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore

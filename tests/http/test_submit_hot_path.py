@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, publish_event
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay

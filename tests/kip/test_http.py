@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay, open_relay
 from akrelay.settings import defaults

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.settings import defaults

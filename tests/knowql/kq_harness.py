@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 from litestar.testing import TestClient
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay, open_relay

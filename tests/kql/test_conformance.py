@@ -665,7 +665,7 @@ def test_KIP2_RT_001_utf8_round_trip(log: Log) -> None:
 def test_KIP2_RT_002_invalid_utf8_rejected(log: Log) -> None:
     from litestar.testing import TestClient
 
-    from akrelay.app import create_app
+    from akrelay.process.worker import create_app
     from akrelay.relay.config import RelayConfig
     from akrelay.relay.core import Relay
     from akrelay.settings import defaults

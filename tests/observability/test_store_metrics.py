@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.observability.routes import scrape
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay

@@ -17,7 +17,7 @@ import rfc9162_naive as naive
 from litestar.testing import TestClient
 from relay_harness import ORIGIN, error_of, fixture_bytes
 
-from akrelay.app import create_app
+from akrelay.process.worker import create_app
 from akrelay.protocol.note import open_checkpoint, parse_vkey
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay

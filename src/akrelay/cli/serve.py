@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from akrelay.server import serve
+    from akrelay.process.launcher import serve
 
     try:
         settings = load_settings(args)

@@ -185,7 +185,7 @@ def opening(node: Node) -> str | None:
 def build_app(node: Node) -> "RelayApp":
     """The app over ``node``: the core routes and the node's; the lifespan starts and stops the node.
 
-    :func:`akrelay.app.create_app` builds the node from settings or a relay.
+    :func:`akrelay.process.worker.create_app` builds the node from settings or a relay.
     """
     relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)

@@ -62,7 +62,7 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     nexus built from the log (tests, embedded use; ``AKRELAY_KIP_NEXUS=memory``).
     ``config`` and ``environment`` are read from their files unless the caller
     loaded them already (the HTTP route does so at app start). ``importer=False``
-    (the on-disk nexus): another process imports (:mod:`akrelay.followers`); this one
+    (the on-disk nexus): another process imports (:mod:`akrelay.process.followers`); this one
     only reads the file and starts no importer thread.
     """
     config = config if config is not None else KipConfig.load(data_dir, origin=origin)

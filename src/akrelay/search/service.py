@@ -36,7 +36,7 @@ class SearchService:
 
     ``data_dir`` ``None`` keeps the index in memory (tests, memory stores);
     then this process is always the indexer. ``follow=False`` (with a data
-    directory): another process indexes (:mod:`akrelay.followers`); this one
+    directory): another process indexes (:mod:`akrelay.process.followers`); this one
     only reads and never takes the indexer lock.
     """
 

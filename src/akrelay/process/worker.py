@@ -36,10 +36,10 @@ def create_app(target: Any, settings: Settings | None = None, *, components: Col
 def create_app_from_env() -> RelayApp:
     """Granian factory target: each worker resolves the launcher's settings and owns one node.
 
-    When the launcher runs the log followers in their own process (:mod:`akrelay.followers`),
+    When the launcher runs the log followers in their own process (:mod:`akrelay.process.followers`),
     the worker's node only reads the search index and the KIP nexus.
     """
-    from akrelay.followers import FOLLOWER_PROCESS_ENV
+    from akrelay.process.followers import FOLLOWER_PROCESS_ENV
 
     settings = from_resolved_env()
     follow = os.environ.get(FOLLOWER_PROCESS_ENV) != "1"

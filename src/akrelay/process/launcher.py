@@ -5,7 +5,7 @@ directory; the store serializes ``seq`` allocation at its commit point, so N
 workers are as safe as one. The launcher resolves the settings once and hands
 them to every worker in one environment variable, so all workers agree. The
 log followers (search indexer, KIP importer) run in one process of their own
-beside the workers (:mod:`akrelay.followers`, ``--followers process``), which
+beside the workers (:mod:`akrelay.process.followers`, ``--followers process``), which
 the launcher starts with Granian (waiting for it first only when the index and
 the nexus do not exist yet) and stops after it.
 """
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from akrelay.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess, derived_state_exists
+from akrelay.process.followers import FOLLOWER_PROCESS_ENV, READY_TIMEOUT, FollowerProcess, derived_state_exists
 from akrelay.node import RelayNode, check_components
 from akrelay.settings import RESOLVED_ENV, Settings, SettingsError, record_origin
 
-APP_FACTORY = "akrelay.app:create_app_from_env"
+APP_FACTORY = "akrelay.process.worker:create_app_from_env"
 #: Seconds Granian waits for the workers to stop after SIGTERM before killing them (all together).
 WORKERS_KILL_TIMEOUT = 2
 

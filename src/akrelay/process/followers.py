@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Mapping
 
-log = logging.getLogger("akrelay.followers")
+log = logging.getLogger("akrelay.process.followers")
 
 #: Set to ``1`` in the workers' environment when this process keeps their derived state.
 FOLLOWER_PROCESS_ENV = "AKRELAY__FOLLOWER_PROCESS"
@@ -75,7 +75,7 @@ def derived_state_exists(data_dir: str | os.PathLike[str]) -> bool:
 
 
 def main(env: Mapping[str, str] | None = None) -> int:
-    """Run the followers until SIGTERM/SIGINT or until the launcher is gone (``python -m akrelay.followers``)."""
+    """Run the followers until SIGTERM/SIGINT or until the launcher is gone (``python -m akrelay.process.followers``)."""
     from akrelay.node import RelayNode
     from akrelay.settings import from_resolved_env
 
@@ -86,7 +86,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
     launcher = os.getppid()
     settings = from_resolved_env(env)
     # On a restart the index and the nexus exist and the workers start beside this process
-    # (akrelay.server.start_followers): yield to them from the first import on, so that their
+    # (akrelay.process.launcher.start_followers): yield to them from the first import on, so that their
     # start-up, which is what a client waits for, gets the CPU first (issue 25).
     restart = derived_state_exists(settings.data_dir)
     if restart:
@@ -170,7 +170,7 @@ class FollowerProcess:
                  argv: list[str] | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
         self.respawn_delay = respawn_delay
-        self.argv = argv or [sys.executable, "-m", "akrelay.followers"]
+        self.argv = argv or [sys.executable, "-m", "akrelay.process.followers"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.spawned = 0
         self._halt = threading.Event()
