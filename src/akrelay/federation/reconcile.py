@@ -173,7 +173,7 @@ def parse_window(pairs: Iterable[tuple[str, str]]) -> tuple[int | None, int | No
     return window.since, window.until
 
 
-def filtered_items(store: Any, window: Filter, *, limit: int = MAX_FILTERED) -> SortedItems:
+def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> SortedItems:
     """The fetchable events of ``window.types`` in the window, through the store's term index, in memory.
 
     Reads at most ``limit + 1`` records per type: a larger set is ``invalid_request``, so
@@ -182,6 +182,7 @@ def filtered_items(store: Any, window: Filter, *, limit: int = MAX_FILTERED) -> 
     from akrelay.store.base import event_hash_bytes
 
     assert window.types is not None
+    limit = MAX_FILTERED if limit is None else limit
     items: list[tuple[int, bytes]] = []
     for etype in window.types:
         after = 0
