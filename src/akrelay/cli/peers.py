@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--disabled", action="store_true", help="add the peer disabled")
     add.add_argument("--no-push", dest="push", action="store_false", default=None,
                      help="never subscribe to the peer's push stream: poll it only")
+    add.add_argument("--no-offer", dest="offer", action="store_false", default=None,
+                     help="never offer the peer the events it lacks after a reconciliation")
     add.set_defaults(handler=cmd_add)
 
     rm = sub.add_parser("remove", help="remove a peer")
@@ -146,7 +148,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             return _fail(f"CA file {args.ca_file} does not exist")
         options = dict(ca_file=ca_file, allow_private=args.allow_private, interval=args.interval,
                        page_limit=args.page_limit, max_page_bytes=args.max_page_bytes,
-                       enabled=False if args.disabled else None, push=args.push)
+                       enabled=False if args.disabled else None, push=args.push, offer=args.offer)
         existing = peer_file.get(args.origin)
         peer = with_changes(existing, **options) if existing else make_peer(args.origin, **options)
         created = peer_file.add(peer)
