@@ -429,7 +429,8 @@ def offer(engine: SyncEngine, peer: Peer, transport: PeerTransport, events_url: 
 
     now = engine.now_ms()
     if st.offer_retry_at and now < st.offer_retry_at:
-        result.offers_deferred = len(result.have_ids)
+        result.offers_deferred = result.have
+        st.bump("offers_deferred", result.have)
         result.offer_note = "offers wait for the peer's Retry-After"
         return
     refused = set(st.offer_refused)
@@ -473,8 +474,8 @@ def offer(engine: SyncEngine, peer: Peer, transport: PeerTransport, events_url: 
             st.bump("offered")
             result.offers_accepted += 1
             st.bump("offers_accepted")
-        if progress is not None and result.offered % 100 == 0:
-            progress(result)
+            if progress is not None and result.offered % 100 == 0:
+                progress(result)
     if result.have > len(result.have_ids):
         result.offers_deferred += result.have - len(result.have_ids)
         st.bump("offers_deferred", result.have - len(result.have_ids))
