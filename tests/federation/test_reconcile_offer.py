@@ -260,3 +260,18 @@ def test_a_type_filter_needs_a_peer_that_takes_it(router, author) -> None:
     result = reconcile_now(engine, engine.peers[0], window=Filter(types=("knowledge.publish",)))
     assert not result.complete and "does not take a type filter" in (result.error or "")
     assert peer.reconcile_calls == 0
+
+
+def test_a_time_window_narrows_both_sides(router, author) -> None:
+    peer = OfferedPeer(router, accepts=False)
+    evs = events(author, 10)
+    peer.add(*evs)
+    local = make_relay()
+    for env in evs:
+        if env not in (evs[2], evs[8]):
+            local.submit(raw(env))
+    engine = make_engine(local, [peer_of(peer)])
+    since = evs[5]["event"]["created_at"]
+    result = reconcile_now(engine, engine.peers[0], window=Filter(since=since))
+    assert result.complete and result.need == 1 and peer.fetched() == [evs[8]["hash"]]
+    assert f"(created_at >= {since})" in result.summary()

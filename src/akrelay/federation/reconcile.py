@@ -114,8 +114,10 @@ class Filter:
 
     def describe(self) -> str:
         parts = []
-        if self.since is not None or self.until is not None:
-            parts.append(f"created_at in [{self.since or 0}, {'∞' if self.until is None else self.until})")
+        if self.since is not None:
+            parts.append(f"created_at >= {self.since}")
+        if self.until is not None:
+            parts.append(f"created_at < {self.until}")
         if self.types is not None:
             parts.append("type " + "|".join(self.types))
         return ", ".join(parts)
