@@ -275,3 +275,29 @@ def test_a_time_window_narrows_both_sides(router, author) -> None:
     result = reconcile_now(engine, engine.peers[0], window=Filter(since=since))
     assert result.complete and result.need == 1 and peer.fetched() == [evs[8]["hash"]]
     assert f"(created_at >= {since})" in result.summary()
+
+
+def test_peers_status_says_why_a_peer_is_only_pulled_and_what_was_offered(router, author, tmp_path, capsys) -> None:
+    """The fallback note for a peer without reconcile, and the offers of one with it, as `peers status` prints them."""
+    from akrelay.cli import main
+    from akrelay.federation.reconcile import NOT_ADVERTISED
+    from akrelay.federation.state import STATE_FILE
+
+    from .conftest import FakePeer
+
+    plain = FakePeer(router, "https://plain.example")
+    plain.add(*events(Author("bob"), 2))
+    offered, local, _ = setup(router, author)
+    state = FederationState(tmp_path / STATE_FILE)
+    engine = make_engine(local, [peer_of(plain), peer_of(offered)], state)
+    for result in engine.run_once():
+        assert result.ok, result.error
+    state.close()
+    capsys.readouterr()
+    assert main(["peers", "status", "--data", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    plain_part, offered_part = out.split("https://plain.example")[1], out.split("https://peer-a.example")[1]
+    assert NOT_ADVERTISED in plain_part.split("counts")[0]
+    # ours five, and the two just pulled from the plain peer: a relay passes on what it learned
+    assert "offered 7: 7 stored, 0 refused" in offered_part.split("counts")[0]
+    assert "offers_accepted=7" in offered_part
