@@ -301,3 +301,18 @@ def test_peers_status_says_why_a_peer_is_only_pulled_and_what_was_offered(router
     # ours five, and the two just pulled from the plain peer: a relay passes on what it learned
     assert "offered 7: 7 stored, 0 refused" in offered_part.split("counts")[0]
     assert "offers_accepted=7" in offered_part
+
+
+def test_a_slow_peer_delays_its_own_pass_by_the_offer_time_at_most(router, author, monkeypatch) -> None:
+    """Each offer answered 'slowly' (a clock that moves 25 s per reading): the offers stop after
+    OFFER_SECONDS and the rest are deferred, not sent one read_timeout after another."""
+    import akrelay.federation.reconcile as module
+
+    peer, local, _ = setup(router, author)
+    engine = make_engine(local, [peer_of(peer)])
+    ticks = iter(range(0, 10_000_000, 25))
+    monkeypatch.setattr(module, "_monotonic", lambda: float(next(ticks)))
+    result = reconcile_now(engine, engine.peers[0])
+    assert result.complete
+    assert 0 < len(peer.submitted) < 5 and result.offers_deferred == 5 - len(peer.submitted)
+    assert "offers stopped after 60 s" in result.summary()

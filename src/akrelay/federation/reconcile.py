@@ -297,6 +297,8 @@ OFFER_REFUSALS_IN_A_ROW = 16
 OFFER_REFUSED_KEPT = 1000
 #: Largest answer to one offered envelope that is read (the peer echoes the record).
 OFFER_ANSWER_BYTES = 1 << 20
+#: Longest the offers of one pass may take (a peer that answers each one slowly delays its own pull no more).
+OFFER_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -424,7 +426,7 @@ def offer(engine: SyncEngine, peer: Peer, transport: PeerTransport, events_url: 
     still fetchable here (retained, not withheld). A 2xx answer counts as stored; a 4xx
     (other than 408/429) as refused, remembered in ``st.offer_refused`` (bounded) and never
     offered again; a 429 or 503 (its ``Retry-After`` kept in ``st.offer_retry_at``), another
-    failure, or :data:`OFFER_REFUSALS_IN_A_ROW` refusals in a row end this pass's offers,
+    failure, :data:`OFFER_SECONDS` or :data:`OFFER_REFUSALS_IN_A_ROW` refusals in a row end this pass's offers,
     and the rest are counted as deferred: the next reconciliation finds them again.
     """
     from akrelay.federation.transport import PeerFetchError, parse_retry_after
@@ -441,7 +443,14 @@ def offer(engine: SyncEngine, peer: Peer, transport: PeerTransport, events_url: 
     found = engine.relay.store.get_many(ids) if ids else {}
     records = sorted((r for r in found.values() if not r.withheld), key=lambda r: r.seq)[:limit]
     in_a_row = 0
+    started = _monotonic()
     for position, record in enumerate(records):
+        if _monotonic() - started > OFFER_SECONDS:
+            left = len(records) - position
+            result.offers_deferred += left
+            st.bump("offers_deferred", left)
+            result.offer_note = f"offers stopped after {OFFER_SECONDS:.0f} s; the rest wait"
+            break
         body = record.canonical_bytes()
         if max_envelope_bytes is not None and len(body) > max_envelope_bytes:
             continue  # the peer says it takes no envelope this large: not worth a request
