@@ -17,7 +17,7 @@ peer has and we lack, in a few round trips whose size grows with the differences
   ``events`` endpoint (events are self-verifying, so the peer checks them like any client
   submission), bounded per pass, in our ``seq`` order (dependencies first), stopped by a
   429/503 or an outage, and never offering again an event the peer refused.
-* :func:`parse_filter` / :func:`view_for`: the ``since`` / ``until`` window is answered from
+* :func:`parse_filter` / :func:`filtered_items`: the ``since`` / ``until`` window is answered from
   the precomputed aggregates; a ``type`` filter has none, so its set is read through the
   store's term index into memory, at most :data:`MAX_FILTERED` events per message.
 
@@ -164,22 +164,17 @@ def parse_filter(pairs: Iterable[tuple[str, str]]) -> Filter:
     since, until = found.get("since"), found.get("until")
     if since is not None and until is not None and until <= since:
         raise ProtocolError("invalid_request", "until must be greater than since")
-    return Filter(since, until, found.get("type"))
-
-
-def parse_window(pairs: Iterable[tuple[str, str]]) -> tuple[int | None, int | None]:
-    """The ``since`` / ``until`` part of :func:`parse_filter` (a ``type`` is refused here)."""
-    window = parse_filter(pairs)
-    if window.types is not None:
-        raise ProtocolError("invalid_request", "unknown parameter 'type' (this reads since and until only)")
-    return window.since, window.until
+    types = found.get("type")
+    # every type is no type filter: the whole set, answered from the aggregates
+    return Filter(since, until, None if types is not None and set(types) == EVENT_TYPES else types)
 
 
 def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> SortedItems:
     """The fetchable events of ``window.types`` in the window, through the store's term index, in memory.
 
-    Reads at most ``limit + 1`` records per type: a larger set is ``invalid_request``, so
-    that a small message never costs an unbounded scan.
+    Reads at most ``limit + 1`` records in all (default :data:`MAX_FILTERED`): a larger set is
+    ``invalid_request``, so that a small message never costs an unbounded scan. Not inside
+    ``recon_snapshot()``: it reads the store, which takes its own transaction or locks.
     """
     from akrelay.store.base import event_hash_bytes
 
@@ -201,18 +196,6 @@ def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> S
                 break
             after = page[-1].seq
     return SortedItems(items)
-
-
-def view_for(index: ReconIndex, store: Any, window: Filter, *, budget: int | None = None) -> Storage:
-    """The set ``window`` selects: the precomputed view, or (with ``types``) the events read into memory.
-
-    A precomputed view must be made inside ``index.recon_snapshot()``; a filtered one
-    must not (it reads the store, which takes its own locks).
-    """
-    if window.types is not None:
-        return filtered_items(store, window)
-    return StoreView(index, budget=DEFAULT_BUDGET if budget is None else budget, since=window.since,
-                     until=window.until)
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
