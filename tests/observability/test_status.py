@@ -24,6 +24,8 @@ def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
         state = FederationState.open_in(tmp_path)
         peer = PeerState("https://peer.example", checkpoint=5, peer_checkpoint=12, last_error="refused <b>x</b>")
         peer.bump("failed_passes", 2)
+        peer.bump("offers_accepted", 3)
+        peer.bump("offers_refused", 1)
         state.put(peer)
         state.close()
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True)
@@ -36,6 +38,9 @@ def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
         text = scrape(relay, settings, sources)[0].decode()
         assert 'akrelay_peer_sync_lag{peer="https://peer.example"} 7.0' in text
         assert 'akrelay_peer_sync_failed_passes_total{peer="https://peer.example"} 2.0' in text
+        assert 'akrelay_peer_offers_total{outcome="accepted",peer="https://peer.example"} 3.0' in text
+        assert 'akrelay_peer_offers_total{outcome="refused",peer="https://peer.example"} 1.0' in text
+        assert 'akrelay_peer_offers_total{outcome="deferred",peer="https://peer.example"} 0.0' in text
         html = status_page(status, relay.config.origin)
         assert "refused &lt;b&gt;x&lt;/b&gt;" in html and "<b>x" not in html
     finally:

@@ -102,7 +102,8 @@ class SyncComponent:
 
         doc = self.push.discovery()
         if reconcile.enabled(self.relay, self.settings):
-            doc = doc | discovery(self.relay.config.origin)
+            doc = doc | discovery(self.relay.config.origin,
+                                  accepts_offers=not getattr(self.settings, "no_accept_offers", False))
         if not self.enabled:
             return doc
         return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}
