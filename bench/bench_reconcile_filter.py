@@ -25,8 +25,8 @@ from typing import Callable, TypeVar
 from akrelay.federation.reconcile import MAX_FILTERED, Filter, filtered_items, respond
 from akrelay.protocol.reconcile import Reconciler, SortedItems
 from akrelay.protocol.signer import Signer, assess_event, publish_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
 T = TypeVar("T")
@@ -47,7 +47,7 @@ def main() -> int:
     created = int(time.time() * 1000) - 2 * args.events * 1000
     nonce = 0
     with tempfile.TemporaryDirectory() as data:
-        relay = open_relay(data, ServiceConfig(origin="https://localhost:8443"))
+        relay = open_relay(data, RelayConfig(origin="https://localhost:8443"))
         try:
             for i in range(args.events):
                 nonce += 1
