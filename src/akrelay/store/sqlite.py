@@ -59,7 +59,7 @@ from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard, record_item
 from akrelay.store.sqlite_schema import SCHEMA
-from akrelay.store.tlog import Run, append_entries, leaf_of, read_nodes
+from akrelay.store.tlog import Run, append_entries, leaves_of, merged_runs, read_nodes
 
 T = TypeVar("T")
 log = logging.getLogger("akrelay.store")
@@ -445,19 +445,26 @@ class SqliteStore(BackgroundWork, Queryable):
         """Nodes from the stored levels (:mod:`akrelay.store.tlog`): one range read per node, folded."""
 
         def fetch(runs: Sequence[Run]) -> list[list[bytes]]:
-            out: list[list[bytes]] = []
-            for level, lo, hi in runs:
+            reads, owner = merged_runs(runs)
+            got: list[list[bytes]] = []  # the hashes of each read, or none where one is missing
+            for level, lo, hi in reads:
                 if level == 0:
                     rows = conn.execute(
                         "SELECT seq, hash FROM log_entries WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
                     ).fetchall()
-                    out.append([leaf_of(seq, bytes(h)) for seq, h in rows])
+                    values = leaves_of([(seq, bytes(h)) for seq, h in rows])
                 else:
                     rows = conn.execute(
                         "SELECT hash FROM log_nodes WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
                         (level, lo, hi),
                     ).fetchall()
-                    out.append([bytes(row[0]) for row in rows])
+                    values = [bytes(row[0]) for row in rows]
+                # indices are unique, so a full count is the whole range; a short one marks every run in it missing
+                got.append(values if len(values) == hi - lo else [])
+            out: list[list[bytes]] = []
+            for (_, lo, hi), at in zip(runs, owner):
+                start = reads[at][1]
+                out.append(got[at][lo - start : hi - start])
             return out
 
         return read_nodes(keys, fetch)

@@ -24,8 +24,8 @@ from typing import Callable, Iterable, Sequence
 
 from akrelay.protocol.merkle import Frontier, NodeKey, entry_bytes, leaf_hash
 
-#: Interior levels a store keeps: 4, 8, 12, … (levels 1–3, 5–7, … are folded from the run below them).
-STRIDE = 4
+#: Interior levels a store keeps: 2, 4, 6, … (levels 1, 3, 5, … are folded from the pair below them).
+STRIDE = 2
 
 #: ``(stored level, first index, end index)``: the stored nodes (entries at level 0) one node is folded from.
 Run = tuple[int, int, int]
@@ -71,9 +71,31 @@ def runs_of(keys: Sequence[NodeKey]) -> list[Run]:
     return runs
 
 
+def merged_runs(runs: Sequence[Run], span: int = 1 << STRIDE) -> tuple[list[Run], list[int]]:
+    """Runs of one level that lie close together, merged into one read each; and which read holds each run.
+
+    The runs of an inclusion path at a stored level all lie in one subtree
+    ``STRIDE`` levels up, so a proof reads about one range per stored level (a
+    read is at most ``span`` long, or one run). Stored indices are contiguous,
+    so a merged range has no holes where its runs have none.
+    """
+    reads: list[Run] = []
+    owner = [0] * len(runs)
+    for at in sorted(range(len(runs)), key=runs.__getitem__):
+        level, lo, hi = runs[at]
+        if reads and reads[-1][0] == level and max(hi, reads[-1][2]) - reads[-1][1] <= span:
+            reads[-1] = (level, reads[-1][1], max(hi, reads[-1][2]))
+        else:
+            reads.append((level, lo, hi))
+        owner[at] = len(reads) - 1
+    return reads, owner
+
+
 def _fold_perfect(values: Sequence[bytes]) -> bytes:
     """MTH of a perfect run (a power-of-two count of sibling subtrees, left to right)."""
     sha = _sha256
+    if len(values) == 2:
+        return sha(b"\x01" + values[0] + values[1]).digest()
     layer = list(values)
     while len(layer) > 1:
         layer = [sha(b"\x01" + a + b).digest() for a, b in zip(layer[0::2], layer[1::2])]
