@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
               f"proof CPU p50 {proofs['new']['cpu_p50'] / proofs['old']['cpu_p50']:.2f}x, "
               f"p99 {proofs['new']['cpu_p99'] / proofs['old']['cpu_p99']:.2f}x (same root)")
     got = fills["new"]
-    print(f"backfill_rate: {got['added'] / got['wall']:,.0f} records/s wall, {got['added'] / got['cpu']:,.0f} "
-          "records/s of CPU", flush=True)
+    print(f"backfill_rate: {got['added'] / got['wall']:,.0f} records/s wall ({got['wall']:.1f} s), "
+          f"{got['added'] / got['cpu']:,.0f} records/s of CPU ({got['cpu']:.1f} s)", flush=True)
     if tmp is not None:
         tmp.cleanup()
     print(f"merkle_proof_p99: {max(proofs['new']['incl_p99'], proofs['new']['cons_p99']):.3f} ms")
