@@ -13,6 +13,7 @@ from akrelay.store.memory import MemoryStore
 from akrelay.store.recon import StoreView
 from akrelay.store.sqlite import SqliteStore
 from akrelay.store.sqlite_recon import recon_add, recon_discard
+from akrelay.store.sqlite_schema import SCHEMA as STORE_SCHEMA
 from recon_contract import ReconContract, fetchable
 from store_contract import corpus
 
@@ -67,7 +68,7 @@ def test_an_existing_data_directory_is_back_filled(tmp_path: Path) -> None:
             assert view.fingerprint(0, view.size()) == oracle.fingerprint(0, oracle.size())
     finally:
         store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == STORE_SCHEMA.version
 
 
 class TestRedisRecon(ReconContract):

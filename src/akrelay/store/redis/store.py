@@ -49,7 +49,7 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import (LogEntry, Queryable, QueryParams, Record, StoreRefused, StoreUnavailable, event_hash_bytes,
                                 indexed_facts)
-from akrelay.store.tlog import append_entries, leaf_of
+from akrelay.store.tlog import append_all_levels, leaf_of
 from akrelay.store.redis import client as redis_client
 from akrelay.store.redis.client import RETRY_AFTER, connect, describe
 from akrelay.store.redis.text import TextIndex, fts_query, indexable
@@ -605,7 +605,7 @@ class RedisStore(Queryable):
                     return size
                 entries = [(r.seq, event_hash_bytes(r.id)) for r in records]
                 grown = frontier.copy()
-                nodes = append_entries(grown, entries)
+                nodes = append_all_levels(grown, entries)  # every level: read without folding
                 args: list[Any] = [size, len(entries)]
                 for seq, event_hash in entries:
                     args += [seq, event_hash]
