@@ -83,7 +83,7 @@ def preload(data: Path, target: int, existing: int) -> None:
     for i in range(existing):  # keep the corpus state (published IDs, nonce) consistent
         corpus.rng.random()
     if STORE:
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         rstore = RedisStore(STORE)
         for lo in range(existing, target, 2000):
@@ -98,7 +98,7 @@ def records_in(data: Path) -> int:
     import sqlite3
 
     if STORE:
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         rstore = RedisStore(STORE)
         try:

@@ -23,8 +23,8 @@ from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 from akrelay.settings import defaults
 
 HEADERS = {"content-type": "application/json"}
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=260)
     args = parser.parse_args(argv)
     data = Path(tempfile.mkdtemp(prefix="akrelay-bench-session-"))
-    relay = open_relay(data, ServiceConfig(origin="https://localhost:8443"))
+    relay = open_relay(data, RelayConfig(origin="https://localhost:8443"))
     app = create_app(relay, defaults(write_rate=0.0, read_rate=0.0, knowql_rate=0.0))
     signer = Signer.from_seed(b"s" * 32)
     payload = {"license": "https://creativecommons.org/licenses/by/4.0/", "kind": "observation",

@@ -48,8 +48,8 @@ from akrelay.protocol.b64 import b64encode
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.sqlite import SqliteStore
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -209,7 +209,7 @@ def q_shapes(rng: random.Random, corpus: Corpus) -> dict:
 
 
 def run(n: int, store: SqliteStore, corpus: Corpus, iterations: int) -> dict[str, float]:
-    relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+    relay = Relay(store, RelayConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
     rng = random.Random(99)
     actors = [s.agent_id for s in corpus.signers]
     checkpoint = store.checkpoint()
@@ -318,13 +318,13 @@ class RedisBeside:
 
             self.server = RedisServer(self.tmp / "redis").start()
             self.url = self.server.url
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         self.client = redis.Redis.from_url(self.url)
         self.client.flushdb()
         self.used0 = int(self.client.info("memory")["used_memory"])
         self.aof0 = self.aof_bytes()
-        # q candidates come from a node-local trigram file, as on a relay node (``store.redis_text``)
+        # q candidates come from a node-local trigram file, as on a relay node (``store.redis.text``)
         self.store = RedisStore(self.url, text_index=self.tmp / "redis-text.db", text_indexer=False)
         return self
 
@@ -361,10 +361,10 @@ class RedisBeside:
         Records past the index's position are scanned in Redis (exact, never skipped), so
         a page that must see the whole tail (rare pairs) costs in proportion to the lag.
         """
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         store = RedisStore(self.url, text_index=self.tmp / "lagging-text.db", text_indexer=False)
-        relay = Relay(store, ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
+        relay = Relay(store, RelayConfig(origin="https://localhost:8443"), cursor_secret=b"bench-cursor-secret-0123456789ab")
         for lag in lags:
             while (behind := store.text_index_lag()) > lag:
                 store.index_text(min(5000, behind - lag))

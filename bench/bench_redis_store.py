@@ -11,7 +11,7 @@ For each backend it builds N records of the query bench's realistic corpus
 Redis runs durably (AOF, ``appendfsync always``): a ``redis-server`` of its own in a
 temporary directory unless ``--redis URL`` names one (its database is flushed!).
 Redis memory per record is read from ``INFO memory``; the Redis store keeps its ``q`` trigram index
-in a node-local file (``store.redis_text``), built here before the queries run, as SQLite's is.
+in a node-local file (``store.redis.text``), built here before the queries run, as SQLite's is.
 
 Usage: python bench/bench_redis_store.py [--size 100000] [--commits 20000] [--iterations 200]
 The last line is ``redis_query_p99_<N/1000>k: <ms> ms`` (worst filtered shape; goal 10 ms).
@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from bench_query import BASE, Corpus, run  # noqa: E402
 
-from akrelay.store.redis import RedisStore  # noqa: E402
+from akrelay.store.redis.store import RedisStore  # noqa: E402
 from akrelay.store.sqlite import SqliteStore  # noqa: E402
 
 

@@ -52,8 +52,8 @@ from akrelay.protocol.signer import Signer, publish_event
 from akrelay.search import SearchService
 from akrelay.search.index import SearchIndex, index_dir
 from akrelay.search.indexer import Follower
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 from akrelay.store.sqlite import SqliteStore
 
@@ -156,7 +156,7 @@ def bench_size(size: int, queries: int, rate: float, out: dict, store_kind: str 
         print(f"index_throughput_{size}: {indexed / elapsed:.0f} capsules/s wall ({indexed} in {elapsed:.1f} s), "
               f"{cpu / indexed * 1e6:.0f} us CPU per capsule (all threads) [{store_kind} store, load {load()}]")
 
-        relay = Relay(store, ServiceConfig(origin="https://bench.example"), cursor_secret=b"b" * 32)
+        relay = Relay(store, RelayConfig(origin="https://bench.example"), cursor_secret=b"b" * 32)
         service = SearchService(relay, data, writer_threads=2)
         assert service.is_indexer and service.wait_indexed(timeout=120)
 

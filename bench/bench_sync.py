@@ -40,8 +40,8 @@ from akrelay.federation.peers import Peer
 from akrelay.federation.state import FederationState
 from akrelay.federation.sync import SyncEngine, SyncOptions
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 from akrelay.tls import ensure_self_signed
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -67,7 +67,7 @@ def make_event(signer: Signer, nonce: int, created_at: int, rng: random.Random) 
 def build_peer(data: Path, origin: str, n: int) -> float:
     rng = random.Random(7)
     signers = [Signer.from_seed(bytes([i + 1]) * 32) for i in range(20)]
-    relay = open_relay(data, ServiceConfig(origin=origin))
+    relay = open_relay(data, RelayConfig(origin=origin))
     start = time.perf_counter()
     base = int(time.time() * 1000) - 86_400_000
     for i in range(n):
@@ -115,7 +115,7 @@ def main() -> int:
         cert = ensure_self_signed(peer_dir, origin).cert
         proc = start_serve(peer_dir, port, origin)
         try:
-            relay = open_relay(local_dir, ServiceConfig(origin="https://127.0.0.1:1"))
+            relay = open_relay(local_dir, RelayConfig(origin="https://127.0.0.1:1"))
             state = FederationState.open_in(local_dir)
             peer = Peer(origin=origin, ca_file=str(cert), allow_private=True, page_limit=args.page_limit,
                         interval=args.interval)

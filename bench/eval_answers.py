@@ -38,8 +38,8 @@ from litestar.testing import TestClient  # noqa: E402
 
 from akrelay.process.worker import create_app  # noqa: E402
 from akrelay.protocol.signer import Signer, assess_event, publish_event  # noqa: E402
-from akrelay.service.config import ServiceConfig  # noqa: E402
-from akrelay.service.relay import Relay  # noqa: E402
+from akrelay.relay.config import RelayConfig  # noqa: E402
+from akrelay.relay.core import Relay  # noqa: E402
 from akrelay.settings import defaults  # noqa: E402
 from akrelay.store.memory import MemoryStore  # noqa: E402
 
@@ -58,7 +58,7 @@ class World:
         self.signers: dict[str, Signer] = {}
         self.nonce = 0
         self.ids: dict[str, str] = {}
-        relay = self.relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: NOW,
+        relay = self.relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: NOW,
                                    cursor_secret=b"e" * 32)
         # an evaluation, not a client: no rate limit and no cap on turns in flight
         self.app = create_app(relay, defaults(write_rate=0.0, read_rate=0.0, knowql_rate=0.0))

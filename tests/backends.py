@@ -1,7 +1,7 @@
 """The one list of store backends every contract suite runs over (issue 25).
 
 The log store contract (``tests/store/test_store_contract.py``), the service suite
-(``tests/service``), the HTTP vectors, the KnowQL turn store and the federation state
+(``tests/relay``), the HTTP vectors, the KnowQL turn store and the federation state
 all take their backends from :data:`BACKENDS` through :func:`params`, and open them
 through :class:`Opener`. A third backend is one entry here and its branch in each
 opener below; no suite names a backend of its own.
@@ -49,7 +49,7 @@ class Opener:
 
             path = self.tmp_path / ("relay.sqlite3" if same else f"fresh-{next(self._fresh)}.sqlite3")
             return SqliteStore(path)
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         assert self.redis_url is not None
         return RedisStore(self.redis_url) if same else RedisStore(self.redis_url,

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the options modules are declarations only (each imports akrelay.optionkit), read by the settings
     ("settings", ("akrelay.settings", "akrelay.optionkit", "akrelay.search.options", "akrelay.kip.options",
                   "akrelay.knowql.options", "akrelay.explorer.options", "akrelay.observability.options")),
-    ("service", ("akrelay.service", "akrelay.client", "akrelay.boundedhttp")),
+    ("relay", ("akrelay.relay", "akrelay.client", "akrelay.boundedhttp")),
     ("areas", ("akrelay.search", "akrelay.federation", "akrelay.kip.runtime", "akrelay.kip.meta",
                "akrelay.kip.service", "akrelay.kip.follower", "akrelay.kip.nexus_sqlite",
                "akrelay.kip.config", "akrelay.kip.package", "akrelay.kip.grammar_cache", "=akrelay.kip")),
@@ -37,13 +37,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # counters the HTTP layer increments (prometheus-client only)
     ("metrics", ("akrelay.observability.metrics", "akrelay.observability.requests")),
     ("http", ("akrelay.http", "akrelay.tls")),
+    # the node's components, one module each: what start() opens and stop() closes, and the routes they mount
+    ("components", ("akrelay.components",)),
     # where the state is kept (SQLite or Redis): opens the log, turn store, federation state, rate buckets
     ("backend", ("akrelay.backend",)),
     # pages and documents over the components: the explorer, /metrics, /openapi.json
     ("web", ("akrelay.explorer", "akrelay.observability", "akrelay.openapi", "akrelay.web")),
     # the app that mounts every component's routes and pages: nothing it mounts may import it
     ("app", ("akrelay.http.app",)),
-    ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (in akrelay.http)
+    ("node", ("akrelay.node",)),  # the owner: builds the relay and the components (akrelay.components)
     # the processes of `akrelay serve`: the launcher, the worker's app factory, the followers' process
     ("process", ("akrelay.process",)),
     ("cli", ("akrelay.cli", "akrelay.__main__")),
@@ -236,7 +238,7 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_no_import_cycles_even_through_type_checking_imports() -> None:
-    """``store.redis`` and ``store.redis_text``, ``kip.meta`` and ``kip.runtime`` were one such pair each:
+    """``store.redis`` and ``store.redis.text``, ``kip.meta`` and ``kip.runtime`` were one such pair each:
     the lower module names what it needs as a Protocol instead of importing its caller."""
     names = {name for name, _ in sources()}
     graph = {name: {t for t, _ in imports(path) if t in names and t != name} for name, path in sources()}

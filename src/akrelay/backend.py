@@ -23,18 +23,18 @@ from akrelay.federation.state import STATE_FILE, FederationState, StateStore
 from akrelay.http.ratelimit import RateLimits, RedisTokenBucket, TokenBucket, limiter_client, rate_limit_budgets
 from akrelay.knowql.store import SqliteTurnStore, TurnStore
 from akrelay.protocol.options import ValidationOptions
-from akrelay.service.config import ServiceConfig
+from akrelay.relay.config import RelayConfig
 from akrelay.settings import Settings, licence_allow_list
 
 if TYPE_CHECKING:  # annotations only
     import redis
 
     from akrelay.federation.witness import WitnessState
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 
-def service_config(settings: Settings) -> ServiceConfig:
-    """Translate operator settings into the service's ``ServiceConfig``.
+def relay_config(settings: Settings) -> RelayConfig:
+    """Translate operator settings into the service's ``RelayConfig``.
 
     Operator options of other areas (search, peers, KIP) stay in ``Settings``;
     they reach discovery through the components, not through here.
@@ -45,8 +45,8 @@ def service_config(settings: Settings) -> ServiceConfig:
         options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
         licence_allowlist=licence_allow_list(settings),
     )
-    fields = {f.name for f in dataclasses.fields(ServiceConfig)}
-    return ServiceConfig(**{k: v for k, v in candidates.items() if k in fields})
+    fields = {f.name for f in dataclasses.fields(RelayConfig)}
+    return RelayConfig(**{k: v for k, v in candidates.items() if k in fields})
 
 
 class Backend:
@@ -104,10 +104,10 @@ class SqliteBackend(Backend):
     label = "SQLite"
 
     def open_relay(self) -> Relay:
-        from akrelay.service.relay import open_relay
+        from akrelay.relay.core import open_relay
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        return open_relay(self.data_dir, service_config(self.settings), merkle_log=not self.settings.no_merkle_log)
+        return open_relay(self.data_dir, relay_config(self.settings), merkle_log=not self.settings.no_merkle_log)
 
     def turn_store(self) -> TurnStore:
         return SqliteTurnStore.in_data_dir(self.relay_dir)
@@ -145,7 +145,7 @@ class RedisBackend(Backend):
     label = "Redis"
 
     def __init__(self, settings: Settings) -> None:
-        from akrelay.store.redis_client import connect
+        from akrelay.store.redis.client import connect
 
         super().__init__(settings)
         self.url: str = settings.store
@@ -153,15 +153,15 @@ class RedisBackend(Backend):
         self.client: redis.Redis = connect(self.url)  # no connection until the first command
 
     def prefix(self, area: str) -> str:
-        from akrelay.store.redis_client import shared_prefix
+        from akrelay.store.redis.client import shared_prefix
 
         return shared_prefix(self.namespace, area)
 
     def open_relay(self) -> Relay:
-        from akrelay.service.relay import open_shared_relay
+        from akrelay.relay.core import open_shared_relay
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        relay = open_shared_relay(self.url, service_config(self.settings), namespace=self.namespace,
+        relay = open_shared_relay(self.url, relay_config(self.settings), namespace=self.namespace,
                                   accept_weak_durability=self.settings.accept_weak_durability,
                                   data_dir=self.data_dir, client=self.client)
         self.bind(relay)
@@ -170,7 +170,7 @@ class RedisBackend(Backend):
     def bind(self, relay: Relay) -> None:
         """Also count the log's round trips and outages into ``/metrics`` (the store cannot import them)."""
         from akrelay.observability.metrics import StoreObserver
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         super().bind(relay)
         if isinstance(relay.store, RedisStore) and not isinstance(relay.store.observer, StoreObserver):
@@ -184,7 +184,7 @@ class RedisBackend(Backend):
     def leadership(self, ttl: float = LEASE_TTL) -> Leadership:
         from akrelay.federation.redis_state import RedisFederationState
         from akrelay.leader import RedisLease
-        from akrelay.store.redis_client import describe
+        from akrelay.store.redis.client import describe
 
         prefix = self.prefix("sync")
         return Leadership(RedisLease(self.client, prefix, ttl=ttl), f"the deployment on {describe(self.url)}",

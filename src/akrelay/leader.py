@@ -3,7 +3,7 @@
 Granian runs several worker processes on one data directory, and some jobs
 must have exactly one runner: the Tantivy writer (one writer per index), the
 sync loop (one writer per peer checkpoint), the KIP snapshot writer, the Redis
-store's node-local text index (:mod:`akrelay.store.redis_text`). The
+store's node-local text index (:mod:`akrelay.store.redis.text`). The
 process that holds an exclusive, non-blocking ``flock`` on the job's lock file
 is its leader; the kernel drops the lock when the holder dies, so a killed
 leader is replaced by the next process that asks and no stale lock survives.
@@ -149,7 +149,7 @@ class LeaseKeeper(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from akrelay.store.redis_client import is_outage
+        from akrelay.store.redis.client import is_outage
 
         confirmed = self.clock()
         while not self._halt.wait(self.lease.ttl / 3):

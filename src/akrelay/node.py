@@ -22,22 +22,22 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
 
-from akrelay.backend import Backend, backend_for, service_config
-from akrelay.service.relay import Relay
+from akrelay.backend import Backend, backend_for, relay_config
+from akrelay.relay.core import Relay
 from akrelay.settings import Settings, defaults
 from akrelay.store.base import BackgroundStore
 from akrelay.store.follow import set_max_defer
 
 if TYPE_CHECKING:  # the component modules are imported when a node builds one (issue 25: start-up time)
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.peers import SyncComponent
+    from akrelay.components.kip import KipComponent
+    from akrelay.components.knowql import KnowqlComponent
+    from akrelay.components.sync import SyncComponent
     from akrelay.http.ratelimit import RateLimits
-    from akrelay.http.search import SearchComponent
+    from akrelay.components.search import SearchComponent
 
 __all__ = ["COMPONENTS", "REGISTRY", "Component", "ComponentRegistry", "ComponentSpec", "Assembly", "RelayNode",
            "StoreComponent", "build_components", "check_components", "merge_discovery", "open_relay_for",
-           "service_config"]
+           "relay_config"]
 
 log = logging.getLogger("akrelay.node")
 C = TypeVar("C")
@@ -181,41 +181,41 @@ class ComponentRegistry:
 
 def _log(a: Assembly) -> Component:
     """The signed Merkle log of acceptances (issue 23)."""
-    from akrelay.http.transparency import LogComponent
+    from akrelay.components.log import LogComponent
 
     return LogComponent(a.relay, a.settings, shared=a.backend.shared, federation_state=a.backend.federation_state,
                         witness_state=a.backend.witness_state)
 
 
 def _search(a: Assembly) -> Component:
-    from akrelay.http.search import SearchComponent
+    from akrelay.components.search import SearchComponent
 
     return SearchComponent(a.relay, a.settings, follow=a.follow)
 
 
 def _kip(a: Assembly) -> Component:
-    from akrelay.http.kip import KipComponent
+    from akrelay.components.kip import KipComponent
 
     return KipComponent(a.relay, a.settings, follow=a.follow)
 
 
 def _sync(a: Assembly) -> Component:
-    from akrelay.http.peers import SyncComponent
+    from akrelay.components.sync import SyncComponent
 
     return SyncComponent(a.relay, a.settings, leadership=a.backend.leadership)
 
 
 def _check_sync(settings: Settings) -> None:
     if settings.peers:  # the check reads only this file: nothing to import without it
-        from akrelay.http.peers import SyncComponent
+        from akrelay.components.sync import SyncComponent
 
         SyncComponent.check(settings)
 
 
 def _knowql(a: Assembly) -> Component:
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.search import SearchComponent
+    from akrelay.components.kip import KipComponent
+    from akrelay.components.knowql import KnowqlComponent
+    from akrelay.components.search import SearchComponent
 
     return KnowqlComponent(a.relay, a.settings, search=a.require("search", SearchComponent, "knowql"),
                            kip=a.require("kip", KipComponent, "knowql"), turn_store=a.backend.turn_store)
@@ -223,17 +223,17 @@ def _knowql(a: Assembly) -> Component:
 
 def _check_knowql(settings: Settings) -> None:
     if settings.knowql_contexts:
-        from akrelay.http.knowql import KnowqlComponent
+        from akrelay.components.knowql import KnowqlComponent
 
         KnowqlComponent.check(settings)
 
 
 def _web(a: Assembly) -> Component:
     """The explorer, /metrics, /openapi.json: reads whichever of the other components are built."""
-    from akrelay.http.kip import KipComponent
-    from akrelay.http.knowql import KnowqlComponent
-    from akrelay.http.search import SearchComponent
-    from akrelay.http.transparency import LogComponent
+    from akrelay.components.kip import KipComponent
+    from akrelay.components.knowql import KnowqlComponent
+    from akrelay.components.search import SearchComponent
+    from akrelay.components.log import LogComponent
     from akrelay.observability.sources import Sources
     from akrelay.web import WebComponent
 
@@ -377,25 +377,25 @@ class RelayNode:
 
     @property
     def search(self) -> SearchComponent:
-        from akrelay.http.search import SearchComponent
+        from akrelay.components.search import SearchComponent
 
         return self.component("search", SearchComponent)
 
     @property
     def kip(self) -> KipComponent:
-        from akrelay.http.kip import KipComponent
+        from akrelay.components.kip import KipComponent
 
         return self.component("kip", KipComponent)
 
     @property
     def sync(self) -> SyncComponent:
-        from akrelay.http.peers import SyncComponent
+        from akrelay.components.sync import SyncComponent
 
         return self.component("sync", SyncComponent)
 
     @property
     def knowql(self) -> KnowqlComponent:
-        from akrelay.http.knowql import KnowqlComponent
+        from akrelay.components.knowql import KnowqlComponent
 
         return self.component("knowql", KnowqlComponent)
 

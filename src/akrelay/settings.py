@@ -167,6 +167,21 @@ option("no_reconcile", _bool, False,
 option("reconcile_interval", _interval, 3600.0,
        "seconds between two set reconciliations with each peer that advertises it, which heal holes the "
        "after_seq pull leaves (0: only on first contact and with `akrelay sync --reconcile`)", metavar="SECONDS")
+def _offer_count(text: Any) -> int:
+    value = _int(text)
+    if not 0 <= value <= 100_000:
+        raise ValueError("must be an integer from 0 through 100000")
+    return value
+
+
+option("no_offer", _bool, False,
+       "after a reconciliation, do not offer a peer that accepts offers the events it lacks (docs/federation.md)",
+       kind="flag")
+option("offer_max", _offer_count, 1000,
+       "events offered to one peer per reconciliation at most (0: none)", metavar="N")
+option("no_accept_offers", _bool, False,
+       "do not advertise reconcile.accepts_offers: peers that reconciled with us then do not POST us the events "
+       "we lack (they still arrive by our own pulls)", kind="flag", serve_only=True)
 
 
 class Settings:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from akrelay.observability.sources import Sources
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 

@@ -11,8 +11,8 @@ import pytest
 from relay_harness import fixture_bytes, hash_of
 
 from akrelay.cli import main
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 
 
 def run(capsys, *argv: str):
@@ -23,7 +23,7 @@ def run(capsys, *argv: str):
 
 def test_withhold_and_unwithhold_work_on_the_data_directory(tmp_path, capsys) -> None:
     data = tmp_path / "data"
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     relay.submit(fixture_bytes("old_event"))
     event_id = hash_of("old_event")
     code, out, _ = run(capsys, "withhold", "--data", str(data), "--", event_id)
@@ -43,7 +43,7 @@ def test_withhold_and_unwithhold_work_on_the_data_directory(tmp_path, capsys) ->
 
 def test_online_backup_and_restore_keep_the_high_water_mark(tmp_path, capsys) -> None:
     data = tmp_path / "data"
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     for name in ("original", "branch_left", "branch_right"):
         relay.submit(fixture_bytes(name))
     backup = tmp_path / "backup.sqlite3"
@@ -56,7 +56,7 @@ def test_online_backup_and_restore_keep_the_high_water_mark(tmp_path, capsys) ->
 
     code, out, _ = run(capsys, "restore", str(backup), "--data", str(data))
     assert code == 0 and json.loads(out)["high_water_mark"] == 5
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     try:
         assert relay.checkpoint() == 5  # never goes back
         assert relay.store.get(hash_of("merge")) is None  # the backup predates it
@@ -70,7 +70,7 @@ def test_online_backup_and_restore_keep_the_high_water_mark(tmp_path, capsys) ->
     fresh = tmp_path / "fresh"
     code, out, _ = run(capsys, "restore", str(backup), "--data", str(fresh), "--min-seq", "40")
     assert code == 0 and json.loads(out)["high_water_mark"] == 40
-    relay = open_relay(fresh, ServiceConfig())
+    relay = open_relay(fresh, RelayConfig())
     assert relay.submit(fixture_bytes("merge"))[0].seq == 41
     relay.close()
 
@@ -87,7 +87,7 @@ def test_backup_and_restore_refuse_bad_inputs(tmp_path, capsys) -> None:
 def test_restore_is_refused_while_the_relay_has_the_store_open(tmp_path, capsys) -> None:
     """Issue 24 item 10: a running relay would keep writing to the replaced file; nothing is changed."""
     data = tmp_path / "data"
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     try:
         relay.submit(fixture_bytes("original"))
         backup = tmp_path / "backup.sqlite3"
@@ -109,7 +109,7 @@ def test_restore_is_refused_while_the_relay_has_the_store_open(tmp_path, capsys)
 def test_a_seq_is_never_reused_after_restoring_where_the_store_was_lost(tmp_path, capsys) -> None:
     """The bound kept beside the store (relay.sqlite3.hwm) survives the file: no --min-seq needed."""
     data = tmp_path / "data"
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     relay.submit(fixture_bytes("original"))
     backup = tmp_path / "backup.sqlite3"
     assert run(capsys, "backup", str(backup), "--data", str(data))[0] == 0
@@ -121,7 +121,7 @@ def test_a_seq_is_never_reused_after_restoring_where_the_store_was_lost(tmp_path
 
     code, out, _ = run(capsys, "restore", str(backup), "--data", str(data))
     assert code == 0 and json.loads(out)["high_water_mark"] > max(handed_out)
-    relay = open_relay(data, ServiceConfig())
+    relay = open_relay(data, RelayConfig())
     try:
         assert relay.get(hash_of("original")).seq == 1
         record, created = relay.submit(fixture_bytes("branch_left"))  # accepted again, after the backup's

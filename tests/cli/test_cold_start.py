@@ -17,7 +17,7 @@ import pytest
 
 #: Third-party libraries and akrelay areas that only a running component needs.
 HEAVY = ("tantivy", "lark", "jsonschema", "litestar", "granian", "httpx", "redis", "cryptography", "nacl",
-         "msgspec", "sqlite3", "anyio", "akrelay.store", "akrelay.service", "akrelay.node", "akrelay.http",
+         "msgspec", "sqlite3", "anyio", "akrelay.store", "akrelay.relay", "akrelay.node", "akrelay.http",
          "akrelay.kip.nexus", "akrelay.kip.runtime", "akrelay.kip.kql", "akrelay.knowql.service",
          "akrelay.search.service", "akrelay.explorer.routes", "akrelay.federation", "akrelay.process.launcher",
          "akrelay.protocol.envelope", "akrelay.protocol.signer")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 from akrelay.cli import main
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import CURSOR_SECRET_KEY, open_relay, open_shared_relay
-from akrelay.store.redis import RedisStore
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import CURSOR_SECRET_KEY, open_relay, open_shared_relay
+from akrelay.store.redis.store import RedisStore
 from store_contract import corpus
 
 
 def _sqlite_relay_with_data(data):
-    relay = open_relay(data, ServiceConfig(), text_indexer=False)
+    relay = open_relay(data, RelayConfig(), text_indexer=False)
     pool = corpus()
     for i, env in enumerate(pool[:12]):
         relay.store.commit(env, 1_000 + i)
@@ -41,7 +41,7 @@ def test_migrate_copies_every_record_with_its_seq_and_the_cursor_secret(tmp_path
         assert store.meta_get(CURSOR_SECRET_KEY) == secret
     finally:
         store.close()
-    shared = open_shared_relay(redis_url, ServiceConfig())
+    shared = open_shared_relay(redis_url, RelayConfig())
     try:
         pool = corpus()
         again, created = shared.store.commit(pool[0], 99)
@@ -66,7 +66,7 @@ def test_migrate_refuses_a_missing_source_and_weak_durability(tmp_path, redis_ur
 
 
 def test_withhold_honours_store(tmp_path, redis_url, capsys):
-    relay = open_shared_relay(redis_url, ServiceConfig())
+    relay = open_shared_relay(redis_url, RelayConfig())
     env = corpus()[0]
     relay.store.commit(env, 1)
     relay.close()

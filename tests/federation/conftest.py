@@ -21,8 +21,8 @@ from akrelay.federation.state import FederationState
 from akrelay.federation.sync import SyncEngine, SyncOptions
 from akrelay.federation.transport import PeerTransport
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 from backends import params
 
@@ -85,7 +85,7 @@ def raw(envelope: dict) -> bytes:
 
 def make_relay(origin: str = LOCAL, clock: Callable[[], int] | None = None) -> Relay:
     kwargs = {"clock": clock} if clock else {}
-    return Relay(MemoryStore(), ServiceConfig(origin=origin), cursor_secret=b"s" * 32, **kwargs)
+    return Relay(MemoryStore(), RelayConfig(origin=origin), cursor_secret=b"s" * 32, **kwargs)
 
 
 def local_ids(relay: Relay) -> list[str]:
@@ -226,7 +226,7 @@ def new_state(request, tmp_path):
     else:
         from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
         from akrelay.leader import RedisLease
-        from akrelay.store.redis_client import connect
+        from akrelay.store.redis.client import connect
 
         client = connect(request.getfixturevalue("redis_url"))
         leases: dict[str, RedisLease] = {}

@@ -152,10 +152,10 @@ CITING = Author("erin").assess(HIDDEN, "supports")
 
 
 def seed_withheld_dependency(node: Node) -> None:
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import open_relay
 
-    relay = open_relay(node.data, ServiceConfig(origin=node.origin))
+    relay = open_relay(node.data, RelayConfig(origin=node.origin))
     try:
         relay.submit(json.dumps(HIDDEN).encode())
         relay.submit(json.dumps(CITING).encode())

@@ -57,7 +57,7 @@ def test_peers_clear_on_a_data_directory(tmp_path: Path, capsys) -> None:
 def test_peers_clear_on_a_deployments_redis_state_without_the_lease(redis_url: str, capsys) -> None:
     from akrelay.federation.redis_state import RedisFederationState
     from akrelay.leader import RedisLease
-    from akrelay.store.redis_client import connect, shared_prefix
+    from akrelay.store.redis.client import connect, shared_prefix
 
     client = connect(redis_url)
     prefix = shared_prefix("dep1", "sync")

@@ -234,10 +234,10 @@ def test_discovery_without_the_stream() -> None:
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
 def test_a_commit_on_another_node_wakes_the_stream(redis_url: str) -> None:
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_shared_relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import open_shared_relay
 
-    config = ServiceConfig(origin="https://shared.example")
+    config = RelayConfig(origin="https://shared.example")
     one = open_shared_relay(redis_url, config, accept_weak_durability=True)
     two = open_shared_relay(redis_url, config, accept_weak_durability=True)
     one.start()

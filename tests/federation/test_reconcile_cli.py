@@ -21,10 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 def seed(data, origin: str, envelopes: list[dict]) -> None:
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import open_relay
 
-    relay = open_relay(data, ServiceConfig(origin=origin))
+    relay = open_relay(data, RelayConfig(origin=origin))
     try:
         for env in envelopes:
             relay.submit(json.dumps(env).encode())
@@ -61,3 +61,50 @@ def test_sync_reconcile_fetches_exactly_what_we_lack_and_reports_it(tmp_path, ca
     assert "have 0, need 5" in status[0]["reconcile_note"]
     assert main(["sync", "--data", str(ours), "--peers", str(peers_file), "--reconcile",
                  "--peer", "https://unknown.example"]) == 2
+
+
+def test_sync_reconcile_offers_the_peer_what_it_lacks_and_the_peer_verifies_them(tmp_path, capsys) -> None:
+    """Two real relays: we hold five events the peer lacks; the peer advertises accepts_offers, so
+    `sync --reconcile` submits them to its events endpoint, where they pass its own verification.
+    A second run finds equal sets and offers nothing."""
+    author = Author("offerer")
+    evs = [author.publish(f"Event {i}") for i in range(20)]
+    peer = Node("peer", tmp_path / "peer", free_port(), tmp_path / "peer-peers.toml", tmp_path / "peer.log")
+    ensure_self_signed(peer.data, peer.origin)
+    peer.peers.write_text("")
+    seed(peer.data, peer.origin, evs[:15])
+    ours = tmp_path / "ours"
+    our_origin = f"https://127.0.0.1:{free_port()}"
+    seed(ours, our_origin, evs)
+    peers_file = tmp_path / "ours-peers.toml"
+    assert main(["peers", "--file", str(peers_file), "add", peer.origin, "--ca-file", str(peer.cert),
+                 "--allow-private"]) == 0
+    capsys.readouterr()
+    command = ["sync", "--data", str(ours), "--origin", our_origin, "--peers", str(peers_file), "--reconcile"]
+    try:
+        peer.start()
+        first = main(command)
+        out1, err1 = capsys.readouterr()
+        second = main(command)
+        out2, err2 = capsys.readouterr()
+    finally:
+        peer.kill(signal.SIGKILL)
+    assert first == 0 and second == 0, (out1, err1, out2, err2)
+    assert "have 5, need 0" in out1 and "offered 5: 5 stored, 0 refused" in out1, out1
+    assert "have 0, need 0" in out2 and "offered" not in out2, out2
+    assert set(stored_ids(peer.data)) == {e["hash"] for e in evs}
+    status = peer_status(Node("ours", ours, 0, peers_file, tmp_path / "x.log"))
+    assert status[0]["counts"]["offers_accepted"] == 5
+
+
+def test_sync_filters_are_checked_and_need_reconcile(tmp_path, capsys) -> None:
+    peers_file = tmp_path / "peers.toml"
+    assert main(["peers", "--file", str(peers_file), "add", "https://peer.example"]) == 0
+    base = ["sync", "--data", str(tmp_path / "d"), "--origin", "https://me.example", "--peers", str(peers_file)]
+    capsys.readouterr()
+    assert main([*base, "--reconcile", "--type", "knowledge.claim"]) == 2
+    assert "not an event type" in capsys.readouterr().err
+    assert main([*base, "--reconcile", "--since", "10", "--until", "5"]) == 2
+    assert "until must be greater than since" in capsys.readouterr().err
+    assert main([*base, "--once", "--since", "10"]) == 2
+    assert "narrow --reconcile only" in capsys.readouterr().err

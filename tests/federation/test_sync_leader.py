@@ -15,7 +15,7 @@ from akrelay.federation.runner import BackgroundSync, sync_once
 from akrelay.federation.state import PeerState
 from akrelay.leader import LeadershipLost, LeaseKeeper, RedisLease
 from akrelay.settings import defaults
-from akrelay.store.redis_client import connect
+from akrelay.store.redis.client import connect
 
 from .conftest import Author, FakePeer, local_ids, make_engine, make_relay
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from akrelay.federation.peers import Peer
 from akrelay.federation.state import FederationState
 from akrelay.protocol.note import parse_note, sign_note
-from akrelay.service.transparency import TransparencyLog
+from akrelay.relay.transparency import TransparencyLog
 
 from .conftest import Author, FakePeer, local_ids, make_engine, make_relay
 

@@ -54,7 +54,7 @@ def witness_state(request, tmp_path):  # noqa: ANN001, ANN201
     if request.param == "sqlite":
         state: Any = SqliteWitnessState.open_in(tmp_path)
     else:
-        from akrelay.store.redis_client import connect
+        from akrelay.store.redis.client import connect
 
         state = RedisWitnessState(connect(request.getfixturevalue("redis_url")), "t:witness:", owns_client=True)
     yield state

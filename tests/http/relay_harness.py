@@ -24,8 +24,8 @@ from typing import Any, Iterator
 from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
 from akrelay.store.memory import MemoryStore
 
@@ -84,7 +84,7 @@ class Harness:
 
 
 @contextlib.contextmanager
-def relay_app(*, store: Any = None, config: ServiceConfig | None = None, now: int = NOW,
+def relay_app(*, store: Any = None, config: RelayConfig | None = None, now: int = NOW,
               extensions: bool = False, **settings_overrides: Any) -> Iterator[Harness]:
     """The real app over a real relay; rate limits off unless asked for.
 
@@ -94,7 +94,7 @@ def relay_app(*, store: Any = None, config: ServiceConfig | None = None, now: in
     overrides = {"write_rate": 0.0, "read_rate": 0.0} | settings_overrides
     settings = defaults(**overrides)
     clock = Clock(now)
-    relay = Relay(store if store is not None else MemoryStore(), config or ServiceConfig(origin=ORIGIN),
+    relay = Relay(store if store is not None else MemoryStore(), config or RelayConfig(origin=ORIGIN),
                   clock=clock, cursor_secret=b"k" * 32)
     app = create_app(relay, settings, components=None if extensions else ())
     with TestClient(app, raise_server_exceptions=False) as client:

@@ -90,17 +90,17 @@ def test_readyz_waits_for_the_kip_runtime_that_opens_after_start(tmp_path: Path,
 
     from litestar.testing import TestClient
 
-    import akrelay.http.kip as kip_http
+    import akrelay.components.kip as kip_component
     from akrelay.process.worker import create_app
 
     gate = threading.Event()
-    real = kip_http.open_runtime
+    real = kip_component.open_runtime
 
     def gated(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         assert gate.wait(60), "the test never opened the gate"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kip_http, "open_runtime", gated)
+    monkeypatch.setattr(kip_component, "open_runtime", gated)
     settings = defaults(data=str(tmp_path / "data"), write_rate=0.0, read_rate=0.0)
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         try:
@@ -133,8 +133,8 @@ def test_a_worker_without_peers_llm_or_redis_loads_none_of_their_clients(tmp_pat
     out = subprocess.run([sys.executable, "-c", WORKER_PROBE, str(tmp_path / "data")], capture_output=True,
                          text=True, timeout=300, check=True)
     modules = set(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert {"akrelay.http.kip", "akrelay.http.knowql", "akrelay.web"} <= modules  # every component is built
+    assert {"akrelay.components.kip", "akrelay.components.knowql", "akrelay.web"} <= modules  # every component is built
     # pydantic: Litestar's default plugins would import it (and its DTOs) when installed; akrelay uses none
     unused = {"httpx", "redis", "akrelay.federation.runner", "akrelay.federation.sync", "akrelay.knowql.llm",
-              "akrelay.knowql.redis_store", "akrelay.store.redis", "pydantic", "litestar.plugins.pydantic"}
+              "akrelay.knowql.redis_store", "akrelay.store.redis.store", "pydantic", "litestar.plugins.pydantic"}
     assert sorted(unused & modules) == []

@@ -12,7 +12,7 @@ from relay_harness import FIXTURES, NOW, ORIGIN, error_of, fixture_bytes, fixtur
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import HTTP_STATUS
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.service.config import ServiceConfig
+from akrelay.relay.config import RelayConfig
 
 EVENTS = "/v1/knowledge/events"
 
@@ -21,7 +21,7 @@ EVENTS = "/v1/knowledge/events"
 
 
 def test_discovery_is_valid_for_its_origin_and_publishes_limits() -> None:
-    with relay_app(max_envelope_bytes=1000, config=ServiceConfig(origin=ORIGIN, max_envelope_bytes=1000)) as h:
+    with relay_app(max_envelope_bytes=1000, config=RelayConfig(origin=ORIGIN, max_envelope_bytes=1000)) as h:
         response = h.client.get("/.well-known/agent-knowledge")
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     doc = response.json()
@@ -200,7 +200,7 @@ def test_json_content_type_with_utf8_charset_is_accepted() -> None:
 
 
 def test_oversized_body_is_payload_too_large_before_parsing() -> None:
-    with relay_app(max_envelope_bytes=2048, config=ServiceConfig(origin=ORIGIN, max_envelope_bytes=2048)) as h:
+    with relay_app(max_envelope_bytes=2048, config=RelayConfig(origin=ORIGIN, max_envelope_bytes=2048)) as h:
         big = b'{"pad":"' + b"x" * 4096 + b'"}'
         response = h.submit(big)
         assert error_of(response) == (413, "payload_too_large")
@@ -216,19 +216,19 @@ def test_oversized_body_is_payload_too_large_before_parsing() -> None:
 
 def test_service_envelope_limit_applies_even_when_http_limit_is_larger() -> None:
     size = len(fixture_bytes("original"))
-    with relay_app(config=ServiceConfig(origin=ORIGIN, max_envelope_bytes=size - 1)) as h:
+    with relay_app(config=RelayConfig(origin=ORIGIN, max_envelope_bytes=size - 1)) as h:
         response = h.submit_fixture("original")
         assert error_of(response) == (413, "payload_too_large")
 
 
 def test_licence_allow_list_refusal_is_permission_denied() -> None:
     licence = FIXTURES["original"]["envelope"]["event"]["payload"]["license"]
-    refuse = ServiceConfig(origin=ORIGIN, licence_allowlist=frozenset({"https://example.org/only-this"}))
+    refuse = RelayConfig(origin=ORIGIN, licence_allowlist=frozenset({"https://example.org/only-this"}))
     with relay_app(config=refuse) as h:
         response = h.submit_fixture("original")
         assert error_of(response) == (403, "permission_denied")
         assert h.relay.checkpoint() == 0
-    with relay_app(config=ServiceConfig(origin=ORIGIN, licence_allowlist=frozenset({licence}))) as h:
+    with relay_app(config=RelayConfig(origin=ORIGIN, licence_allowlist=frozenset({licence}))) as h:
         assert h.submit_fixture("original").status_code == 200
 
 
@@ -246,7 +246,7 @@ def test_legacy_retraction_switch() -> None:
     with relay_app() as h:
         assert h.submit(json.dumps(target)).status_code == 200
         assert h.submit(json.dumps(legacy)).status_code == 200
-    strict = ServiceConfig(origin=ORIGIN, options=ValidationOptions(allow_legacy_retract=False))
+    strict = RelayConfig(origin=ORIGIN, options=ValidationOptions(allow_legacy_retract=False))
     with relay_app(config=strict) as h:
         assert h.submit(json.dumps(target)).status_code == 200
         assert error_of(h.submit(json.dumps(legacy))) == (400, "invalid_event")
@@ -356,7 +356,7 @@ def test_cursor_from_another_relay_secret_is_invalid_cursor() -> None:
         for name in ("original", "branch_left"):
             h.submit_fixture(name)
         cursor = h.query([("limit", "1")]).json()["next_cursor"]
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.store.memory import MemoryStore
 
     with relay_app() as h2:

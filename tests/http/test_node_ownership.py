@@ -21,7 +21,7 @@ from litestar.testing import TestClient
 from akrelay.process.worker import create_app
 from akrelay.backend import BACKENDS, RedisBackend, SqliteBackend, backend_for
 from akrelay.http.lifecycle import NotRunning
-from akrelay.http.search import SearchComponent
+from akrelay.components.search import SearchComponent
 from akrelay.node import REGISTRY, ComponentSpec, RelayNode
 from akrelay.settings import defaults
 
@@ -211,11 +211,11 @@ class MemoryBackend(SqliteBackend):
     label = "memory"
 
     def open_relay(self) -> Any:
-        from akrelay.backend import service_config
-        from akrelay.service.relay import Relay
+        from akrelay.backend import relay_config
+        from akrelay.relay.core import Relay
         from akrelay.store.memory import MemoryStore
 
-        return Relay(MemoryStore(), service_config(self.settings), cursor_secret=b"k" * 32)
+        return Relay(MemoryStore(), relay_config(self.settings), cursor_secret=b"k" * 32)
 
 
 def test_a_third_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

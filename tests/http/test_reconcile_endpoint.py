@@ -19,8 +19,8 @@ from akrelay.process.worker import create_app
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH
 from akrelay.protocol.reconcile import (FINGERPRINT, IDLIST, INFINITY, MAX_MESSAGE, PROTOCOL_VERSION, Reconciler,
                                         SortedItems, encode_varint)
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 
 OCTETS = {"content-type": MEDIA_TYPE}
@@ -31,7 +31,7 @@ def served(items: list[tuple[int, bytes]] = (), **overrides: Any) -> Iterator[Te
     """The app with the sync component over a memory store whose index holds ``items``."""
     store = MemoryStore()
     store.recon.add(items)
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=Clock(1_790_000_000_000), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), clock=Clock(1_790_000_000_000), cursor_secret=b"k" * 32)
     app = create_app(relay, defaults(**({"write_rate": 0.0, "read_rate": 0.0} | overrides)), components=("sync",))
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
@@ -187,3 +187,104 @@ def test_the_endpoint_is_rate_limited_as_a_read() -> None:
         last = client.post(RECONCILE_PATH, content=message, headers=OCTETS)
     assert codes[:2] == [200, 200]
     assert error_of(last) == (429, "rate_limited")
+
+
+# ---- offers and the type filter (issue 26) ---------------------------------------------------
+
+def test_discovery_invites_offers_unless_disabled() -> None:
+    with served() as client:
+        doc = client.get("/.well-known/agent-knowledge").json()
+    assert doc["reconcile"]["accepts_offers"] is True
+    assert doc["reconcile"]["filters"] == ["since", "until", "type"]
+    assert doc["endpoints"]["events"] == ORIGIN + "/v1/knowledge/events"
+    with served(no_accept_offers=True) as client:
+        doc = client.get("/.well-known/agent-knowledge").json()
+    assert "accepts_offers" not in doc["reconcile"]
+
+
+@contextmanager
+def served_events(envelopes: list[dict], **overrides: Any) -> Iterator[TestClient]:
+    """The app over a memory store holding real, accepted ``envelopes`` (the type filter reads records)."""
+    import json
+
+    from federation.conftest import make_relay
+
+    relay = make_relay(ORIGIN)
+    for env in envelopes:
+        relay.submit(json.dumps(env).encode())
+    app = create_app(relay, defaults(**({"write_rate": 0.0, "read_rate": 0.0} | overrides)), components=("sync",))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def _typed_events() -> tuple[list[dict], list[dict]]:
+    from federation.conftest import Author
+
+    author = Author("typed")
+    pubs = [author.publish(f"P {i}") for i in range(8)]
+    return pubs, [author.assess(p) for p in pubs[:5]]
+
+
+def _items(envelopes: list[dict]) -> list[tuple[int, bytes]]:
+    from akrelay.store.base import event_hash_bytes
+
+    return [(e["event"]["created_at"], event_hash_bytes(e["hash"])) for e in envelopes]
+
+
+def test_a_type_filter_narrows_the_responder_to_that_type() -> None:
+    pubs, assessments = _typed_events()
+    with served_events(pubs + assessments) as client:
+        # we hold two of the assessments: the filtered set teaches exactly the other three, no publication
+        have, need, _ = reconcile(client, _items(assessments[:2]), "?type=knowledge.assess")
+        both, need_both, _ = reconcile(client, _items(pubs), "?type=knowledge.assess,knowledge.publish")
+    assert need == {i for _, i in _items(assessments[2:])} and have == set()
+    assert need_both == {i for _, i in _items(assessments)} and both == set()
+
+
+def test_a_type_filter_with_a_window() -> None:
+    pubs, assessments = _typed_events()
+    since = assessments[1]["event"]["created_at"]
+    with served_events(pubs + assessments) as client:
+        have, need, _ = reconcile(client, [], f"?type=knowledge.assess&since={since}")
+    assert need == {i for _, i in _items(assessments[1:])}
+
+
+@pytest.mark.parametrize(("query", "why"), [
+    ("?type=", "empty"), ("?type=claim", "not an event type"), ("?type=knowledge.publish,", "trailing comma"),
+    ("?type=knowledge.publish,knowledge.publish", "listed twice"), ("?type=a&type=b", "given twice"),
+    ("?type=" + "knowledge.publish," * 200, "too long"), ("?type=KNOWLEDGE.PUBLISH", "case"),
+    ("?type=knowledge.publish%00", "NUL"), ("?since=%D9%A3", "non-ASCII digit"),
+])
+def test_a_bad_type_filter_is_invalid_request(query: str, why: str) -> None:
+    with served() as client:
+        response = client.post(RECONCILE_PATH + query, content=Reconciler(SortedItems([])).initiate(), headers=OCTETS)
+    assert error_of(response) == (400, "invalid_request"), why
+
+
+def test_a_type_filtered_set_beyond_the_budget_is_refused_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The type filter has no precomputed aggregate: at most MAX_FILTERED records are read, then 400."""
+    import akrelay.federation.reconcile as module
+
+    pubs, assessments = _typed_events()
+    reads: list[int] = []
+    with served_events(pubs + assessments) as client:
+        monkeypatch.setattr(module, "MAX_FILTERED", 4)
+        from akrelay.store.memory import MemoryStore
+
+        original = MemoryStore.query
+
+        def counted(self, *args: Any, **kwargs: Any):
+            page = original(self, *args, **kwargs)
+            reads.append(len(page))
+            return page
+
+        monkeypatch.setattr(MemoryStore, "query", counted)
+        response = client.post(RECONCILE_PATH + "?type=knowledge.publish", content=Reconciler(SortedItems([])).initiate(),
+                               headers=OCTETS)
+        refused_reads = sum(reads)
+        narrow = client.post(RECONCILE_PATH + f"?type=knowledge.publish&since={pubs[5]['event']['created_at']}",
+                             content=Reconciler(SortedItems([])).initiate(), headers=OCTETS)
+    assert error_of(response) == (400, "invalid_request")
+    assert "narrow since/until" in response.json()["error"]["message"]
+    assert 0 < refused_reads <= 5  # at most MAX_FILTERED + 1 records were read, not the whole log
+    assert narrow.status_code == 200

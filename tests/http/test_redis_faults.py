@@ -20,7 +20,7 @@ from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
 from akrelay.settings import defaults
-from akrelay.store.redis_client import DOWN, REFUSING, is_outage, outage_kind, outage_reason, unavailable
+from akrelay.store.redis.client import DOWN, REFUSING, is_outage, outage_kind, outage_reason, unavailable
 from akrelay.store.base import StoreUnavailable
 from redis_server import RedisServer, free_port
 

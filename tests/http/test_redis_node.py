@@ -18,7 +18,7 @@ from akrelay.process.worker import create_app
 from akrelay.node import open_relay_for
 from akrelay.protocol.signer import Signer, assess_event, publish_event
 from akrelay.settings import defaults
-from akrelay.store.redis import WeakDurability
+from akrelay.store.redis.store import WeakDurability
 from redis_server import RedisServer
 
 LICENSE = "https://creativecommons.org/licenses/by/4.0/"
@@ -263,8 +263,8 @@ def test_submissions_are_verified_on_the_event_loop_and_only_store_lookups_hop_t
 
     from litestar.testing import AsyncTestClient
 
-    import akrelay.service.relay as relay_module
-    from akrelay.store.redis import RedisStore
+    import akrelay.relay.core as relay_module
+    from akrelay.store.redis.store import RedisStore
 
     verified: list[bool] = []  # on an event loop's thread?
     looked_up: list[bool] = []

@@ -11,14 +11,14 @@ import redis
 from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 
 from akrelay.backend import backend_for
 from akrelay.http.ratelimit import KEY_PREFIX, RETRY_FIRST, RedisTokenBucket, limiter_client
 from akrelay.settings import defaults
-from akrelay.store.redis_client import connect
+from akrelay.store.redis.client import connect
 from redis_server import RedisServer
 
 from relay_harness import NOW, ORIGIN, Clock, Harness, error_of
@@ -29,7 +29,7 @@ def node_app(url: str, **overrides) -> Iterator[Harness]:
     """The core app over a memory relay, its limits shared through ``url`` (one relay node)."""
     settings = defaults(store=url, **overrides)
     clock = Clock(NOW)
-    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=clock, cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=clock, cursor_secret=b"k" * 32)
     app = create_app(relay, settings, components=())
     with TestClient(app, raise_server_exceptions=False) as client:
         yield Harness(client, relay, clock, settings, app.state.node)

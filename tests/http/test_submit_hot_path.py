@@ -14,8 +14,8 @@ from typing import Any
 
 from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
 from akrelay.store.sqlite import SqliteStore
 
@@ -60,7 +60,7 @@ async def _call(app: Any, body: bytes, method: str = "POST") -> tuple[int, dict[
 
 def _app(tmp_path, store: SqliteStore | None = None):  # noqa: ANN001, ANN202
     store = store or SqliteStore(tmp_path / "relay.sqlite3")
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
     return create_app(relay, defaults().replace(write_rate=0, read_rate=0, core_only=True)), relay
 
 
@@ -200,7 +200,7 @@ def test_an_unexpected_error_before_the_answer_is_a_logged_500(tmp_path, caplog)
 
 def test_the_fast_path_applies_the_write_rate_limit(tmp_path) -> None:
     store = SqliteStore(tmp_path / "relay.sqlite3")
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
     app = create_app(relay, defaults().replace(write_rate=1, write_burst=2, read_rate=0, core_only=True))
     answers = [asyncio.run(_call(app, body)) for body in _envelopes(3)]
     assert [status for status, _, _ in answers] == [200, 200, 429]

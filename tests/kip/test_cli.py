@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from akrelay.cli import main
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 
 from .conftest import vector_fixtures
 
@@ -19,7 +19,7 @@ def _relay_dir(tmp_path, names):
 
     vectors = _json.loads((Path(__file__).resolve().parents[1] / "vectors" /
                            "agent-knowledge-1.0.vectors.json").read_text())
-    relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: vectors["now"])
+    relay = open_relay(tmp_path, RelayConfig(origin=ORIGIN), clock=lambda: vectors["now"])
     fixtures = vector_fixtures()
     for name in names:
         relay.submit(_json.dumps(fixtures[name]["envelope"]).encode())

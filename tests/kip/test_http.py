@@ -9,8 +9,8 @@ import jsonschema
 from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay, open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay, open_relay
 from akrelay.settings import defaults
 from akrelay.store.memory import MemoryStore
 
@@ -45,7 +45,7 @@ def _kip(client: TestClient, *commands: str, **extra):
 
 
 def test_kip_endpoint_reads_what_the_relay_accepted() -> None:
-    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
     with _client(relay) as client:
         _submit(client, "original", "derivative")
         r = _kip(client, "DESCRIBE SPACE")
@@ -69,7 +69,7 @@ def test_kip_endpoint_reads_what_the_relay_accepted() -> None:
 
 
 def test_kip_endpoint_rejects_bad_bodies() -> None:
-    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
     with _client(relay) as client:
         for body, headers in ((b"{not json", JSON_HEADERS), (b'{"kip":"2.0"}', JSON_HEADERS),
                               (b'{"kip":"2.0","operations":[{"command":"DESCRIBE PRIMER"}]}',
@@ -81,13 +81,13 @@ def test_kip_endpoint_rejects_bad_bodies() -> None:
 
 
 def test_sqlite_relay_persists_the_nexus_across_restarts(tmp_path) -> None:
-    relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
+    relay = open_relay(tmp_path, RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
     with _client(relay) as client:
         _submit(client, "original", "assessment")
         assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 2
     relay.close()  # the app's lifespan stopped the KIP importer and the indexer; each batch is durable
     assert (tmp_path / "kip-nexus.sqlite3").is_file()
-    relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
+    relay = open_relay(tmp_path, RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"])
     with _client(relay) as client:
         _submit(client, "retract_assessment")
         result = _kip(client, "DESCRIBE SNAPSHOT AS OF SEQ 2", "DESCRIBE SNAPSHOT").json()["results"]
@@ -99,7 +99,7 @@ def test_import_is_off_the_acceptance_path(monkeypatch) -> None:
     """Acceptance succeeds while the importer is broken; the nexus catches up afterwards."""
     import akrelay.kip.follower as follower_module
 
-    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
     with _client(relay) as client:
         _submit(client, "original")
         assert _kip(client, "DESCRIBE SNAPSHOT").json()["results"][0]["result"]["space_seq"] == 1

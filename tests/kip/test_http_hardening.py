@@ -16,8 +16,8 @@ import pytest
 from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
 from akrelay.store.memory import MemoryStore
 
@@ -33,7 +33,7 @@ from kql.test_hardening import SHAPES, _nested_not  # noqa: E402
 
 
 def _client(**settings) -> TestClient:
-    relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: VECTORS["now"], cursor_secret=b"k" * 32)
     app = create_app(relay, defaults(write_rate=0.0, read_rate=0.0, **settings))
     return TestClient(app, raise_server_exceptions=False)
 

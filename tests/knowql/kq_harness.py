@@ -12,8 +12,8 @@ from litestar.testing import TestClient
 
 from akrelay.process.worker import create_app
 from akrelay.protocol.signer import Signer, assess_event, publish_event, retract_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay, open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay, open_relay
 from akrelay.settings import defaults
 from akrelay.store.memory import MemoryStore
 
@@ -81,7 +81,7 @@ class KQ:
 @contextlib.contextmanager
 def knowql_app(data: Path | None = None, **overrides: Any) -> Iterator[KQ]:
     settings = defaults(**({"write_rate": 0.0, "read_rate": 0.0, "knowql_rate": 0.0} | overrides))
-    config = ServiceConfig(origin=ORIGIN)
+    config = RelayConfig(origin=ORIGIN)
     if data is None:
         relay = Relay(MemoryStore(), config, clock=lambda: NOW, cursor_secret=b"k" * 32)
     else:

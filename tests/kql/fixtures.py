@@ -89,10 +89,10 @@ class Log:
         """A relay data directory (SQLite store) in which a real relay accepted every event."""
         import json
 
-        from akrelay.service.config import ServiceConfig
-        from akrelay.service.relay import open_relay
+        from akrelay.relay.config import RelayConfig
+        from akrelay.relay.core import open_relay
 
-        relay = open_relay(path, ServiceConfig(origin=origin), clock=lambda: self.clock + 1000)
+        relay = open_relay(path, RelayConfig(origin=origin), clock=lambda: self.clock + 1000)
         try:
             for record in self.records:
                 env = record.envelope

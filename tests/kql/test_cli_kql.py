@@ -6,8 +6,8 @@ import json
 
 from akrelay.cli import main
 from akrelay.cli.kql import format_table, parse_params
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 
 from .fixtures import Log
 
@@ -19,7 +19,7 @@ def _data_dir(tmp_path) -> Log:
     a = log.publish("alice", "Water boils at 100 C", tags=["physics"])
     log.publish("bob", "Ice melts at 0 C", tags=["physics"], relations=[("extends", a)])
     log.assess("bob", a, "supports")
-    relay = open_relay(tmp_path, ServiceConfig(origin=ORIGIN), clock=lambda: log.clock + 1000)
+    relay = open_relay(tmp_path, RelayConfig(origin=ORIGIN), clock=lambda: log.clock + 1000)
     for record in log.records:
         outcome = relay.submit(record.envelope.to_json() if hasattr(record.envelope, "to_json")
                                else json.dumps({"hash": record.envelope.id, "event": record.envelope.event,

@@ -666,12 +666,12 @@ def test_KIP2_RT_002_invalid_utf8_rejected(log: Log) -> None:
     from litestar.testing import TestClient
 
     from akrelay.process.worker import create_app
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import Relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import Relay
     from akrelay.settings import defaults
     from akrelay.store.memory import MemoryStore
 
-    relay = Relay(MemoryStore(), ServiceConfig(origin="https://localhost:8443"), cursor_secret=b"k" * 32)
+    relay = Relay(MemoryStore(), RelayConfig(origin="https://localhost:8443"), cursor_secret=b"k" * 32)
     with TestClient(create_app(relay, defaults(write_rate=0.0, read_rate=0.0)),
                     raise_server_exceptions=False) as client:
         body = b'{"kip": "2.0", "operations": [{"command": "FIND(?c) WHERE { ?c {name: \\"\xff\xfe\\"} }"}]}'

@@ -11,19 +11,21 @@ from akrelay.federation.state import FederationState, PeerState
 from akrelay.observability.routes import scrape
 from akrelay.observability.sources import Sources
 from akrelay.observability.status import relay_status
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import open_relay
 from akrelay.settings import defaults
 from akrelay.web import WebComponent
 from tests.knowql.kq_harness import knowql_app
 
 
 def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
-    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    relay = open_relay(tmp_path, RelayConfig(origin="https://localhost:8443"))
     try:
         state = FederationState.open_in(tmp_path)
         peer = PeerState("https://peer.example", checkpoint=5, peer_checkpoint=12, last_error="refused <b>x</b>")
         peer.bump("failed_passes", 2)
+        peer.bump("offers_accepted", 3)
+        peer.bump("offers_refused", 1)
         state.put(peer)
         state.close()
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True)
@@ -36,6 +38,9 @@ def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
         text = scrape(relay, settings, sources)[0].decode()
         assert 'akrelay_peer_sync_lag{peer="https://peer.example"} 7.0' in text
         assert 'akrelay_peer_sync_failed_passes_total{peer="https://peer.example"} 2.0' in text
+        assert 'akrelay_peer_offers_total{outcome="accepted",peer="https://peer.example"} 3.0' in text
+        assert 'akrelay_peer_offers_total{outcome="refused",peer="https://peer.example"} 1.0' in text
+        assert 'akrelay_peer_offers_total{outcome="deferred",peer="https://peer.example"} 0.0' in text
         html = status_page(status, relay.config.origin)
         assert "refused &lt;b&gt;x&lt;/b&gt;" in html and "<b>x" not in html
     finally:
@@ -61,7 +66,7 @@ def test_explorer_pages_share_the_read_rate_limit(tmp_path: Path) -> None:
 def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url: str) -> None:
     from akrelay.federation.redis_state import KEY_PREFIX, RedisFederationState
     from akrelay.leader import RedisLease
-    from akrelay.store.redis_client import connect
+    from akrelay.store.redis.client import connect
 
     client = connect(redis_url)
     lease = RedisLease(client, KEY_PREFIX)
@@ -69,7 +74,7 @@ def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url
     RedisFederationState(client, token=lease.token).put(PeerState("https://peer.example", checkpoint=2,
                                                                   peer_checkpoint=5))
     client.close()
-    relay = open_relay(tmp_path, ServiceConfig(origin="https://localhost:8443"))
+    relay = open_relay(tmp_path, RelayConfig(origin="https://localhost:8443"))
     try:
         settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
         backend = backend_for(defaults(data=str(tmp_path), store=redis_url))

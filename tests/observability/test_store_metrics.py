@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from akrelay.process.worker import create_app
 from akrelay.observability.routes import scrape
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
-from akrelay.store.redis import RedisStore
+from akrelay.store.redis.store import RedisStore
 from litestar.testing import TestClient
 from redis_server import RedisServer
 from tests.http.relay_harness import NOW, ORIGIN, Clock, Harness
@@ -19,7 +19,7 @@ def test_store_calls_outages_and_memory_reach_the_metrics(tmp_path) -> None:
     try:
         settings = defaults(store=server.url)
         clock = Clock(NOW)
-        relay = Relay(RedisStore(server.url), ServiceConfig(origin=ORIGIN), clock=clock, cursor_secret=b"k" * 32)
+        relay = Relay(RedisStore(server.url), RelayConfig(origin=ORIGIN), clock=clock, cursor_secret=b"k" * 32)
         app = create_app(relay, settings, components=())
         with TestClient(app, raise_server_exceptions=False) as client:
             h = Harness(client, relay, clock, settings, app.state.node)

@@ -13,11 +13,11 @@ import pytest
 
 from akrelay.observability.routes import scrape
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
-from akrelay.store.redis import RedisStore
-from akrelay.store.redis_text import TEXT_INDEX_FILE
+from akrelay.store.redis.store import RedisStore
+from akrelay.store.redis.text import TEXT_INDEX_FILE
 from akrelay.store.sqlite import SqliteStore
 from store_contract import BASE_TIME, LICENSE, envelope_from_signed
 from tests.observability.test_metrics import value
@@ -44,7 +44,7 @@ def _store(kind: str, tmp_path: Path, redis_url: str | None) -> Any:
 def test_the_gauge_counts_records_the_text_index_has_not_taken(kind, tmp_path, request) -> None:
     redis_url = request.getfixturevalue("redis_url") if kind == "redis" else None
     store = _store(kind, tmp_path, redis_url)
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), cursor_secret=b"k" * 32)
     settings = defaults(store=redis_url or "")
     try:
         store.commit_many([(env, BASE_TIME + i) for i, env in enumerate(_envelopes(5))])
@@ -64,7 +64,7 @@ def test_the_gauge_counts_records_the_text_index_has_not_taken(kind, tmp_path, r
 def test_an_unusable_redis_text_index_shows_the_whole_log_as_lag(redis_url, tmp_path) -> None:
     """A node whose file is gone (being rebuilt) scans every ``q`` in Redis: the gauge says so."""
     store = RedisStore(redis_url, text_index=tmp_path / TEXT_INDEX_FILE, text_indexer=False)
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), cursor_secret=b"k" * 32)
     settings = defaults(store=redis_url)
     try:
         store.commit_many([(env, BASE_TIME + i) for i, env in enumerate(_envelopes(4))])

@@ -220,3 +220,19 @@ def test_extend_entries_is_append_unrolled() -> None:
     fast_nodes = fast.extend_entries(pairs[:100]) + fast.extend_entries(pairs[100:])
     assert fast_nodes == slow_nodes and fast.hashes == slow.hashes and fast.size == 300
     assert fast.root() == MTH(D)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 4])
+def test_extend_leaves_makes_the_same_tree_level_by_level(stride: int) -> None:
+    D = entries(300, seed=10)
+    slow = m.Frontier()
+    every = {(lv, ix): h for e in D for lv, ix, h in slow.append(m.leaf_hash(e))[1:]}
+    fast, got = m.Frontier(), {}
+    for lo, hi in [(0, 1), (1, 2), (2, 7), (7, 64), (64, 65), (65, 200), (200, 300)]:  # odd and aligned starts
+        for lv, ix, h in fast.extend_leaves([m.leaf_hash(e) for e in D[lo:hi]], stride):
+            assert (lv, ix) not in got
+            got[(lv, ix)] = h
+        assert fast.size == hi and fast.hashes == m.Frontier.load(hi, lambda keys: [every.get(k) or m.leaf_hash(D[k[1]]) for k in keys]).hashes
+    assert got == {k: v for k, v in every.items() if k[0] % stride == 0}
+    assert fast.hashes == slow.hashes and fast.root() == MTH(D)
+    assert fast.extend_leaves([]) == [] and fast.size == 300

@@ -8,8 +8,8 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from akrelay.search import SearchService  # noqa: E402
-from akrelay.service.config import ServiceConfig  # noqa: E402
-from akrelay.service.relay import Relay, open_relay  # noqa: E402
+from akrelay.relay.config import RelayConfig  # noqa: E402
+from akrelay.relay.core import Relay, open_relay  # noqa: E402
 from akrelay.store.memory import MemoryStore  # noqa: E402
 
 from search_corpus import ORIGIN  # noqa: E402
@@ -24,12 +24,12 @@ class Env:
         self.relays: list[Relay] = []
 
     def memory_relay(self) -> Relay:
-        relay = Relay(MemoryStore(), ServiceConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
+        relay = Relay(MemoryStore(), RelayConfig(origin=ORIGIN), clock=lambda: NOW, cursor_secret=b"k" * 32)
         self.relays.append(relay)
         return relay
 
     def disk_relay(self, data: Path) -> Relay:
-        relay = open_relay(data, ServiceConfig(origin=ORIGIN), clock=lambda: NOW)
+        relay = open_relay(data, RelayConfig(origin=ORIGIN), clock=lambda: NOW)
         self.relays.append(relay)
         return relay
 

@@ -168,10 +168,10 @@ def test_indexer_lock_is_exclusive_and_released(tmp_path):
 def _worker(data: str, status_dir: str, stop) -> None:
     """A relay worker process; reports its state in its own file (killing a
     process that writes to a shared queue could wedge the queue)."""
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import open_relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import open_relay
 
-    relay = open_relay(data, ServiceConfig(origin="https://knowledge.example.com"))
+    relay = open_relay(data, RelayConfig(origin="https://knowledge.example.com"))
     service = SearchService(relay, data, elect_interval=0.1)
     status = Path(status_dir) / f"{os.getpid()}.json"
     while not stop.is_set():

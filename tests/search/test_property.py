@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from akrelay.protocol.query import QueryRequest, query_matches
 from akrelay.protocol.text import distinct_terms, text_matches
 from akrelay.search import SearchService
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
 
 # Pieces chosen to collide: ASCII in both cases, Chinese, punctuation, a
@@ -75,7 +75,7 @@ def _build(specs):
 def test_lexical_search_agrees_with_exact_query(specs, terms, picked, chosen, limit):
     envelopes, withheld = _build(specs)
     store = MemoryStore()
-    relay = Relay(store, ServiceConfig(origin="https://knowledge.example.com"), clock=lambda: T0,
+    relay = Relay(store, RelayConfig(origin="https://knowledge.example.com"), clock=lambda: T0,
                   cursor_secret=b"k" * 32)
     for envelope, hide in zip(envelopes, withheld):
         record, created = store.commit(envelope, T0)

@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.store.base import StoreUnavailable
 from akrelay.store import follow
 from akrelay.store.follow import LogFollower
@@ -19,7 +19,7 @@ VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "agent-k
 
 
 def _relay() -> Relay:
-    return Relay(MemoryStore(), ServiceConfig(origin="https://localhost:8443"), clock=lambda: VECTORS["now"],
+    return Relay(MemoryStore(), RelayConfig(origin="https://localhost:8443"), clock=lambda: VECTORS["now"],
                  cursor_secret=b"k" * 32)
 
 
@@ -181,7 +181,7 @@ def test_a_failing_commit_listener_neither_fails_the_commit_nor_skips_the_others
     relay.on_commit(lambda: 1 / 0)
     relay.on_commit(lambda: woken.append("second"))
     name = next(n for n, f in VECTORS["fixtures"].items() if f["envelope"]["event"]["type"] == "knowledge.publish")
-    with caplog.at_level("WARNING", logger="akrelay.service"):
+    with caplog.at_level("WARNING", logger="akrelay.relay"):
         record, created = relay.submit(_envelope(name))
     assert created and record.seq == 1
     assert woken == ["second"]

@@ -13,6 +13,7 @@ from akrelay.store.memory import MemoryStore
 from akrelay.store.recon import StoreView
 from akrelay.store.sqlite import SqliteStore
 from akrelay.store.sqlite_recon import recon_add, recon_discard
+from akrelay.store.sqlite_schema import SCHEMA as STORE_SCHEMA
 from recon_contract import ReconContract, fetchable
 from store_contract import corpus
 
@@ -67,13 +68,13 @@ def test_an_existing_data_directory_is_back_filled(tmp_path: Path) -> None:
             assert view.fingerprint(0, view.size()) == oracle.fingerprint(0, oracle.size())
     finally:
         store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == STORE_SCHEMA.version
 
 
 class TestRedisRecon(ReconContract):
     @pytest.fixture
     def new_store(self, redis_url):
-        from akrelay.store.redis import RedisStore
+        from akrelay.store.redis.store import RedisStore
 
         namespaces = itertools.count()
         opened: list = []
@@ -99,7 +100,7 @@ class TestRedisRecon(ReconContract):
 
 def test_a_redis_deployment_written_before_the_index_is_back_filled(redis_url) -> None:
     """``rc:*`` absent (a deployment from before issue 26): the first read indexes every fetchable record."""
-    from akrelay.store.redis import RedisStore
+    from akrelay.store.redis.store import RedisStore
 
     store = RedisStore(redis_url, namespace="recon-backfill")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from akrelay.store.redis import RedisStore
+from akrelay.store.redis.store import RedisStore
 
 # -- Redis-only behaviour ---------------------------------------------------------------------------------
 
@@ -14,7 +14,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 from akrelay.store.base import Record, StoreUnavailable  # noqa: E402
-from akrelay.store.redis import FORMAT_VERSION, RedisFormatError, WeakDurability, check_durability  # noqa: E402
+from akrelay.store.redis.store import FORMAT_VERSION, RedisFormatError, WeakDurability, check_durability  # noqa: E402
 from akrelay.store.schema import SchemaVersionError  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 from store_contract import corpus  # noqa: E402
@@ -285,7 +285,7 @@ def test_a_full_redis_refuses_a_commit_whole_and_leaves_no_gap(private_redis):
 
 
 def test_iter_records_pages_past_one_call(redis_url, monkeypatch):
-    import akrelay.store.redis as module
+    import akrelay.store.redis.store as module
 
     monkeypatch.setattr(module, "ITER_CHUNK", 4)
     store = RedisStore(redis_url)

@@ -23,8 +23,8 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.signer import Signer, publish_event
 from akrelay.protocol.text import ascii_fold
 from akrelay.store.memory import MemoryStore
-from akrelay.store.redis import RedisStore
-from akrelay.store.redis_text import FORMAT, TEXT_INDEX_FILE
+from akrelay.store.redis.store import RedisStore
+from akrelay.store.redis.text import FORMAT, TEXT_INDEX_FILE
 from store_contract import LICENSE, BASE_TIME, StoreContract, envelope_from_signed
 
 
@@ -281,7 +281,7 @@ def test_a_bad_index_is_rebuilt_with_a_warning(redis_url, tmp_path, corpus_3k, c
         setup = _store(redis_url, tmp_path / "unused.sqlite3")
         setup.commit_many([(e, 1) for e in others])
         setup.close()
-    caplog.set_level(logging.WARNING, logger="akrelay.store.redis_text")
+    caplog.set_level(logging.WARNING, logger="akrelay.store.redis.text")
     store = _store(redis_url, path)
     try:
         # before the rebuild a reader never uses what it cannot trust: it scans (or the index is empty)
@@ -311,7 +311,7 @@ def test_a_file_deleted_under_a_running_node_is_recreated(redis_url, tmp_path, c
         assert store.text_index_lag() == 300  # no file: nothing indexed, queries scan
         assert [r.seq for r in store.query(text_terms=["cache"], limit=10_000)] == [
             r.seq for r in memory.query(text_terms=["cache"], limit=10_000)]
-        caplog.set_level(logging.WARNING, logger="akrelay.store.redis_text")
+        caplog.set_level(logging.WARNING, logger="akrelay.store.redis.text")
         _catch_up(store)
         assert path.exists() and store.text_index_lag() == 0 and "deleted or replaced" in caplog.text
         assert [r.seq for r in store.query(text_terms=["cache"], limit=10_000)] == [
@@ -354,7 +354,7 @@ def test_the_background_indexer_catches_up(redis_url, tmp_path, corpus_3k):
 
 
 def test_serve_over_redis_uses_the_text_index(redis_url, tmp_path):
-    from akrelay.service.relay import open_shared_relay
+    from akrelay.relay.core import open_shared_relay
 
     relay = open_shared_relay(redis_url, data_dir=tmp_path, accept_weak_durability=True)
     try:
@@ -457,13 +457,13 @@ def test_q_cursor_pages_stay_complete_while_the_index_moves_and_the_log_grows(re
     """One ``q`` enumeration paged by cursor through the relay, with the index catching up and records committed
     between pages (so its position crosses the page boundary and then the checkpoint): exactly the records at or
     below the first page's checkpoint, each once, in ``seq`` order, as the memory backend pages them."""
-    from akrelay.service.config import ServiceConfig
-    from akrelay.service.relay import Relay
+    from akrelay.relay.config import RelayConfig
+    from akrelay.relay.core import Relay
 
     first, later = corpus_3k[:1500], corpus_3k[1500:]
     store, memory = _load(redis_url, tmp_path, first, index_upto=200)
-    relay = Relay(store, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
-    oracle = Relay(memory, ServiceConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+    relay = Relay(store, RelayConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
+    oracle = Relay(memory, RelayConfig(origin="https://relay.test"), cursor_secret=b"k" * 32)
 
     def pages(r: Relay, request: list[tuple[str, str]], between: Any = None) -> list[int]:
         seqs: list[int] = []

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import pytest
 
-from akrelay.store.redis import RedisStore
-from akrelay.store.redis_text import TEXT_INDEX_FILE
+from akrelay.store.redis.store import RedisStore
+from akrelay.store.redis.text import TEXT_INDEX_FILE
 from akrelay.store.sqlite import SqliteStore
 from akrelay.store.text_indexer import TextIndexer
 from store_contract import corpus

@@ -11,7 +11,7 @@ import pytest
 from test_log_http import Node
 
 from akrelay.client import RelayClient
-from akrelay.service.audit import AuditFailure, State, audit
+from akrelay.relay.audit import AuditFailure, State, audit
 from akrelay.protocol.envelope import verify_envelope
 from akrelay.protocol.note import vkey
 from test_audit_cli import envelope
@@ -67,7 +67,7 @@ def test_audit_ok_then_every_kind_of_lie(node: Node, tmp_path: Path) -> None:
 
 def test_audit_escapes_what_the_relay_says(monkeypatch, capsys, tmp_path) -> None:
     """A relay's error message reaches the terminal escaped (issue 24 item 12, for ``audit`` too)."""
-    import akrelay.service.audit as audit_module
+    import akrelay.relay.audit as audit_module
     from akrelay.cli import main
     from akrelay.client import ServiceError
 

@@ -19,8 +19,8 @@ from relay_harness import ORIGIN, error_of, fixture_bytes
 
 from akrelay.process.worker import create_app
 from akrelay.protocol.note import open_checkpoint, parse_vkey
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from akrelay.settings import defaults
 from akrelay.store.sqlite import SqliteStore
 from store_contract import corpus
@@ -32,7 +32,7 @@ class Node:
         self.store = SqliteStore(data / "relay.sqlite3")
         from relay_harness import Clock, NOW
 
-        self.relay = Relay(self.store, ServiceConfig(origin=ORIGIN), clock=Clock(NOW), cursor_secret=b"k" * 32,
+        self.relay = Relay(self.store, RelayConfig(origin=ORIGIN), clock=Clock(NOW), cursor_secret=b"k" * 32,
                            data_dir=data)
         self.app = create_app(self.relay, defaults(write_rate=0.0, read_rate=0.0), components=("log",))
         self.client = TestClient(self.app, raise_server_exceptions=False)
@@ -217,7 +217,7 @@ def test_the_witness_endpoint_serves_a_cosigned_peer_checkpoint(tmp_path: Path) 
     state.put(PeerState("https://peer-b.example", cosigned="b", misbehaving="a fork"))
     state.close()
     store = SqliteStore(tmp_path / "relay.sqlite3")
-    relay = Relay(store, ServiceConfig(origin=ORIGIN), clock=Clock(NOW), cursor_secret=b"k" * 32, data_dir=tmp_path)
+    relay = Relay(store, RelayConfig(origin=ORIGIN), clock=Clock(NOW), cursor_secret=b"k" * 32, data_dir=tmp_path)
     settings = defaults(write_rate=0.0, read_rate=0.0, data=str(tmp_path), peers=str(tmp_path / "peers.toml"))
     app = create_app(relay, settings, components=("log",))
     try:

@@ -9,8 +9,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import open_checkpoint, parse_vkey
-from akrelay.service.transparency import TransparencyLog
-from akrelay.store.redis import RedisStore
+from akrelay.relay.transparency import TransparencyLog
+from akrelay.store.redis.store import RedisStore
 from akrelay.store.tlog import leaf_of
 from store_contract import corpus
 

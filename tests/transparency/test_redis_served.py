@@ -20,7 +20,7 @@ from relay_harness import Served, start_relay
 from test_audit_cli import envelope
 
 from akrelay.protocol.note import open_checkpoint, parse_vkey, raw_public_key, vkey
-from akrelay.service.transparency import load_or_create_key
+from akrelay.relay.transparency import load_or_create_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 ORIGIN = "https://relay.test"  # the deployment's one origin: both nodes sign as relay.test

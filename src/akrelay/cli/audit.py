@@ -76,13 +76,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     from akrelay.cli.terminal import printable
     from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
-    from akrelay.service.audit import AuditFailure, State, audit, verifier_for
+    from akrelay.relay.audit import AuditFailure, State, audit, verifier_for
 
     def say(text: str, *, err: bool = True) -> None:
         # what a relay sent (its error messages, its checkpoint's origin) reaches the terminal escaped
         print(printable(text), file=sys.stderr if err else sys.stdout)
 
-    from akrelay.service.quorum import check_quorum, describe, fetch_with, parse_witnesses
+    from akrelay.relay.quorum import check_quorum, describe, fetch_with, parse_witnesses
 
     state_path = Path(args.state) if args.state else default_state()
     quorum_lines: list[str] = []
@@ -97,11 +97,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
             result = audit(client, pinned=args.key, state=None if witnesses else state, full=args.full,
                            progress=_Progress())
             if witnesses:  # the state file moves only once the quorum is met too
-                from akrelay.service.audit import LogReader
+                from akrelay.relay.audit import LogReader
 
                 previous = state.get(result.checkpoint.origin)
                 if previous is not None:
-                    from akrelay.service.audit import check_consistency
+                    from akrelay.relay.audit import check_consistency
 
                     result.previous = previous.size
                     check_consistency(LogReader(client), previous, result.checkpoint)
@@ -152,8 +152,8 @@ def cmd_witness(args: argparse.Namespace) -> int:
 
     from akrelay.cli.terminal import printable
     from akrelay.client import RelayClient, ResponseError, ServiceError, connection_failure
-    from akrelay.service.audit import AuditFailure
-    from akrelay.service.witnessing import push_checkpoint
+    from akrelay.relay.audit import AuditFailure
+    from akrelay.relay.witnessing import push_checkpoint
 
     try:
         with RelayClient(args.url, cacert=args.cacert) as log, \
@@ -178,9 +178,9 @@ def cmd_witness(args: argparse.Namespace) -> int:
 def prove(client: Any, record: dict[str, Any], *, wait: float = 15.0) -> str:
     """``get/submit --prove``: wait (up to ``wait`` s) for a checkpoint covering ``record``, verify its inclusion.
 
-    Returns a one-line summary; raises :class:`akrelay.service.audit.AuditFailure` on a mismatch.
+    Returns a one-line summary; raises :class:`akrelay.relay.audit.AuditFailure` on a mismatch.
     """
-    from akrelay.service.audit import AuditFailure, LogReader, fetch_checkpoint, verifier_for, verify_inclusion
+    from akrelay.relay.audit import AuditFailure, LogReader, fetch_checkpoint, verifier_for, verify_inclusion
 
     reader = LogReader(client)
     verifier, url = verifier_for(client, None)

@@ -386,7 +386,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _prove(client: RelayClient, record: dict[str, Any]) -> int:
     """``--prove``: verify the record's inclusion proof (stderr says how it went); non-zero on a mismatch."""
     from akrelay.cli.audit import prove
-    from akrelay.service.audit import AuditFailure
+    from akrelay.relay.audit import AuditFailure
 
     try:
         print(prove(client, record), file=sys.stderr)

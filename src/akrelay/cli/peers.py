@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add.add_argument("--disabled", action="store_true", help="add the peer disabled")
     add.add_argument("--no-push", dest="push", action="store_false", default=None,
                      help="never subscribe to the peer's push stream: poll it only")
+    add.add_argument("--no-offer", dest="offer", action="store_false", default=None,
+                     help="never offer the peer the events it lacks after a reconciliation")
     add.set_defaults(handler=cmd_add)
 
     rm = sub.add_parser("remove", help="remove a peer")
@@ -67,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="reconcile the sets with every peer that supports it (or --peer), fetch what we lack, "
                            "print progress and a summary, and exit")
     sync.add_argument("--peer", metavar="ORIGIN", default=None, help="with --reconcile: only this configured peer")
+    sync.add_argument("--since", metavar="MS", default=None,
+                      help="with --reconcile: only events with created_at >= MS (Unix ms)")
+    sync.add_argument("--until", metavar="MS", default=None,
+                      help="with --reconcile: only events with created_at < MS (Unix ms)")
+    sync.add_argument("--type", dest="types", metavar="TYPES", default=None,
+                      help="with --reconcile: only these event types, comma-separated (knowledge.publish, "
+                           "knowledge.assess, knowledge.retract); the peer must take the type filter")
     add_arguments(sync, include_serve_only=False)
     sync.set_defaults(handler=cmd_sync)
 
@@ -87,7 +96,7 @@ def _redis_state(args: argparse.Namespace) -> object | None:
     if not store or store == "sqlite":
         return None
     from akrelay.federation.redis_state import RedisFederationState
-    from akrelay.store.redis_client import shared_prefix
+    from akrelay.store.redis.client import shared_prefix
 
     namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
     return RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))
@@ -139,7 +148,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             return _fail(f"CA file {args.ca_file} does not exist")
         options = dict(ca_file=ca_file, allow_private=args.allow_private, interval=args.interval,
                        page_limit=args.page_limit, max_page_bytes=args.max_page_bytes,
-                       enabled=False if args.disabled else None, push=args.push)
+                       enabled=False if args.disabled else None, push=args.push, offer=args.offer)
         existing = peer_file.get(args.origin)
         peer = with_changes(existing, **options) if existing else make_peer(args.origin, **options)
         created = peer_file.add(peer)
@@ -265,12 +274,22 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reconcile(settings: Any, node: Any, only: str | None) -> int:
+def _reconcile(settings: Any, node: Any, only: str | None, args: argparse.Namespace | None = None) -> int:
     """``akrelay sync --reconcile``: progress on stderr, one summary line per peer on stdout."""
     from akrelay.federation.peers import PeerConfigError
-    from akrelay.federation.reconcile import ReconcileResult
+    from akrelay.federation.reconcile import ReconcileResult, parse_filter
     from akrelay.federation.runner import reconcile_once
     from akrelay.cli.terminal import printable
+    from akrelay.protocol.errors import ProtocolError
+
+    pairs = [(name, value) for name, value in (("since", getattr(args, "since", None)),
+                                                ("until", getattr(args, "until", None)),
+                                                ("type", getattr(args, "types", None))) if value is not None]
+    try:
+        window = parse_filter(pairs)
+    except ProtocolError as exc:
+        print(f"akrelay sync: --since/--until/--type: {exc.message}", file=sys.stderr)
+        return 2
 
     def safe(text: str) -> str:
         return printable(text, keep="")
@@ -280,7 +299,8 @@ def _reconcile(settings: Any, node: Any, only: str | None) -> int:
               f"{r.sent + r.received:,} bytes, {r.batches} batch fetch(es)", file=sys.stderr)
 
     try:
-        results = reconcile_once(settings, node.relay, node.sync.leadership(), only=only, progress=progress)
+        results = reconcile_once(settings, node.relay, node.sync.leadership(), only=only, progress=progress,
+                                 window=window)
     except (PeerConfigError, RuntimeError, ValueError) as exc:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
@@ -313,7 +333,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
         return 2
     try:
         if getattr(args, "reconcile", False):
-            return _reconcile(settings, node, args.peer)
+            return _reconcile(settings, node, args.peer, args)
+        if any(getattr(args, n, None) is not None for n in ("since", "until", "types")):
+            print("akrelay sync: --since, --until and --type narrow --reconcile only", file=sys.stderr)
+            return 2
         if not args.once:
             node.start()
             try:

@@ -99,9 +99,9 @@ class MigrationRefused(RuntimeError):
 
 def migrate(source_path: Any, url: str, *, namespace: str = "akrelay", accept_weak_durability: bool = False) -> dict[str, Any]:
     """Copy the SQLite log at ``source_path`` into the empty Redis namespace; a summary of what was copied."""
-    from akrelay.service.relay import CURSOR_SECRET_KEY
-    from akrelay.store.redis import RedisStore, check_durability
-    from akrelay.store.redis_client import describe
+    from akrelay.relay.core import CURSOR_SECRET_KEY
+    from akrelay.store.redis.store import RedisStore, check_durability
+    from akrelay.store.redis.client import describe
     from akrelay.store.sqlite import SqliteStore
 
     source = SqliteStore(source_path)

@@ -69,7 +69,7 @@ class Leadership:
         """Whether we lead now; a Redis outage is "not now" (logged once), never an exception."""
         if isinstance(self.lock, LeaderLock):
             return self.lock.acquire()
-        from akrelay.store.redis_client import is_outage, outage_reason
+        from akrelay.store.redis.client import is_outage, outage_reason
 
         try:
             held = self.lock.acquire()

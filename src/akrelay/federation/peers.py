@@ -85,12 +85,15 @@ class Peer:
     log_key: str | None = None
     #: Subscribe to the peer's push stream when its discovery advertises one (then it is pulled at once).
     push: bool = True
+    #: After a reconciliation, offer the peer the events it lacks when its discovery invites offers (issue 26).
+    offer: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", canonical_https_origin(self.origin))
         _check_bool("enabled", self.enabled)
         _check_bool("allow_private", self.allow_private)
         _check_bool("push", self.push)
+        _check_bool("offer", self.offer)
         for name in ("interval", "connect_timeout", "read_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:

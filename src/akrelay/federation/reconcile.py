@@ -12,6 +12,14 @@ peer has and we lack, in a few round trips whose size grows with the differences
   engine's own ingestion (:meth:`SyncEngine._ingest_page`): verified exactly like pulled
   events, parked when a dependency is missing. What the peer claims is only a list of ids:
   a forged fingerprint costs a few rounds, never an unverified acceptance.
+* :func:`offer` then submits what we hold and the peer lacks (``have``) to a peer whose
+  discovery says ``reconcile.accepts_offers``: one ordinary ``POST`` of each envelope to its
+  ``events`` endpoint (events are self-verifying, so the peer checks them like any client
+  submission), bounded per pass, in our ``seq`` order (dependencies first), stopped by a
+  429/503 or an outage, and never offering again an event the peer refused.
+* :func:`parse_filter` / :func:`filtered_items`: the ``since`` / ``until`` window is answered from
+  the precomputed aggregates; a ``type`` filter has none, so its set is read through the
+  store's term index into memory, at most :data:`MAX_FILTERED` events per message.
 
 What bounds a session with a hostile peer: :data:`~akrelay.protocol.reconcile.MAX_ROUNDS`
 rounds, every answer at most :data:`~akrelay.protocol.reconcile.MAX_MESSAGE` bytes and the
@@ -24,11 +32,12 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler
+from akrelay.protocol.payload import EVENT_TYPES
+from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler, SortedItems, Storage
 from akrelay.store.base import StoreUnavailable
 from akrelay.store.recon import DEFAULT_BUDGET, ReconIndex, StoreView, ViewChanged
 
@@ -36,7 +45,7 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.federation.peers import Peer
     from akrelay.federation.state import PeerState
     from akrelay.federation.transport import PeerTransport
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.federation.reconcile")
 
@@ -58,6 +67,9 @@ class SyncEngine(Protocol):
 
     def fetch_and_ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
                          st: PeerState, result: Any) -> tuple[int, int]: ...
+
+    #: origin -> what the peer's discovery says of reconciliation (set by discovery, :func:`capabilities`)
+    reconcile_caps: dict[str, Capabilities]
 
 RECONCILE_PATH = "/v1/knowledge/reconcile"
 MEDIA_TYPE = "application/octet-stream"
@@ -82,29 +94,123 @@ def index_of(store: Any) -> ReconIndex | None:
     return getattr(store, "recon", None)
 
 
-def parse_window(pairs: Iterable[tuple[str, str]]) -> tuple[int | None, int | None]:
-    """The ``since`` / ``until`` filter (``since <= created_at < until``, ms) of a request's query string."""
-    found: dict[str, int] = {}
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """What narrows both sides' sets: ``since <= created_at < until`` (ms) and the event ``types``.
+
+    ``types`` is ``None`` (every type) or a sorted, distinct tuple of §5 event types.
+    """
+
+    since: int | None = None
+    until: int | None = None
+    types: tuple[str, ...] | None = None
+
+    def query(self) -> str:
+        """The filter as the endpoint's query string (``""`` for none), in one canonical form."""
+        parts = [f"{k}={v}" for k, v in (("since", self.since), ("until", self.until)) if v is not None]
+        if self.types is not None:
+            parts.append("type=" + ",".join(self.types))
+        return "?" + "&".join(parts) if parts else ""
+
+    def describe(self) -> str:
+        parts = []
+        if self.since is not None:
+            parts.append(f"created_at >= {self.since}")
+        if self.until is not None:
+            parts.append(f"created_at < {self.until}")
+        if self.types is not None:
+            parts.append("type " + "|".join(self.types))
+        return ", ".join(parts)
+
+
+NO_FILTER = Filter()
+#: Most events a ``type``-filtered set may hold (one message reads them all: there is no
+#: precomputed aggregate per type); past it the answer is 400, "narrow since/until".
+MAX_FILTERED = 20_000
+#: Longest ``type`` value: every event type once, with commas.
+_MAX_TYPES_TEXT = sum(len(t) + 1 for t in EVENT_TYPES)
+
+
+def parse_types(value: str) -> tuple[str, ...]:
+    """``knowledge.publish,knowledge.assess``: distinct §5 event types, sorted; ``invalid_request`` otherwise."""
+    if not value or len(value) > _MAX_TYPES_TEXT:
+        raise ProtocolError("invalid_request", "type must list event types, separated by commas: "
+                            + ", ".join(sorted(EVENT_TYPES)))
+    names = value.split(",")
+    for name in names:
+        if name not in EVENT_TYPES:
+            raise ProtocolError("invalid_request", f"type: {name[:40]!r} is not an event type "
+                                f"({', '.join(sorted(EVENT_TYPES))})")
+    if len(set(names)) != len(names):
+        raise ProtocolError("invalid_request", "type: an event type is listed twice")
+    return tuple(sorted(names))
+
+
+def parse_filter(pairs: Iterable[tuple[str, str]]) -> Filter:
+    """The filter of a request's query string: ``since``, ``until`` (ms) and ``type``; strict."""
+    found: dict[str, Any] = {}
     for name, value in pairs:
-        if name not in ("since", "until"):
-            raise ProtocolError("invalid_request", f"unknown parameter {name!r} (reconcile takes since and until)")
+        if name not in ("since", "until", "type"):
+            raise ProtocolError("invalid_request",
+                                f"unknown parameter {name[:40]!r} (reconcile takes since, until and type)")
         if name in found:
             raise ProtocolError("invalid_request", f"{name} is given twice")
-        if not value.isdigit() or len(value) > 16 or int(value) > MAX_CREATED_AT:
+        if name == "type":
+            found[name] = parse_types(value)
+            continue
+        if not value.isdigit() or not value.isascii() or len(value) > 16 or int(value) > MAX_CREATED_AT:
             raise ProtocolError("invalid_request", f"{name} must be an integer from 0 through {MAX_CREATED_AT}")
         found[name] = int(value)
     since, until = found.get("since"), found.get("until")
     if since is not None and until is not None and until <= since:
         raise ProtocolError("invalid_request", "until must be greater than since")
-    return since, until
+    types = found.get("type")
+    # every type is no type filter: the whole set, answered from the aggregates
+    return Filter(since, until, None if types is not None and set(types) == EVENT_TYPES else types)
+
+
+def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> SortedItems:
+    """The fetchable events of ``window.types`` in the window, through the store's term index, in memory.
+
+    Reads at most ``limit + 1`` records in all (default :data:`MAX_FILTERED`): a larger set is
+    ``invalid_request``, so that a small message never costs an unbounded scan. Not inside
+    ``recon_snapshot()``: it reads the store, which takes its own transaction or locks.
+    """
+    from akrelay.store.base import event_hash_bytes
+
+    assert window.types is not None
+    limit = MAX_FILTERED if limit is None else limit
+    items: list[tuple[int, bytes]] = []
+    for etype in window.types:
+        after = 0
+        while True:
+            page = store.query([("type", etype)], window.since, window.until, after_seq=after,
+                               limit=min(1000, limit + 1 - len(items)))
+            for record in page:
+                items.append((record.envelope.event["created_at"], event_hash_bytes(record.id)))
+            if len(items) > limit:
+                raise ProtocolError("invalid_request",
+                                    f"reconcile: the type filter's set holds more than {limit:,} events (it has "
+                                    "no precomputed fingerprints and is read per message); narrow since/until")
+            if not page:
+                break
+            after = page[-1].seq
+    return SortedItems(items)
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
-            budget: int | None = None) -> bytes:
-    """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows."""
+            budget: int | None = None, types: tuple[str, ...] | None = None, store: Any = None) -> bytes:
+    """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
+
+    With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
+    """
     budget = DEFAULT_BUDGET if budget is None else budget
     if len(message) > MAX_MESSAGE:
         raise ProtocolError("invalid_request", f"reconciliation message: {len(message)} bytes (at most {MAX_MESSAGE})")
+    if types is not None:
+        if store is None:
+            raise ProtocolError("invalid_request", "this relay cannot filter reconciliation by type")
+        return Reconciler(filtered_items(store, Filter(since, until, types))).respond(message)
     with index.recon_snapshot():
         try:
             return Reconciler(StoreView(index, budget=budget, since=since, until=until)).respond(message)
@@ -112,10 +218,45 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
             raise StoreUnavailable(f"the reconciliation index changed while it was read ({exc}); retry", 1) from None
 
 
-def discovery(origin: str) -> dict[str, Any]:
-    """The members the endpoint adds to the §9.2 document."""
-    return {"reconcile": {"endpoint": origin.rstrip("/") + RECONCILE_PATH, "protocol": PROTOCOL_NAME,
-                          "items": "created_at,hash", "frame_limit": DEFAULT_FRAME_LIMIT, "max_message": MAX_MESSAGE}}
+def discovery(origin: str, *, accepts_offers: bool = False) -> dict[str, Any]:
+    """The members the endpoint adds to the §9.2 document.
+
+    ``filters`` names the query parameters the endpoint takes; ``accepts_offers`` (only when
+    true) invites a relay that reconciled with us to ``POST`` the events we lack to our
+    ``events`` endpoint.
+    """
+    member: dict[str, Any] = {"endpoint": origin.rstrip("/") + RECONCILE_PATH, "protocol": PROTOCOL_NAME,
+                              "items": "created_at,hash", "frame_limit": DEFAULT_FRAME_LIMIT,
+                              "max_message": MAX_MESSAGE, "filters": ["since", "until", "type"]}
+    if accepts_offers:
+        member["accepts_offers"] = True
+    return {"reconcile": member}
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a peer's discovery document says of its reconciliation, beyond the endpoint."""
+
+    #: its ``events`` endpoint when it invites offers (``reconcile.accepts_offers`` is exactly ``true``)
+    offer_url: str | None = None
+    #: it takes the ``type`` filter (``reconcile.filters`` lists it)
+    types: bool = False
+    #: its ``limits.max_envelope_bytes``, when it advertises one
+    max_envelope_bytes: int | None = None
+
+
+def capabilities(doc: Any, origin: str, events_url: str | None) -> Capabilities:
+    """The :class:`Capabilities` of a discovery document already checked (``validate_discovery``) for ``origin``."""
+    member = doc.get("reconcile") if isinstance(doc, dict) else None
+    if not isinstance(member, dict):
+        return Capabilities()
+    url = events_url or origin + "/v1/knowledge/events"
+    offer_url = url if member.get("accepts_offers") is True and url.startswith(origin + "/") else None
+    names = member.get("filters")
+    limits = doc.get("limits")
+    size = limits.get("max_envelope_bytes") if isinstance(limits, dict) else None
+    return Capabilities(offer_url, isinstance(names, list) and "type" in names,
+                        size if type(size) is int and size > 0 else None)
 
 
 def advertised_endpoint(doc: Any, origin: str) -> str | None:
@@ -130,6 +271,18 @@ def advertised_endpoint(doc: Any, origin: str) -> str | None:
 
 
 # ---- the initiator ---------------------------------------------------------------------------
+
+#: Events offered to one peer per pass by default (``--offer-max``).
+OFFER_MAX = 1000
+#: Refusals in a row after which the rest of a pass's offers are left for the next reconciliation.
+OFFER_REFUSALS_IN_A_ROW = 16
+#: Event ids a peer refused that are kept (newest last) so that they are never offered again.
+OFFER_REFUSED_KEPT = 1000
+#: Largest answer to one offered envelope that is read (the peer echoes the record).
+OFFER_ANSWER_BYTES = 1 << 20
+#: Longest the offers of one pass may take (a peer that answers each one slowly delays its own pull no more).
+OFFER_SECONDS = 60.0
+
 
 @dataclass(slots=True)
 class ReconcileResult:
@@ -149,6 +302,16 @@ class ReconcileResult:
     #: of the fetched events, how many were new here (the rest were duplicates, rejected or parked)
     accepted: int = 0
     seconds: float = 0.0
+    #: the first ``offer_max`` ids of ``have`` (what :func:`offer` may submit to the peer)
+    have_ids: list[bytes] = field(default_factory=list, repr=False)
+    #: offers: submitted, stored by the peer (new there or already held), refused (4xx), left for later
+    offered: int = 0
+    offers_accepted: int = 0
+    offers_refused: int = 0
+    offers_deferred: int = 0
+    #: why nothing (or not everything) was offered, for the summary
+    offer_note: str | None = None
+    window: Filter = NO_FILTER
 
     def summary(self) -> str:
         if not self.supported:
@@ -156,8 +319,15 @@ class ReconcileResult:
         text = (f"{'reconciled' if self.complete else 'incomplete'}: have {self.have}, need {self.need}, "
                 f"{self.rounds} round(s), {self.sent + self.received:,} bytes, {self.batches} batch fetch(es), "
                 f"accepted {self.accepted}")
+        if self.window != NO_FILTER:
+            text += f" ({self.window.describe()})"
         if self.absent:
             text += f", {self.absent} not served by the peer"
+        if self.offered or self.offers_deferred:
+            text += (f"; offered {self.offered}: {self.offers_accepted} stored, {self.offers_refused} refused"
+                     + (f", {self.offers_deferred} left for later" if self.offers_deferred else ""))
+        if self.offer_note:
+            text += f"; {self.offer_note}"
         return text + (f"; {self.error}" if self.error else "")
 
 
@@ -169,24 +339,33 @@ def event_id_of(raw: bytes) -> str:
 def learn(transport: PeerTransport, url: str, index: ReconIndex, result: ReconcileResult, *,
           since: int | None = None, until: int | None = None, max_need: int | None = None,
           deadline: float | None = None, monotonic: Callable[[], float] | None = None,
-          progress: Callable[[ReconcileResult], None] | None = None) -> list[bytes]:
+          progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
+          store: Any = None, max_have: int = 0) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
     Each of our steps reads one snapshot of our own index, held only while computing
-    (never across a round trip). Raises ``ProtocolError`` for a malformed answer or too
-    many rounds, ``PeerFetchError`` for a failed request; stops early (``complete`` stays
-    false) at the session deadline or once ``max_need`` ids are known.
+    (never across a round trip). With a ``type`` filter (``window.types``) our set is read
+    once from ``store`` for the session instead. Raises ``ProtocolError`` for a malformed
+    answer or too many rounds, ``PeerFetchError`` for a failed request; stops early
+    (``complete`` stays false) at the session deadline or once ``max_need`` ids are known.
+    The first ``max_have`` ids we have and the peer lacks are kept in ``result.have_ids``.
     """
     from akrelay.federation.transport import PeerFetchError
 
     monotonic = monotonic or _monotonic
     deadline = SESSION_SECONDS if deadline is None else deadline
     max_need = MAX_NEED if max_need is None else max_need
+    window = window if window is not None else Filter(since, until)
+    result.window = window
     started = monotonic()
-    query = ("?" + "&".join(f"{k}={v}" for k, v in (("since", since), ("until", until)) if v is not None)
-             if since is not None or until is not None else "")
+    query = window.query()
+    fixed = filtered_items(store, window) if window.types is not None else None
+
+    def storage() -> Storage:
+        return fixed if fixed is not None else StoreView(index, since=window.since, until=window.until)
+
     with index.recon_snapshot():
-        reconciler = Reconciler(StoreView(index, since=since, until=until), max_rounds=MAX_ROUNDS)
+        reconciler = Reconciler(storage(), max_rounds=MAX_ROUNDS)
         message: bytes | None = reconciler.initiate()
     need: list[bytes] = []
     while message is not None:
@@ -203,9 +382,12 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
         result.received += len(reply)
         result.rounds += 1
         with index.recon_snapshot():
-            reconciler.storage = StoreView(index, since=since, until=until)
+            reconciler.storage = storage()
             outcome = reconciler.reconcile(reply)
         result.have += len(outcome.have)
+        room = max_have - len(result.have_ids)
+        if room > 0:
+            result.have_ids.extend(outcome.have[:room])
         need.extend(outcome.need)
         result.need = len(need)
         if progress is not None:
@@ -218,10 +400,91 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     return need
 
 
+def offer(engine: SyncEngine, peer: Peer, transport: PeerTransport, events_url: str, st: PeerState,
+          result: ReconcileResult, *, limit: int, max_envelope_bytes: int | None = None,
+          progress: Callable[[ReconcileResult], None] | None = None) -> None:
+    """Submit to the peer what we have and it lacks (``result.have_ids``), as any client would.
+
+    In our ``seq`` order, so that a dependency goes before its dependents; only records
+    still fetchable here (retained, not withheld). A 2xx answer counts as stored; a 4xx
+    (other than 408/429) as refused, remembered in ``st.offer_refused`` (bounded) and never
+    offered again; a 429 or 503 (its ``Retry-After`` kept in ``st.offer_retry_at``), another
+    failure, :data:`OFFER_SECONDS` or :data:`OFFER_REFUSALS_IN_A_ROW` refusals in a row end this pass's offers,
+    and the rest are counted as deferred: the next reconciliation finds them again.
+    """
+    from akrelay.federation.transport import PeerFetchError, parse_retry_after
+
+    now = engine.now_ms()
+    if st.offer_retry_at and now < st.offer_retry_at:
+        result.offers_deferred = result.have
+        st.bump("offers_deferred", result.have)
+        result.offer_note = "offers wait for the peer's Retry-After"
+        return
+    refused = set(st.offer_refused)
+    ids = [event_id_of(i) for i in result.have_ids]
+    ids = [i for i in ids if i not in refused]
+    found = engine.relay.store.get_many(ids) if ids else {}
+    records = sorted((r for r in found.values() if not r.withheld), key=lambda r: r.seq)[:limit]
+    in_a_row = 0
+    started = _monotonic()
+    for position, record in enumerate(records):
+        if _monotonic() - started > OFFER_SECONDS:
+            left = len(records) - position
+            result.offers_deferred += left
+            st.bump("offers_deferred", left)
+            result.offer_note = f"offers stopped after {OFFER_SECONDS:.0f} s; the rest wait"
+            break
+        body = record.canonical_bytes()
+        if max_envelope_bytes is not None and len(body) > max_envelope_bytes:
+            continue  # the peer says it takes no envelope this large: not worth a request
+        try:
+            transport.post_json(events_url, body, max_bytes=OFFER_ANSWER_BYTES)
+        except PeerFetchError as exc:
+            status = exc.status or 0
+            if 400 <= status < 500 and status not in (408, 429):
+                result.offered += 1
+                st.bump("offered")
+                result.offers_refused += 1
+                st.bump("offers_refused")
+                st.offer_refused = [*st.offer_refused, record.id][-OFFER_REFUSED_KEPT:]
+                in_a_row += 1
+                if in_a_row < OFFER_REFUSALS_IN_A_ROW:
+                    continue
+                left = len(records) - position - 1
+                result.offer_note = f"the peer refused {in_a_row} offers in a row ({exc}); the rest wait"
+            else:
+                left = len(records) - position  # this one too: it is offered again next time
+                wait = parse_retry_after(exc.retry_after, now / 1000) if status in (429, 503) else None
+                if wait:
+                    st.offer_retry_at = now + int(wait * 1000)
+                result.offer_note = f"offers stopped: {str(exc)[:200]}"
+            result.offers_deferred += left
+            st.bump("offers_deferred", left)
+            log.info("sync %s: %s", peer.origin, result.offer_note)
+            break
+        else:
+            in_a_row = 0
+            result.offered += 1
+            st.bump("offered")
+            result.offers_accepted += 1
+            st.bump("offers_accepted")
+            if progress is not None and result.offered % 100 == 0:
+                progress(result)
+    if result.have > len(result.have_ids):
+        result.offers_deferred += result.have - len(result.have_ids)
+        st.bump("offers_deferred", result.have - len(result.have_ids))
+
+
 def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url: str, batch_url: str,
                    st: PeerState, pass_result: PassResult, *, since: int | None = None, until: int | None = None,
-                   progress: Callable[[ReconcileResult], None] | None = None) -> ReconcileResult:
-    """Reconcile with ``peer`` and ingest what it has that we lack, through the engine's own path."""
+                   progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
+                   offer_to: str | None = None, offer_limit: int = 0,
+                   max_envelope_bytes: int | None = None) -> ReconcileResult:
+    """Reconcile with ``peer`` and ingest what it has that we lack, through the engine's own path.
+
+    With ``offer_to`` (the peer's ``events`` endpoint) and ``offer_limit``, what we have and
+    it lacks is then offered (:func:`offer`).
+    """
     index = index_of(engine.relay.store)
     result = ReconcileResult(peer.origin)
     if index is None:
@@ -230,7 +493,8 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
         return result
     started = time.monotonic()
     accepted_before = pass_result.accepted
-    need = learn(transport, url, index, result, since=since, until=until, progress=progress)
+    need = learn(transport, url, index, result, since=since, until=until, progress=progress, window=window,
+                 store=engine.relay.store, max_have=offer_limit if offer_to else 0)
     for start in range(0, len(need), BATCH_IDS):
         ids = [event_id_of(i) for i in need[start:start + BATCH_IDS]]
         result.batches += 1
@@ -239,6 +503,9 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
         result.accepted = pass_result.accepted - accepted_before
         if progress is not None:
             progress(result)
+    if offer_to is not None and result.complete and result.have:
+        offer(engine, peer, transport, offer_to, st, result, limit=offer_limit,
+              max_envelope_bytes=max_envelope_bytes, progress=progress)
     result.seconds = time.monotonic() - started
     return result
 
@@ -254,19 +521,34 @@ def _bootstrap_checkpoint(transport: PeerTransport, query_url: str) -> int:
     return checkpoint
 
 
+def offer_target(engine: SyncEngine, peer: Peer, caps: Capabilities) -> tuple[str | None, str | None]:
+    """Where to offer ``have`` (the peer's ``events`` endpoint), or ``None`` and why not."""
+    if not engine.options.offer or engine.options.offer_max <= 0:
+        return None, "not offered (--no-offer)"
+    if not peer.offer:
+        return None, "not offered (offer = false in the peer file)"
+    if caps.offer_url is None:
+        return None, "not offered: the peer does not advertise reconcile.accepts_offers"
+    return caps.offer_url, None
+
+
 def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, endpoints: dict[str, str],
                     st: PeerState, pass_result: PassResult, *, force: bool = False,
-                    progress: Callable[[ReconcileResult], None] | None = None) -> ReconcileResult | None:
+                    progress: Callable[[ReconcileResult], None] | None = None,
+                    window: Filter | None = None) -> ReconcileResult | None:
     """Reconcile inside a pass when it is due: on first contact (bootstrap), every ``reconcile_interval``, or ``force``.
 
     On first contact a complete reconciliation moves our checkpoint for the peer to the
     checkpoint it had before the rounds began, so the pull that follows does not fetch
     again what we already hold from elsewhere (not for a peer with a pinned ``log_key``,
-    whose signed log each pass verifies from our checkpoint on). A failed reconciliation
-    never fails the pass: it is noted, and the ``after_seq`` pull goes on as before.
+    whose signed log each pass verifies from our checkpoint on, nor for a filtered
+    reconciliation, which covers only part of the set). A failed reconciliation never
+    fails the pass: it is noted, and the ``after_seq`` pull goes on as before. A
+    complete one offers the peer what it lacks when it accepts offers (:func:`offer`).
     """
     from akrelay.federation.transport import PeerFetchError
 
+    window = window or NO_FILTER
     url = endpoints.get("reconcile")
     if url is None:
         st.reconcile_note = NOT_ADVERTISED
@@ -275,6 +557,12 @@ def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, en
     if index is None:
         st.reconcile_note = "this relay's store keeps no reconciliation index: after_seq pulls only"
         return None
+    caps = engine.reconcile_caps.get(peer.origin, Capabilities())
+    if window.types is not None and not caps.types:
+        result = ReconcileResult(peer.origin, error="the peer's reconcile endpoint does not take a type filter",
+                                 window=window)
+        st.reconcile_note = result.summary()
+        return result
     now = engine.now_ms()
     first = st.last_reconcile is None and st.checkpoint == 0 and st.resume_seq == 0
     interval = engine.options.reconcile_interval
@@ -287,16 +575,24 @@ def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, en
         st.last_reconcile = now  # nothing to spare: the pull fetches everything once anyway
         st.reconcile_note = "first contact with an empty store: pulled after_seq"
         return None
-    bootstrap_at = _bootstrap_checkpoint(transport, endpoints["query"]) if first and not peer.log_key else None
+    whole = window == NO_FILTER
+    bootstrap_at = (_bootstrap_checkpoint(transport, endpoints["query"])
+                    if first and whole and not peer.log_key else None)
+    offer_to, offer_note = offer_target(engine, peer, caps)
     try:
-        result = reconcile_peer(engine, peer, transport, url, endpoints["batch"], st, pass_result, progress=progress)
+        result = reconcile_peer(engine, peer, transport, url, endpoints["batch"], st, pass_result, progress=progress,
+                                window=window, offer_to=offer_to, offer_limit=engine.options.offer_max,
+                                max_envelope_bytes=caps.max_envelope_bytes)
     except (PeerFetchError, ProtocolError, ViewChanged) as exc:
         message = str(exc) if not isinstance(exc, ProtocolError) else f"{exc.code}: {exc.message}"
         st.last_reconcile = now
         st.reconcile_note = f"reconcile failed ({message[:300]}); pulled after_seq"
         log.warning("sync %s: reconcile failed: %s; pulling after_seq", peer.origin, message)
-        return ReconcileResult(peer.origin, error=message)
-    st.last_reconcile = now
+        return ReconcileResult(peer.origin, error=message, window=window)
+    if offer_note and result.have and not result.offer_note:
+        result.offer_note = offer_note
+    if whole:
+        st.last_reconcile = now
     st.reconcile_note = result.summary()
     if result.complete and bootstrap_at is not None and st.checkpoint == 0 and st.resume_seq == 0:
         st.checkpoint = bootstrap_at

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 from akrelay.federation.state import PeerState, PendingEntry
 from akrelay.leader import TOKEN_KEY, LeadershipLost
-from akrelay.store.redis_client import connect, unavailable
+from akrelay.store.redis.client import connect, unavailable
 
 KEY_PREFIX = "akrelay:sync:"
 

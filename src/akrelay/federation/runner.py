@@ -33,6 +33,8 @@ def sync_options(settings: Any) -> SyncOptions:
         hint_count=settings.hint_count,
         reconcile=not getattr(settings, "no_reconcile", False),
         reconcile_interval=float(getattr(settings, "reconcile_interval", 3600.0)),
+        offer=not getattr(settings, "no_offer", False),
+        offer_max=int(getattr(settings, "offer_max", 1000)),
     )
 
 
@@ -59,7 +61,7 @@ def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str
 
     ``shared`` (nodes over one store): no key in one node's data directory, only ``--log-key``."""
 
-    from akrelay.service.transparency import KEY_NAME, load_or_create_key, log_name
+    from akrelay.relay.transparency import KEY_NAME, load_or_create_key, log_name
 
     key_file = getattr(settings, "log_key", None)
     if not key_file and not shared and getattr(relay, "data_dir", None) is not None:
@@ -100,8 +102,10 @@ def _as_leader(settings: Any, relay: Any, peer_file: PeerFile, leadership: Leade
         leadership.close()
 
 
-def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None] | None = None) -> Any:
-    """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``); the state is saved."""
+def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None] | None = None, *,
+                  window: Any = None) -> Any:
+    """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``), narrowed by ``window``
+    (a :class:`akrelay.federation.reconcile.Filter`); the state is saved."""
     from akrelay.federation.reconcile import ReconcileResult, maybe_reconcile
     from akrelay.federation.transport import PeerFetchError
     from akrelay.protocol.errors import ProtocolError
@@ -113,7 +117,7 @@ def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None]
         with engine.open_transport(peer) as transport:
             endpoints = engine.discover(peer, transport)
             result = maybe_reconcile(engine, peer, transport, endpoints, st, pass_result, force=True,
-                                     progress=progress)
+                                     progress=progress, window=window)
     except (PeerFetchError, PeerMisbehaved, ProtocolError, StoreUnavailable) as exc:
         result = ReconcileResult(peer.origin, error=str(exc) if not isinstance(exc, ProtocolError) else exc.message)
     finally:
@@ -123,7 +127,7 @@ def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None]
 
 
 def reconcile_once(settings: Any, relay: Any, leadership: Leadership, *, only: str | None = None,
-                   progress: Callable[[Any], None] | None = None) -> list[Any]:
+                   progress: Callable[[Any], None] | None = None, window: Any = None) -> list[Any]:
     """Reconcile with every enabled peer (or the one ``only`` names) as the leader; their results.
 
     ``akrelay sync --reconcile``: what each peer has that we lack is fetched and verified
@@ -140,7 +144,7 @@ def reconcile_once(settings: Any, relay: Any, leadership: Leadership, *, only: s
         if not peers:
             raise ValueError(f"--peer {only}: not a peer of {settings.peers}")
     with _as_leader(settings, relay, peer_file, leadership) as engine:
-        return [reconcile_now(engine, p, progress) for p in peers if p.origin != engine.own_origin]
+        return [reconcile_now(engine, p, progress, window=window) for p in peers if p.origin != engine.own_origin]
 
 
 class BackgroundSync(threading.Thread):

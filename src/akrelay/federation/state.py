@@ -26,6 +26,7 @@ STATE_FILE = "federation.sqlite3"
 COUNTERS = (
     "passes", "failed_passes", "pages", "accepted", "duplicates", "rejected",
     "resolved", "pending_added", "pending_accepted", "pending_dropped", "batch_errors",
+    "offered", "offers_accepted", "offers_refused", "offers_deferred",
 )
 
 
@@ -68,6 +69,10 @@ class PeerState:
     cleared: list[dict] = field(default_factory=list)
     #: How its news reaches us: ``pushed`` (subscribed to its stream) or ``polled (why)`` (``peers status``).
     push: str | None = None
+    #: Events the peer refused when offered after a reconciliation (4xx), newest last, at most 1,000:
+    #: never offered again. And Unix ms before which nothing is offered (its 429/503 Retry-After).
+    offer_refused: list[str] = field(default_factory=list)
+    offer_retry_at: int = 0
 
     @property
     def lag(self) -> int:

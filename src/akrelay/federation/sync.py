@@ -3,7 +3,7 @@
 One pass per peer reads the peer's discovery document, then enumerates its
 ``query`` endpoint from the persisted checkpoint (``after_seq``) to the end,
 following cursors. Each envelope is submitted to the local
-:class:`~akrelay.service.relay.Relay` with ``source="sync"``, the same pipeline
+:class:`~akrelay.relay.core.Relay` with ``source="sync"``, the same pipeline
 as ``POST /events``, so verification and admission happen in exactly one place
 and the peer's ``seq`` and ``accepted_at`` are never copied. The checkpoint is
 persisted only after the last page was processed (Knowledge §9.3.2).
@@ -100,6 +100,10 @@ class SyncOptions:
     #: contact, then every ``reconcile_interval`` seconds (0: first contact and on demand only).
     reconcile: bool = True
     reconcile_interval: float = 3600.0
+    #: After a complete reconciliation, offer a peer that advertises ``reconcile.accepts_offers`` the
+    #: events we hold and it lacks, at most ``offer_max`` per pass (:func:`akrelay.federation.reconcile.offer`).
+    offer: bool = True
+    offer_max: int = 1000
 
 
 @dataclass(slots=True)
@@ -169,6 +173,8 @@ class SyncEngine:
         #: that :meth:`run_forever` holds to them (:mod:`akrelay.federation.push`)
         self.streams: dict[str, str | None] = {}
         self.push = PushHub(transport_factory)
+        #: origin -> what its discovery says of reconciliation: offers, filters, envelope limit (issue 26)
+        self.reconcile_caps: dict[str, Any] = {}
 
     # -- public API ---------------------------------------------------------
 
@@ -284,11 +290,13 @@ class SyncEngine:
         for name, url in endpoints.items():  # validate_discovery checks this too; never trust one check
             if not url.startswith(peer.origin + "/"):
                 raise PeerMisbehaved(f"discovery endpoint {name!r} is not on {peer.origin}: {url!r}")
-        from akrelay.federation.reconcile import advertised_endpoint
+        from akrelay.federation.reconcile import Capabilities, advertised_endpoint, capabilities
 
         reconcile_url = advertised_endpoint(doc, peer.origin)
         if reconcile_url is not None:
             endpoints["reconcile"] = reconcile_url
+        self.reconcile_caps[peer.origin] = (capabilities(doc, peer.origin, discovery.endpoints.get("events"))
+                                            if reconcile_url is not None else Capabilities())
         if self.options.follow_hints and hop < self.options.hint_hops:
             self._note_hints(list(discovery.peers), hop + 1)
         self.streams[peer.origin] = discovery.stream if peer.push else None

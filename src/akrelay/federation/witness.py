@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, cosign, parse_checkpoint, parse_note, parse_vkey
 from akrelay.protocol.witness import AddCheckpoint, check_consistency, check_signature, parse_add_checkpoint
-from akrelay.store.redis_client import unavailable
+from akrelay.store.redis.client import unavailable
 from akrelay.store.schema import Schema, ensure_schema, script
 
 STATE_FILE = "witness.sqlite3"

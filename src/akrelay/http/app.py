@@ -35,7 +35,7 @@ from akrelay.observability.requests import RequestObserver
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.http")
 

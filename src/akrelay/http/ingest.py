@@ -20,11 +20,11 @@ from akrelay.http.errors import JSON, error_body, internal_error_body, log_outag
 from akrelay.http.ratelimit import TokenBucket, retry_after_seconds
 from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
-from akrelay.service.relay import PendingCheck
+from akrelay.relay.core import PendingCheck
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.http")
 
@@ -79,7 +79,7 @@ class SubmitEndpoint:
 
     §8.1 steps 1–6 run on the event loop (CPU-bound, a thread would not run
     them in parallel anyway), except the store lookups a submission really
-    needs (:meth:`~akrelay.service.relay.Relay.check_local`: step 5's targets, or step 2
+    needs (:meth:`~akrelay.relay.core.Relay.check_local`: step 5's targets, or step 2
     after a refusal), which a network store answers on a thread so that an
     unreachable Redis stalls no other request; admitted envelopes queue for step 7, and one
     thread hop commits everything that queued meanwhile in one transaction

@@ -11,9 +11,8 @@ resolved version on every response, errors included. The work happens in
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import anyio
 import anyio.to_thread
@@ -24,21 +23,17 @@ from litestar.exceptions import HTTPException
 from litestar.response.streaming import ASGIStreamingResponse
 
 from akrelay.http.ingest import client_ip
-from akrelay.http.kip import KipComponent
-from akrelay.http.lifecycle import NotRunning
-from akrelay.http.search import SearchComponent
 from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
 from akrelay.knowql.request import parse_document
 from akrelay.knowql.service import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlService
-from akrelay.knowql.store import TurnStore
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
-from akrelay.settings import Settings, SettingsError
+from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -46,6 +41,19 @@ QUERY_PATH = "/query"
 #: Query Documents checked at once per worker (a shape within the caps takes up to ~0.2 s of CPU).
 SHAPE_CHECKS = 2
 
+
+class KnowqlHost(Protocol):
+    """What the routes read from the KnowQL component (:class:`akrelay.components.knowql.KnowqlComponent`)."""
+
+    @property
+    def service(self) -> KnowqlService:
+        """The running service (:class:`~akrelay.http.lifecycle.NotRunning`, a 503, before start or after stop)."""
+        ...
+
+    @property
+    def checks(self) -> anyio.CapacityLimiter:
+        """The threads Query Document checks may use at once in this worker."""
+        ...
 
 
 def resolve_version(value: str | None) -> str:
@@ -107,84 +115,7 @@ def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
         "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
 
 
-class KnowqlComponent:
-    """``POST /query`` and its companions, over one :class:`KnowqlService`.
-
-    A turn reads through the node's search and KIP components (passed in, not
-    looked up). ``start`` opens the turn store; ``stop`` cancels running turns
-    and closes it, before the components it reads from stop.
-    """
-
-    name = "knowql"
-    options: tuple[str, ...] = ("knowql_contexts", "knowql_llm_base_url", "knowql_llm_model", "knowql_llm_timeout",
-                                 "knowql_rate", "knowql_burst", "knowql_inflight", "knowql_queue", "knowql_tails",
-                                 "knowql_llm_max_tokens", "knowql_llm_max_chars")
-
-    @staticmethod
-    def check(settings: Settings) -> None:
-        """Refuse an unreadable or invalid contexts file before anything starts (:func:`akrelay.node.check_components`)."""
-        path = getattr(settings, "knowql_contexts", None)
-        if path:
-            try:
-                ContextRegistry.load("https://localhost", path)
-            except ValueError as exc:  # ContextFileError: its message names the file and the entry
-                raise SettingsError(f"--knowql-contexts {path!r}: {exc}") from None
-
-    def __init__(self, relay: Relay, settings: Settings, *, search: SearchComponent, kip: KipComponent,
-                 turn_store: Callable[[], TurnStore]) -> None:
-        """``turn_store``: opens the node backend's turn store (SQLite file, or the deployment's Redis)."""
-        self.relay = relay
-        self.settings = settings
-        self.search = search
-        self.kip = kip
-        self.turn_store = turn_store
-        self._service: KnowqlService | None = None
-        self._create = threading.Lock()
-        self._checks: anyio.CapacityLimiter | None = None
-
-    @property
-    def checks(self) -> anyio.CapacityLimiter:
-        """The threads Query Document checks (``shape``) may use at once in this worker."""
-        if self._checks is None:
-            self._checks = anyio.CapacityLimiter(SHAPE_CHECKS)
-        return self._checks
-
-    def _search(self) -> Any:
-        found = self.search.service
-        # No waiting for the index: the turn's snapshot is the lower of the index
-        # position and the nexus head, reported as akrelay.snapshot_seq.
-        found.notify()
-        return found
-
-    @property
-    def service(self) -> KnowqlService:
-        """The KnowQL service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
-        service = self._service
-        if service is None:
-            raise NotRunning("KnowQL service")
-        return service
-
-    def start(self) -> None:
-        """Open the turn store and the service (a request never does)."""
-        with self._create:
-            if self._service is None:
-                self._service = KnowqlService.open(self.relay, self.settings, self.turn_store(),
-                                                   search=self._search, runtime=self.kip.gateway.runtime)
-
-    def stop(self) -> None:
-        with self._create:
-            service, self._service = self._service, None
-        if service is not None:
-            service.close()
-
-    def discovery(self) -> dict[str, Any]:
-        return discovery(self.relay, self.settings)
-
-    def routes(self) -> list[Any]:
-        return routes(self)
-
-
-def routes(component: KnowqlComponent) -> list[Any]:
+def routes(component: KnowqlHost) -> list[Any]:
     def current() -> KnowqlService:
         return component.service
 

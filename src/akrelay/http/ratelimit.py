@@ -193,7 +193,7 @@ class RedisTokenBucket(TokenBucket):
         try:
             reply = self._script(keys=[self._key_prefix + key for key in keys], args=[repr(self.rate), self.burst])
         except Exception as exc:
-            from akrelay.store.redis_client import DOWN, outage_kind, outage_reason
+            from akrelay.store.redis.client import DOWN, outage_kind, outage_reason
 
             kind = outage_kind(exc)
             if kind is None:  # a bug; a full Redis (OOM), one that cannot persist or a replica is an outage
@@ -276,7 +276,7 @@ class RateLimits(dict[str, TokenBucket]):
 
 def limiter_client(url: str) -> "redis.Redis":
     """A Redis client for the limiter: waits of at most :data:`REDIS_TIMEOUT` (it runs on the event loop)."""
-    from akrelay.store.redis_client import connect
+    from akrelay.store.redis.client import connect
 
     return connect(url, reply_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=0)
 

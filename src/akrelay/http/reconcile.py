@@ -1,7 +1,7 @@
 """``POST /v1/knowledge/reconcile``: one negentropy V1 message in, the next one out (issue 26).
 
 Thin on purpose: the body (binary, ``application/octet-stream``) was already read within
-``max_envelope_bytes`` by the app's body reader; the ``since`` / ``until`` filter is parsed,
+``max_envelope_bytes`` by the app's body reader; the ``since`` / ``until`` / ``type`` filter is parsed,
 the answer computed by :func:`akrelay.federation.reconcile.respond` over the store's index,
 and every failure leaves through the app's one error mapping (malformed: 400
 ``invalid_request``; store outage: 503). Rate limited as a read. The server keeps nothing
@@ -16,13 +16,13 @@ import anyio
 from litestar import Request, post
 from litestar.response.base import ASGIResponse
 
-from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, parse_window, respond
+from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, parse_filter, respond
 
 __all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 
@@ -44,10 +44,12 @@ def routes(relay: Relay, settings: Settings) -> list[Any]:
         media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()
         if media != MEDIA_TYPE:
             raise ProtocolError("invalid_request", f"Content-Type must be {MEDIA_TYPE} (one negentropy V1 message)")
-        since, until = parse_window(query_pairs(request.scope["query_string"]))
+        window = parse_filter(query_pairs(request.scope["query_string"]))
         body = await request.body()
         # always off the event loop: one message may read up to the view's budget of index rows
-        answer = await anyio.to_thread.run_sync(lambda: respond(index, body, since=since, until=until))
+        # (or, filtered by type, up to MAX_FILTERED records through the store's term index)
+        answer = await anyio.to_thread.run_sync(lambda: respond(index, body, since=window.since, until=window.until,
+                                                                types=window.types, store=relay.store))
         return ASGIResponse(body=answer, status_code=200, media_type=MEDIA_TYPE, headers={"cache-control": "no-store"})
 
     return [reconcile]

@@ -21,7 +21,7 @@ second path by which content could arrive.
   and ``--push-streams`` per worker (503 ``service_unavailable``), both with
   ``Retry-After``. A stream ends after :data:`MAX_STREAM_SECONDS`; the client resumes.
 * Waking: no stream polls the store. A commit in this process wakes the streams
-  through the relay's commit listeners (:meth:`akrelay.service.relay.Relay.on_commit`),
+  through the relay's commit listeners (:meth:`akrelay.relay.core.Relay.on_commit`),
   which over Redis also carry every node's commits (pub/sub). With SQLite and
   several workers, one thread per worker reads the checkpoint every ``--push-poll``
   seconds while a stream is open, and wakes its streams when it moved; without
@@ -51,7 +51,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.push")

@@ -1,196 +1,76 @@
-"""The Merkle log's endpoints and signer as a component of the relay node (issue 23).
+"""The Merkle log's endpoints (issue 23).
 
 ``GET /v1/knowledge/checkpoint`` (C2SP signed note, ``text/plain``), ``/log``,
-``/proof/inclusion`` and ``/proof/consistency`` (JSON); discovery gains ``log``.
-Thin handlers over :class:`akrelay.service.transparency.TransparencyLog`; each
-worker runs a one-second signer (:class:`~akrelay.service.transparency.Ticker`),
-and the store's compare-and-set keeps their checkpoints one consistent chain.
-
-The key is ``--log-key FILE`` or, for an embedded store, ``log-key.pem`` made in
-the data directory at first start. Nodes of a Redis deployment must share one
-key file: without ``--log-key`` a Redis node serves no log (and says so once).
+``/proof/inclusion`` and ``/proof/consistency`` (JSON), a peer's checkpoint this relay
+cosigned, and the C2SP tlog-witness ``add-checkpoint``. Thin handlers over
+:class:`akrelay.relay.transparency.TransparencyLog`; the component that opens the log
+and runs its signer is :class:`akrelay.components.log.LogComponent`.
 """
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import msgspec
 import anyio
+import msgspec
 from litestar import Request, get, post
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 from akrelay.protocol.errors import ProtocolError
-from akrelay.service.transparency import KEY_NAME, WITNESS_PATH, Ticker, TransparencyLog, load_or_create_key
-
-#: C2SP tlog-witness ``add-checkpoint`` (submission prefix ``/v1/knowledge/witness``).
-ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
+from akrelay.relay.transparency import WITNESS_PATH
+from akrelay.relay.witnessing import ADD_CHECKPOINT_PATH
 
 if TYPE_CHECKING:  # annotations only
-    from akrelay.federation.state import StateStore
-    from akrelay.federation.witness import WitnessState
-    from akrelay.service.relay import Relay
-    from akrelay.settings import Settings
+    from akrelay.relay.transparency import TransparencyLog
 
-log = logging.getLogger("akrelay.transparency")
 TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 
-def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> TransparencyLog | None:
-    """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``).
+def routes(tlog: TransparencyLog, *, offload: bool, cosigned: Callable[[str], str | None],
+           add_checkpoint: Callable[[bytes], str]) -> list[Any]:
+    """The log's routes. ``offload``: the store blocks (run reads in a thread); ``cosigned(origin)``: the
+    cosigned checkpoint of that log, if any; ``add_checkpoint(body)``: the witness's cosignature lines."""
 
-    ``shared``: the node's backend is shared by several nodes (``akrelay.backend.Backend.shared``)."""
-    if getattr(settings, "no_merkle_log", False) or getattr(relay.store, "merkle_log", True) is False:
-        return None  # measuring the log's cost: no tree, so nothing to sign
-    key_file = getattr(settings, "log_key", None)
-    if key_file:
-        key = load_or_create_key(Path(key_file), create=False)
-    elif shared or relay.data_dir is None:
-        if shared:
-            log.warning("no --log-key: nodes sharing a Redis store must sign with one key file; serving no Merkle log")
-            return None
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    def params(request: Request) -> dict[str, str]:
+        from akrelay.http.querystring import query_pairs
 
-        key = Ed25519PrivateKey.generate()  # an in-memory relay (tests, tools): a key for this process only
-    else:
-        key = load_or_create_key(relay.data_dir / KEY_NAME, create=True)
-    return TransparencyLog(relay.store, relay.config.origin, key, data_dir=relay.data_dir)
+        return dict(query_pairs(request.scope["query_string"]))
 
+    def answer(body: dict[str, Any]) -> ASGIResponse:
+        return ASGIResponse(body=msgspec.json.encode(body), status_code=200, media_type=JSON)
 
-class LogComponent:
-    """Checkpoints, entries and proofs of the acceptance log."""
+    @get("/v1/knowledge/checkpoint", sync_to_thread=offload)
+    def checkpoint() -> ASGIResponse:
+        return ASGIResponse(body=tlog.checkpoint_text().encode(), status_code=200, media_type=TEXT,
+                            headers={"cache-control": "no-cache"})
 
-    name = "log"
-    options: tuple[str, ...] = ("log_key",)
+    @get("/v1/knowledge/log", sync_to_thread=offload)
+    def entries(request: Request) -> ASGIResponse:
+        return answer(tlog.entries(params(request)))
 
-    def __init__(self, relay: Relay, settings: Settings, *, shared: bool = False,
-                 federation_state: Callable[[], StateStore | None] | None = None,
-                 witness_state: Callable[[], WitnessState] | None = None) -> None:
-        """``shared``, ``federation_state``, ``witness_state``: from the node's backend (one log key for a
-        deployment; the federation state that holds the peers' cosigned checkpoints; the records of what
-        this relay cosigned as a witness)."""
-        self.relay = relay
-        self.settings = settings
-        self.federation_state = federation_state
-        self.witness_state = witness_state
-        self.tlog = open_log(relay, settings, shared=shared)
-        self._ticker: Ticker | None = None
+    @get("/v1/knowledge/proof/inclusion", sync_to_thread=offload)
+    def inclusion(request: Request) -> ASGIResponse:
+        return answer(tlog.inclusion(params(request)))
 
-    def start(self) -> None:
-        if self.tlog is not None and self._ticker is None:
-            self._ticker = Ticker(self.tlog)
-            self._ticker.start()
+    @get("/v1/knowledge/proof/consistency", sync_to_thread=offload)
+    def consistency(request: Request) -> ASGIResponse:
+        return answer(tlog.consistency(params(request)))
 
-    def stop(self) -> None:
-        ticker, self._ticker = self._ticker, None
-        if ticker is not None:
-            ticker.stop()
+    @get(WITNESS_PATH, sync_to_thread=True)
+    def witnessed(request: Request) -> ASGIResponse:
+        """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
+        wanted = params(request).get("origin", "")
+        text = cosigned(wanted)
+        if text is None:
+            raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
+        return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
 
-    def discovery(self) -> dict[str, Any]:
-        return self.tlog.discovery(self.relay.config.origin) if self.tlog is not None else {}
+    @post(ADD_CHECKPOINT_PATH, status_code=200, opt={"rate": "write"})
+    async def add(request: Request) -> ASGIResponse:
+        """C2SP tlog-witness: cosign a known log's checkpoint that is consistent with the last we cosigned."""
+        body = await request.body()  # bounded by the body reader (max_envelope_bytes) and again by the parser
+        lines = await anyio.to_thread.run_sync(add_checkpoint, body)
+        return ASGIResponse(body=lines.encode(), status_code=200, media_type=TEXT)
 
-    def routes(self) -> list[Any]:
-        tlog = self.tlog
-        if tlog is None:
-            return []
-        offload = bool(getattr(self.relay.store, "blocking_io", False))
-
-        def params(request: Request) -> dict[str, str]:
-            from akrelay.http.querystring import query_pairs
-
-            return dict(query_pairs(request.scope["query_string"]))
-
-        def answer(body: dict[str, Any]) -> ASGIResponse:
-            return ASGIResponse(body=msgspec.json.encode(body), status_code=200, media_type=JSON)
-
-        @get("/v1/knowledge/checkpoint", sync_to_thread=offload)
-        def checkpoint() -> ASGIResponse:
-            return ASGIResponse(body=tlog.checkpoint_text().encode(), status_code=200, media_type=TEXT,
-                                headers={"cache-control": "no-cache"})
-
-        @get("/v1/knowledge/log", sync_to_thread=offload)
-        def entries(request: Request) -> ASGIResponse:
-            return answer(tlog.entries(params(request)))
-
-        @get("/v1/knowledge/proof/inclusion", sync_to_thread=offload)
-        def inclusion(request: Request) -> ASGIResponse:
-            return answer(tlog.inclusion(params(request)))
-
-        @get("/v1/knowledge/proof/consistency", sync_to_thread=offload)
-        def consistency(request: Request) -> ASGIResponse:
-            return answer(tlog.consistency(params(request)))
-
-        settings = self.settings
-
-        @get(WITNESS_PATH, sync_to_thread=True)
-        def witnessed(request: Request) -> ASGIResponse:
-            """A peer's last checkpoint we verified, with our cosignature (``?origin=<its log origin>``)."""
-            wanted = params(request).get("origin", "")
-            text = cosigned_checkpoint(settings, wanted, self.federation_state, self.witness_state)
-            if text is None:
-                raise ProtocolError("not_found", f"This relay has cosigned no checkpoint of {wanted!r}.")
-            return ASGIResponse(body=text.encode(), status_code=200, media_type=TEXT)
-
-        @post(ADD_CHECKPOINT_PATH, status_code=200, opt={"rate": "write"})
-        async def add_checkpoint(request: Request) -> ASGIResponse:
-            """C2SP tlog-witness: cosign a known log's checkpoint that is consistent with the last we cosigned."""
-            body = await request.body()  # bounded by the body reader (max_envelope_bytes) and again by the parser
-            lines = await anyio.to_thread.run_sync(self.add_checkpoint, body)
-            return ASGIResponse(body=lines.encode(), status_code=200, media_type=TEXT)
-
-        return [checkpoint, entries, inclusion, consistency, witnessed, add_checkpoint]
-
-    def add_checkpoint(self, body: bytes) -> str:
-        from akrelay.federation.peers import PeerConfigError, load_peers
-        from akrelay.federation.witness import Witness, known_logs
-
-        assert self.tlog is not None
-        peers_file = getattr(self.settings, "peers", "")
-        try:
-            verifiers = known_logs(load_peers(peers_file).peers) if peers_file else {}
-        except PeerConfigError as exc:
-            log.warning("add-checkpoint: the peer file cannot be read: %s", exc)
-            verifiers = {}
-        if not verifiers:  # nothing to witness: answered before the body's log is even looked at
-            from akrelay.protocol.witness import parse_add_checkpoint
-
-            origin = parse_add_checkpoint(body).checkpoint.origin
-            raise ProtocolError("not_found", f"This witness does not know the log {origin!r}.")
-        if self.witness_state is None:
-            raise ProtocolError("not_found", "This relay keeps no witness records.")
-        state = self.witness_state()
-        try:
-            return Witness(self.tlog.name, self.tlog.key, verifiers, state).add_checkpoint(body)
-        finally:
-            state.close()
-
-
-def cosigned_checkpoint(settings: Settings, name: str,
-                        federation_state: Callable[[], StateStore | None] | None,
-                        witness_state: Callable[[], WitnessState] | None = None) -> str | None:
-    """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
-    if not name or not getattr(settings, "peers", "") or federation_state is None:
-        return None
-    state = federation_state()
-    if state is None:
-        return None
-    witness = witness_state() if witness_state is not None else None
-    record = None
-    if witness is not None:
-        try:
-            record = witness.latest(name)
-        finally:
-            witness.close()
-    try:
-        if record is not None and not any(p.misbehaving and p.origin.removeprefix("https://") == name
-                                          for p in state.all()):
-            return str(record["note"])
-        for peer in state.all():
-            if peer.origin.removeprefix("https://") == name and peer.cosigned and not peer.misbehaving:
-                return peer.cosigned
-        return None
-    finally:
-        state.close()
+    return [checkpoint, entries, inclusion, consistency, witnessed, add]

@@ -37,7 +37,7 @@ from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql import lifecycle
 from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, rfc3339
 from akrelay.knowql.wakeup import Wakeups
-from akrelay.store.redis_client import connect, unavailable
+from akrelay.store.redis.client import connect, unavailable
 
 KEY_PREFIX = "akrelay:knowql:"
 #: Optimistic transactions retried at most this often before the request is refused as busy.

@@ -78,13 +78,20 @@ class RelayCollector:
         misbehaving = GaugeMetricFamily("akrelay_peer_misbehaving",
                                         "1 when the peer's signed Merkle log did not verify (fork, rewrite, missing "
                                         "record); it is no longer pulled from", labels=["peer"])
+        offers = CounterMetricFamily("akrelay_peer_offers",
+                                     "Events offered to the peer after reconciliation (issue 26), by outcome: "
+                                     "accepted, refused (4xx, not offered again), deferred (left for later)",
+                                     labels=["peer", "outcome"])
         for peer in status.peers:
+            for outcome in ("accepted", "refused", "deferred"):
+                offers.add_metric([peer.origin, outcome], (peer.offers or {}).get(f"offers_{outcome}", 0))
             lag.add_metric([peer.origin], peer.lag)
             errors.add_metric([peer.origin], peer.failed_passes)
             misbehaving.add_metric([peer.origin], 1 if peer.misbehaving else 0)
         yield lag
         yield errors
         yield misbehaving
+        yield offers
         turns = _knowql_counts(self.sources)
         if turns is not None:
             family = GaugeMetricFamily("akrelay_knowql_turns", "KnowQL turns in the turn store, by status",

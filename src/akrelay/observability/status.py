@@ -13,6 +13,9 @@ from typing import Any
 
 from akrelay.observability.sources import Sources
 
+#: The per-peer counters of offers after reconciliation (``akrelay.federation.state.COUNTERS`` names them too).
+OFFER_COUNTERS = ("offered", "offers_accepted", "offers_refused", "offers_deferred")
+
 
 @dataclass(slots=True)
 class PeerStatus:
@@ -26,6 +29,8 @@ class PeerStatus:
     last_success: int | None
     #: why its signed Merkle log did not verify (issue 23), else None
     misbehaving: str | None = None
+    #: offers after reconciliation (issue 26): offered, offers_accepted, offers_refused, offers_deferred
+    offers: dict[str, int] | None = None
 
 
 @dataclass(slots=True)
@@ -114,7 +119,8 @@ def _peers(settings: Any, sources: Sources) -> list[PeerStatus]:
             return []
         try:
             return [PeerStatus(p.origin, p.checkpoint, p.peer_checkpoint, p.lag, p.counts.get("failed_passes", 0),
-                               p.counts.get("passes", 0), p.last_error, p.last_success, p.misbehaving)
+                               p.counts.get("passes", 0), p.last_error, p.last_success, p.misbehaving,
+                               {k: p.counts.get(k, 0) for k in OFFER_COUNTERS})
                     for p in state.all()]
         finally:
             state.close()

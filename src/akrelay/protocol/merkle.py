@@ -119,6 +119,38 @@ class Frontier:
         self.size = size
         return made
 
+    def extend_leaves(self, leaves: Sequence[bytes], stride: int = 1) -> list[tuple[int, int, bytes]]:
+        """Append leaf hashes a level at a time; the completed nodes at levels that are positive multiples of ``stride``.
+
+        Same tree as :meth:`append`, but each level is one pass over pairs (no
+        per-leaf stack work), and only the levels a store keeps are returned, level
+        by level (lowest first). With ``stride`` 1 that is every interior node.
+        """
+        if not leaves:
+            return []
+        sha = _sha256
+        size, new = self.size, self.size + len(leaves)
+        old = {level: value for (level, _), value in zip(self.keys(size), self.hashes)}
+        edge: dict[int, bytes] = {}  # the new frontier's hash at each level this batch reaches
+        made: list[tuple[int, int, bytes]] = []
+        cur, level = list(leaves), 0  # cur: the nodes at ``level`` from index size >> level on
+        while cur:
+            lo = size >> level
+            if new >> level & 1:
+                last = (new >> level) - 1
+                edge[level] = cur[last - lo] if last >= lo else old[level]
+            if lo & 1:  # the left sibling of the first new node is the old frontier's node here
+                cur.insert(0, old[level])
+                lo -= 1
+            cur = [sha(b"\x01" + a + b).digest() for a, b in zip(cur[0::2], cur[1::2])]
+            level += 1
+            if cur and level % stride == 0:
+                base = lo >> 1
+                made.extend([(level, base + i, value) for i, value in enumerate(cur)])
+        self.hashes = [edge[lv] if lv in edge else old[lv] for lv, _ in self.keys(new)]
+        self.size = new
+        return made
+
     def root(self) -> bytes:
         if not self.hashes:
             return EMPTY_ROOT

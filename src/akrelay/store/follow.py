@@ -6,7 +6,7 @@ target (the Tantivy index's committed position, the nexus head in its SQLite
 file), committed with the records it covers, so a restart resumes there.
 
 Waking up: a commit in this process calls :meth:`LogFollower.notify` (the
-relay's commit listeners, :meth:`akrelay.service.relay.Relay.on_commit`), so a
+relay's commit listeners, :meth:`akrelay.relay.core.Relay.on_commit`), so a
 follower reacts at once. Commits made by another worker process are not
 signalled; the follower polls the store every ``interval`` seconds as the
 fallback (one ``checkpoint()`` read: cheap, and bounded lag without any

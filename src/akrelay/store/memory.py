@@ -15,7 +15,7 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import LogEntry, Queryable, QueryParams, Record, event_hash_bytes, indexed_facts
 from akrelay.store.recon import MemoryReconIndex
-from akrelay.store.tlog import append_entries, leaf_of
+from akrelay.store.tlog import Run, append_entries, leaf_of, read_nodes
 
 
 class _Row:
@@ -187,15 +187,17 @@ class MemoryStore(Queryable):
         return self._log_index.get(seq)
 
     def log_nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
-        out = []
-        for level, index in keys:
-            if level == 0:
-                if not 0 <= index < len(self._log):
-                    raise KeyError((level, index))
-                out.append(leaf_of(*self._log[index]))
-            else:
-                out.append(self._nodes[(level, index)])
-        return out
+        def fetch(runs: Sequence[Run]) -> list[list[bytes]]:
+            out: list[list[bytes]] = []
+            for level, lo, hi in runs:
+                if level == 0:
+                    out.append([leaf_of(*entry) for entry in self._log[lo:hi]])
+                else:
+                    values = [self._nodes.get((level, index)) for index in range(lo, hi)]
+                    out.append([v for v in values if v is not None])
+            return out
+
+        return read_nodes(keys, fetch)
 
     def ping(self) -> None:
         """Always reachable: it is this process's memory."""

@@ -59,13 +59,15 @@ from akrelay.store.sqlite_guard import SeqReservation, hold_open_lock
 from akrelay.store.sqlite_planner import COLUMNS, record_of, run_query, text_position
 from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard, record_item
 from akrelay.store.sqlite_schema import SCHEMA
-from akrelay.store.tlog import append_entries, leaf_of
+from akrelay.store.tlog import Run, append_entries, leaves_of, merged_runs, read_nodes
 
 T = TypeVar("T")
 log = logging.getLogger("akrelay.store")
 
 #: Records the back-fill of the Merkle log adds per transaction.
 BACKFILL_BATCH = 20000
+#: base64url to standard base64, to decode a stored ID (an event hash) with binascii
+_TO_STD = bytes.maketrans(b"-_", b"+/")
 
 
 class _Pending:
@@ -424,7 +426,7 @@ class SqliteStore(BackgroundWork, Queryable):
 
     @staticmethod
     def _rebuild_nodes(conn: sqlite3.Connection, why: str) -> Frontier:
-        """Recompute every interior node from the entries (a damaged file; O(n)). Commits must go on.
+        """Recompute every stored node from the entries (a damaged file; O(n)). Commits must go on.
 
         The signer still proves each new tree consistent with its last signed
         checkpoint, so entries changed behind the store's back are reported there.
@@ -432,30 +434,40 @@ class SqliteStore(BackgroundWork, Queryable):
         log.error("merkle log: %s; rebuilding the tree from its entries", why)
         conn.execute("DELETE FROM log_nodes")
         frontier = Frontier()
-        batch: list[tuple[int, int, bytes]] = []
-        for seq, event_hash in conn.execute("SELECT seq, hash FROM log_entries ORDER BY idx"):
-            batch += frontier.append(leaf_of(seq, bytes(event_hash)))[1:]
-            if len(batch) >= 10000:
-                conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
-                batch = []
-        conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", batch)
+        rows = conn.execute("SELECT seq, hash FROM log_entries ORDER BY idx")
+        while batch := rows.fetchmany(BACKFILL_BATCH):
+            nodes = append_entries(frontier, [(seq, bytes(event_hash)) for seq, event_hash in batch])
+            conn.executemany("INSERT INTO log_nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
         return frontier
 
     @staticmethod
     def _nodes_on(conn: sqlite3.Connection, keys: Sequence[tuple[int, int]]) -> list[bytes]:
-        out: list[bytes] = []
-        for level, index in keys:
-            if level == 0:
-                row = conn.execute("SELECT seq, hash FROM log_entries WHERE idx = ?", (index,)).fetchone()
-                if row is None:
-                    raise KeyError((level, index))
-                out.append(leaf_of(row[0], bytes(row[1])))
-            else:
-                row = conn.execute("SELECT hash FROM log_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
-                if row is None:
-                    raise KeyError((level, index))
-                out.append(bytes(row[0]))
-        return out
+        """Nodes from the stored levels (:mod:`akrelay.store.tlog`): one range read per node, folded."""
+
+        def fetch(runs: Sequence[Run]) -> list[list[bytes]]:
+            reads, owner = merged_runs(runs)
+            got: list[list[bytes]] = []  # the hashes of each read, or none where one is missing
+            for level, lo, hi in reads:
+                if level == 0:
+                    rows = conn.execute(
+                        "SELECT seq, hash FROM log_entries WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+                    ).fetchall()
+                    values = leaves_of([(seq, bytes(h)) for seq, h in rows])
+                else:
+                    rows = conn.execute(
+                        "SELECT hash FROM log_nodes WHERE level = ? AND idx >= ? AND idx < ? ORDER BY idx",
+                        (level, lo, hi),
+                    ).fetchall()
+                    values = [bytes(row[0]) for row in rows]
+                # indices are unique, so a full count is the whole range; a short one marks every run in it missing
+                got.append(values if len(values) == hi - lo else [])
+            out: list[list[bytes]] = []
+            for (_, lo, hi), at in zip(runs, owner):
+                start = reads[at][1]
+                out.append(got[at][lo - start : hi - start])
+            return out
+
+        return read_nodes(keys, fetch)
 
     def backfill_log(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Add the records that have no log entry yet (a store written before version 2); return how many.
@@ -476,17 +488,15 @@ class SqliteStore(BackgroundWork, Queryable):
 
         def batch(c: sqlite3.Connection) -> tuple[int, Frontier | None]:
             after = c.execute("SELECT COALESCE(MAX(seq), 0) FROM log_entries").fetchone()[0]
-            # the ID is cut from the stored body and made standard base64 by SQLite, so that Python only
-            # decodes it (the per-record Python work is most of a back-fill's CPU time)
+            # the ID column (the event hash, 43 base64url characters) is decoded here in one comprehension:
+            # the per-record Python work is most of a back-fill's CPU time
             rows = c.execute(
-                "SELECT seq, replace(replace(CAST(substr(body, -146, 43) AS TEXT), '-', '+'), '_', '/') || '=' "
-                "FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, BACKFILL_BATCH),
+                "SELECT seq, id FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (after, BACKFILL_BATCH)
             ).fetchall()
             if not rows:
                 return 0, None
-            unb64 = binascii.a2b_base64
-            return len(rows), self._log_append(c, [(seq, unb64(eid)) for seq, eid in rows])
+            unb64, std = binascii.a2b_base64, _TO_STD
+            return len(rows), self._log_append(c, [(seq, unb64((eid + "=").encode().translate(std))) for seq, eid in rows])
 
         while True:
             added, frontier = self._write(batch)

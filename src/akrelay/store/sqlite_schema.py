@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from akrelay.store.schema import Schema, script
 from akrelay.store.sqlite_recon import migrate_v3
+from akrelay.store.tlog import STRIDE
 
 #: Version 1 is the layout before files were versioned; add a step to ``SCHEMA.migrations`` for each change.
 _SCHEMA_V1 = """
@@ -57,4 +60,13 @@ CREATE TABLE IF NOT EXISTS log_nodes (
 ) WITHOUT ROWID;
 """
 #: Version 3 adds the reconciliation index (issue 26, :mod:`akrelay.store.sqlite_recon`), back-filled by the migration.
-SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1), 1: script(_SCHEMA_V2), 2: migrate_v3})
+#: Version 4 keeps only the levels of ``log_nodes`` that are multiples of :data:`akrelay.store.tlog.STRIDE`
+#: (the others are folded on demand): the migration deletes the rest, which version 3 wrote for every level.
+
+
+def migrate_v4(conn: sqlite3.Connection) -> None:
+    """Drop the Merkle nodes a version-4 store no longer keeps (the tree is unchanged: they are recomputed)."""
+    conn.execute("DELETE FROM log_nodes WHERE level % ? != 0", (STRIDE,))
+
+
+SCHEMA = Schema("relay store", {0: script(_SCHEMA_V1), 1: script(_SCHEMA_V2), 2: migrate_v3, 3: migrate_v4})

@@ -2,7 +2,7 @@
 
 Both stores keep a trigram index of the log's search text off the commit path
 (SQLite in a table of its own file, Redis in a node-local file,
-:mod:`akrelay.store.redis_text`); what differs is only the *target*, the store's
+:mod:`akrelay.store.redis.text`); what differs is only the *target*, the store's
 ``index_text(n)``, which takes up to ``n`` records past the index's position in
 one transaction. The pacing rule is this one: trigram indexing costs far more CPU
 per record than the rest of an acceptance, so while the log grows (the shared

@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Sequence
 from akrelay.store.leader_lock import LeaderLock
 from akrelay.store.sqlite_planner import fts_query
 
-log = logging.getLogger("akrelay.store.redis_text")
+log = logging.getLogger("akrelay.store.redis.text")
 
 #: The file's name in a node's data directory.
 TEXT_INDEX_FILE = "redis-text.db"

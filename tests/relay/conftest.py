@@ -7,10 +7,10 @@ from typing import Any, Callable
 
 import pytest
 
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import Relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
 from backends import Opener, params
-from service.support import SECRET, SERVICE, Clock
+from relay.support import SECRET, SERVICE, Clock
 
 
 @pytest.fixture(params=params())
@@ -24,7 +24,7 @@ def make_relay(backend: Callable[[], Any]) -> Any:
     opened: list[Relay] = []
 
     def make(clock: Clock | None = None, **config: Any) -> Relay:
-        cfg = ServiceConfig(origin=config.pop("origin", SERVICE), **config)
+        cfg = RelayConfig(origin=config.pop("origin", SERVICE), **config)
         relay = Relay(backend(), cfg, clock=clock or Clock(), cursor_secret=SECRET)
         opened.append(relay)
         return relay

@@ -14,10 +14,10 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.limits import Limits
 from akrelay.protocol.options import ValidationOptions
 from akrelay.protocol.signer import Signer, retract_event
-from akrelay.service.config import ServiceConfig
-from akrelay.service.relay import PendingCheck, Relay, open_relay
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import PendingCheck, Relay, open_relay
 from akrelay.store.memory import MemoryStore
-from service.support import FIXTURES, NOW, SERVICE, VECTORS, Clock, hash_of, raw, signed, state
+from relay.support import FIXTURES, NOW, SERVICE, VECTORS, Clock, hash_of, raw, signed, state
 
 TEXT = ["text_publication", "text_regional", "text_assessment", "text_retraction"]
 
@@ -379,11 +379,11 @@ def test_discovery_is_valid_and_complete(make_relay: Any) -> None:
 
 def test_open_relay_keeps_cursor_secret_and_records(tmp_path: Path) -> None:
     clock = Clock()
-    relay = open_relay(tmp_path / "data", ServiceConfig(origin=SERVICE), clock=clock)
+    relay = open_relay(tmp_path / "data", RelayConfig(origin=SERVICE), clock=clock)
     _load(relay)
     cursor = relay.query([("limit", "1")]).next_cursor
     relay.close()
-    relay = open_relay(tmp_path / "data", ServiceConfig(origin=SERVICE), clock=clock)
+    relay = open_relay(tmp_path / "data", RelayConfig(origin=SERVICE), clock=clock)
     page = relay.query([("limit", "1"), ("cursor", cursor)])
     assert [r.seq for r in page.records] == [2]
     relay.close()

@@ -31,12 +31,12 @@ from akrelay.protocol.payload import check_payload_rules
 from akrelay.protocol.query import parse_query, request_terms
 from akrelay.protocol.reads import parse_batch_request, parse_read_json
 from akrelay.protocol.timestamps import check_created_at
-from akrelay.service.config import ServiceConfig
+from akrelay.relay.config import RelayConfig
 from akrelay.store.base import Record, Store
 
 _json = msgspec.json.encode
 
-log = logging.getLogger("akrelay.service")
+log = logging.getLogger("akrelay.relay")
 
 
 def ms_clock() -> int:
@@ -121,7 +121,7 @@ class Relay:
     def __init__(
         self,
         store: Store,
-        config: ServiceConfig | None = None,
+        config: RelayConfig | None = None,
         *,
         clock: Callable[[], int] = ms_clock,
         cursor_secret: bytes,
@@ -132,7 +132,7 @@ class Relay:
             data_dir = Path(store.path).parent  # type: ignore[attr-defined]  # an embedded store's directory
         #: where this node keeps derived state (search index, KIP nexus); ``None``: in memory
         self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.config = config or ServiceConfig()
+        self.config = config or RelayConfig()
         self.clock = clock
         self._cursors = CursorCodec(cursor_secret)
         self._limits = dataclasses.replace(self.config.limits, max_envelope_bytes=self.config.max_envelope_bytes)
@@ -469,7 +469,7 @@ CURSOR_SECRET_KEY = "relay.cursor_secret"
 
 def open_relay(
     data_dir: str | os.PathLike[str],
-    config: ServiceConfig | None = None,
+    config: RelayConfig | None = None,
     *,
     clock: Callable[[], int] = ms_clock,
     synchronous: str = "NORMAL",
@@ -497,7 +497,7 @@ def open_relay(
 
 def open_shared_relay(
     url: str,
-    config: ServiceConfig | None = None,
+    config: RelayConfig | None = None,
     *,
     namespace: str = "akrelay",
     accept_weak_durability: bool = False,
@@ -508,15 +508,15 @@ def open_shared_relay(
     """Open the relay over the acceptance log shared in Redis at ``url`` (several nodes, one log).
 
     Refuses a Redis whose live persistence settings could lose an acknowledged
-    acceptance (:func:`akrelay.store.redis.check_durability`) unless
+    acceptance (:func:`akrelay.store.redis.store.check_durability`) unless
     ``accept_weak_durability``. The cursor secret lives in the shared log's
     metadata, so a cursor issued by one node is accepted by every node.
     ``data_dir`` holds this node's derived state only (search index, KIP nexus, and the
-    trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis_text`).
+    trigram index that finds ``q`` candidates, :mod:`akrelay.store.redis.text`).
     ``client``: the node's shared Redis client (``akrelay.backend.RedisBackend``), else a new one.
     """
-    from akrelay.store.redis import RedisStore, check_durability
-    from akrelay.store.redis_text import TEXT_INDEX_FILE
+    from akrelay.store.redis.store import RedisStore, check_durability
+    from akrelay.store.redis.text import TEXT_INDEX_FILE
 
     text_index = None if data_dir is None else Path(data_dir) / TEXT_INDEX_FILE
     store = RedisStore(url, namespace=namespace, text_index=text_index, client=client)
@@ -528,7 +528,7 @@ def open_shared_relay(
         raise
 
 
-def _relay_over(store: Store, config: ServiceConfig | None, clock: Callable[[], int],
+def _relay_over(store: Store, config: RelayConfig | None, clock: Callable[[], int],
                 data_dir: str | os.PathLike[str] | None) -> Relay:
     secret = store.meta_setdefault(CURSOR_SECRET_KEY, os.urandom(32))
     return Relay(store, config, clock=clock, cursor_secret=secret, data_dir=data_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from akrelay.protocol.envelope import Envelope
-from akrelay.service.relay import Relay
+from akrelay.relay.core import Relay
 
 VECTORS: dict[str, Any] = json.loads(
     (Path(__file__).resolve().parents[1] / "vectors" / "agent-knowledge-1.0.vectors.json").read_text(encoding="utf-8")

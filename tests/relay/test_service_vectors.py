@@ -15,7 +15,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.query import parse_query
 from akrelay.protocol.records import PageTracker, validate_batch_response
 from akrelay.protocol.view import materialize
-from service.support import NOW, SERVICE, VECTORS, Clock, apply_changes, envelope, hash_of, raw, state
+from relay.support import NOW, SERVICE, VECTORS, Clock, apply_changes, envelope, hash_of, raw, state
 
 
 def _cases(group: str) -> list[Any]:

@@ -13,7 +13,7 @@ import base64
 from typing import Any
 
 from akrelay.protocol.note import MAX_NOTE_BYTES, parse_note
-from akrelay.service.audit import AuditFailure, LogReader, fetch_checkpoint, verifier_for
+from akrelay.relay.audit import AuditFailure, LogReader, fetch_checkpoint, verifier_for
 
 ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
 

@@ -27,12 +27,13 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import Record, event_hash_bytes
 from akrelay.store.recon import LEVELS, LIMBS, BucketSums, from_limbs, id_value, to_limbs
+from akrelay.store.redis.scripts import lua
 
 log = logging.getLogger("akrelay.store")
 
 
 class LogReader(Protocol):
-    """What the index reads of its :class:`~akrelay.store.redis.RedisStore` (named here, not imported: no cycle)."""
+    """What the index reads of its :class:`~akrelay.store.redis.store.RedisStore` (named here, not imported: no cycle)."""
 
     prefix: str
 
@@ -46,58 +47,11 @@ CATCH_UP_LIMIT = 20000
 #: Items one script call adds or removes: small, so that no call holds Redis (or waits for it) long.
 APPLY_CHUNK = 100
 
-_APPLY = """#!lua
-local p = ARGV[1]
-local add = ARGV[2] == '1'
-local nlevels = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local items = p .. 'rc:items'
-local i = 5
-local changed = 0
-for _ = 1, n do
-  local did
-  if add then did = redis.call('ZADD', items, 'NX', 0, ARGV[i]) else did = redis.call('ZREM', items, ARGV[i]) end
-  if did == 1 then
-    changed = changed + 1
-    for l = 0, nlevels - 1 do
-      local at = i + 1 + l * 10
-      local shift, bucket = ARGV[at], ARGV[at + 1]
-      local key = p .. 'rc:b:' .. shift
-      local cnt = redis.call('HINCRBY', key, bucket .. ':n', add and 1 or -1)
-      for k = 0, 7 do redis.call('HINCRBY', key, bucket .. ':' .. k, ARGV[at + 2 + k]) end
-      if cnt == 0 then
-        redis.call('HDEL', key, bucket .. ':n', bucket .. ':0', bucket .. ':1', bucket .. ':2', bucket .. ':3',
-                   bucket .. ':4', bucket .. ':5', bucket .. ':6', bucket .. ':7')
-        redis.call('ZREM', p .. 'rc:k:' .. shift, bucket)
-      elseif add and cnt == 1 then
-        redis.call('ZADD', p .. 'rc:k:' .. shift, bucket, bucket)
-      end
-    end
-  end
-  i = i + 1 + nlevels * 10
-end
-return changed
-"""
+_APPLY = lua("recon_apply")
 
-_BUCKETS = """#!lua flags=no-writes
-local p, shift = ARGV[1], ARGV[2]
-local bs = redis.call('ZRANGEBYSCORE', p .. 'rc:k:' .. shift, ARGV[3], ARGV[4])
-local key = p .. 'rc:b:' .. shift
-local out = {}
-for _, b in ipairs(bs) do
-  out[#out + 1] = b
-  local vals = redis.call('HMGET', key, b .. ':n', b .. ':0', b .. ':1', b .. ':2', b .. ':3', b .. ':4', b .. ':5',
-                          b .. ':6', b .. ':7')
-  for k = 1, 9 do out[#out + 1] = vals[k] or '0' end
-end
-return out
-"""
+_BUCKETS = lua("recon_buckets")
 
-_ADVANCE = """#!lua
-local cur = tonumber(redis.call('GET', ARGV[1] .. 'rc:seq') or '0')
-if tonumber(ARGV[2]) > cur then redis.call('SET', ARGV[1] .. 'rc:seq', ARGV[2]) end
-return 1
-"""
+_ADVANCE = lua("recon_advance")
 
 
 def member(item: Item) -> bytes:

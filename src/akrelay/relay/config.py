@@ -13,7 +13,7 @@ from akrelay.protocol.options import ValidationOptions
 
 
 @dataclass(frozen=True, slots=True)
-class ServiceConfig:
+class RelayConfig:
     #: The public origin: the ``service`` member of every response and of discovery.
     origin: str = "https://localhost:8443"
     #: Service limits (local admission policy, §9.7). ``max_envelope_bytes`` below wins for size.

@@ -26,7 +26,7 @@ Why it is shaped this way (docs/architecture.md, "The Redis store", has the key 
   can share a database; a format-version key is checked on open, and a log written
   by a newer akrelay is refused (as :mod:`akrelay.store.schema` does for SQLite).
 * **Outages are 503s.** Every call goes through :meth:`RedisStore._call`, which asks
-  :func:`akrelay.store.redis_client.outage_kind`: a Redis that is down, loading its
+  :func:`akrelay.store.redis.client.outage_kind`: a Redis that is down, loading its
   AOF, out of memory, unable to persist or a read-only replica raises
   :class:`StoreUnavailable`, never a redis-py exception. Only "down" puts calls on hold:
   a Redis that refuses writes still answers reads.
@@ -49,15 +49,16 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
 from akrelay.store.base import (LogEntry, Queryable, QueryParams, Record, StoreRefused, StoreUnavailable, event_hash_bytes,
                                 indexed_facts)
-from akrelay.store.tlog import append_entries, leaf_of
-from akrelay.store import redis_client
-from akrelay.store.redis_client import RETRY_AFTER, connect, describe
-from akrelay.store.redis_text import TextIndex, fts_query, indexable
+from akrelay.store.tlog import append_all_levels, leaf_of
+from akrelay.store.redis import client as redis_client
+from akrelay.store.redis.client import RETRY_AFTER, connect, describe
+from akrelay.store.redis.text import TextIndex, fts_query, indexable
 from akrelay.store.sqlite_planner import COUNT_CAP
 from akrelay.store.text_indexer import TextIndexer
 from akrelay.store.schema import SchemaVersionError
+from akrelay.store.redis.scripts import lua
 
-log = logging.getLogger("akrelay.store.redis")
+log = logging.getLogger("akrelay.store.redis.store")
 
 T = TypeVar("T")
 
@@ -85,200 +86,11 @@ class WeakDurability(StoreRefused):
     """Redis's live persistence settings do not make every acknowledged acceptance survive a crash."""
 
 
-#: Lua shared by the scripts that write records (spliced after their ``#!lua`` line).
-_PUT = """
--- store one record (seq as a number) and its index entries; widen its block's created_at range in ``blocks``
-local function put(p, blocks, id, seq, acc, created, body, text, first_term, nt)
-  local s = string.format('%d', seq)
-  redis.call('HSET', p..'ids', id, s)
-  redis.call('HSET', p..'rec', s, acc .. ':' .. body)
-  redis.call('HSET', p..'flt', s, created .. ' ' .. text)
-  redis.call('ZADD', p..'all', seq, s)
-  for t = first_term, first_term + nt - 1 do
-    redis.call('ZADD', p .. 't:' .. ARGV[t], seq, s)
-  end
-  local c = tonumber(created)
-  local b = math.floor(seq / BLOCK)
-  local r = blocks[b]
-  if r == nil then
-    local stored = redis.call('HGET', p..'cblk', b)
-    if stored then
-      local sp = string.find(stored, ' ', 1, true)
-      r = {tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))}
-    else
-      r = {c, c}
-    end
-    blocks[b] = r
-  end
-  if c < r[1] then r[1] = c end
-  if c > r[2] then r[2] = c end
-  return s
-end
 
-local function save_blocks(p, blocks)
-  for b, r in pairs(blocks) do
-    redis.call('HSET', p..'cblk', b, string.format('%d %d', r[1], r[2]))
-  end
-end
-""".replace("BLOCK", str(BLOCK))
+_COMMIT = lua("commit", BLOCK=BLOCK)
 
-_COMMIT = "#!lua\n" + _PUT + """local p = ARGV[1]
-local n = tonumber(ARGV[2])
-local ids, rec, wh = p..'ids', p..'rec', p..'wh'
-local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
-local first = hwm
-local blocks = {}
-local out = {}
-local i = 3
-for _ = 1, n do
-  local id, acc, created, body, text = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local nt = tonumber(ARGV[i + 5])
-  local seen = redis.call('HGET', ids, id)
-  if seen then
-    out[#out + 1] = 0
-    out[#out + 1] = tonumber(seen)
-    out[#out + 1] = redis.call('HGET', rec, seen)
-    out[#out + 1] = redis.call('SISMEMBER', wh, seen)
-  else
-    hwm = hwm + 1
-    put(p, blocks, id, hwm, acc, created, body, text, i + 6, nt)
-    out[#out + 1] = 1
-    out[#out + 1] = hwm
-    out[#out + 1] = false
-    out[#out + 1] = 0
-  end
-  i = i + 6 + nt
-end
-if hwm > first then
-  save_blocks(p, blocks)
-  redis.call('SET', p..'hwm', hwm)
-  redis.call('PUBLISH', p..'commits', hwm)
-end
-return out
-"""
 
-#: Lua shared by the query scripts: the filters a query asks for (``_Filters.head`` builds them).
-_FILTERS = """
--- ARGV from i: include withheld, created_from, created_before, nt, terms..., nq, texts...
--- returns them (terms as keys) and the index of the first argument after them
-local function filters(p, i)
-  local cfrom, cbefore = nil, nil
-  if ARGV[i + 1] ~= '' then cfrom = tonumber(ARGV[i + 1]) end
-  if ARGV[i + 2] ~= '' then cbefore = tonumber(ARGV[i + 2]) end
-  local nt = tonumber(ARGV[i + 3])
-  local terms, texts = {}, {}
-  for k = 1, nt do terms[k] = p .. 't:' .. ARGV[i + 3 + k] end
-  local nq = tonumber(ARGV[i + 4 + nt])
-  for k = 1, nq do texts[k] = ARGV[i + 4 + nt + k] end
-  return ARGV[i] == '1', cfrom, cbefore, terms, texts, i + 5 + nt + nq
-end
-"""
-
-_QUERY = """#!lua flags=no-writes
-""" + _FILTERS + """local p = ARGV[1]
-local after = tonumber(ARGV[2])
-local upto = tonumber(ARGV[3])
-if ARGV[3] == '' then upto = tonumber(redis.call('GET', p..'hwm') or '0') end
-local budget = tonumber(ARGV[4])
-local limit = tonumber(ARGV[5])
-local incw, cfrom, cbefore, terms, texts = filters(p, 6)
-local nt, nq = #terms, #texts
-local wh, flt, rec = p..'wh', p..'flt', p..'rec'
-if after >= upto then return {after, 1, upto} end
--- with nothing withheld (the usual case) no candidate needs the check
-if not incw and redis.call('SCARD', wh) == 0 then incw = true end
--- the smallest term set in the window drives the scan; an empty one ends it at once
-local driver = p..'all'
-local others = {}
-if nt > 0 then
-  local best, bestn = 0, nil
-  for k = 1, nt do
-    local c = redis.call('ZCOUNT', terms[k], '(' .. after, upto)
-    if c == 0 then return {upto, 1, upto} end
-    if bestn == nil or c < bestn then best, bestn = k, c end
-  end
-  driver = terms[best]
-  for k = 1, nt do if k ~= best then others[#others + 1] = terms[k] end end
-end
-local timed = cfrom ~= nil or cbefore ~= nil
-local filtered = timed or nq > 0
-local blockok = {}
--- can block ``b`` hold a record inside the created_at bounds? (its summary is a superset of what it holds)
-local function block_ok(b)
-  local bo = blockok[b]
-  if bo == nil then
-    bo = true
-    local stored = redis.call('HGET', p..'cblk', b)
-    if stored then
-      local sp = string.find(stored, ' ', 1, true)
-      local lo, hi = tonumber(string.sub(stored, 1, sp - 1)), tonumber(string.sub(stored, sp + 1))
-      if (cfrom ~= nil and hi < cfrom) or (cbefore ~= nil and lo >= cbefore) then bo = false end
-    end
-    blockok[b] = bo
-  end
-  return bo
-end
-local found = {}
-local pos = after
-local scanned = 0
-local exhausted = 0
-while #found < limit do
-  if scanned >= budget then break end
-  -- skip blocks that cannot match before reading any of their candidates
-  while timed and scanned < budget and pos < upto and not block_ok(math.floor((pos + 1) / BLOCK)) do
-    pos = (math.floor((pos + 1) / BLOCK) + 1) * BLOCK - 1
-    scanned = scanned + 1
-  end
-  if pos >= upto then exhausted = 1; pos = upto; break end
-  if scanned >= budget then break end
-  local chunk = redis.call('ZRANGEBYSCORE', driver, '(' .. pos, upto, 'LIMIT', 0, math.min(256, budget - scanned))
-  if #chunk == 0 then exhausted = 1; break end
-  for _, m in ipairs(chunk) do
-    local seq = tonumber(m)
-    scanned = scanned + 1
-    local ok = true
-    if timed then
-      local b = math.floor(seq / BLOCK)
-      if not block_ok(b) then
-        -- nothing in this block can match: continue after it
-        pos = (b + 1) * BLOCK - 1
-        if pos < seq then pos = seq end
-        break
-      end
-    end
-    pos = seq
-    for k = 1, #others do
-      if ok and not redis.call('ZSCORE', others[k], m) then ok = false end
-    end
-    if ok and not incw and redis.call('SISMEMBER', wh, m) == 1 then ok = false end
-    if ok and filtered then
-      local v = redis.call('HGET', flt, m)
-      local sp = string.find(v, ' ', 1, true)
-      if timed then
-        local c = tonumber(string.sub(v, 1, sp - 1))
-        if (cfrom ~= nil and c < cfrom) or (cbefore ~= nil and c >= cbefore) then ok = false end
-      end
-      if ok then
-        for k = 1, nq do
-          if not string.find(v, texts[k], sp + 1, true) then ok = false; break end
-        end
-      end
-    end
-    if ok then
-      found[#found + 1] = m
-      if #found >= limit then break end
-    end
-  end
-  if pos >= upto then exhausted = 1; break end
-end
-local out = {pos, exhausted, upto}
-for _, m in ipairs(found) do
-  out[#out + 1] = tonumber(m)
-  out[#out + 1] = redis.call('HGET', rec, m)
-  out[#out + 1] = redis.call('SISMEMBER', wh, m)
-end
-return out
-""".replace("BLOCK", str(BLOCK))
+_QUERY = lua("query", BLOCK=BLOCK)
 
 #: Check given candidates (from the node's text index) exactly, in order, up to a limit of matches.
 #: ARGV: prefix, the index's position, last seq and its digest, limit, include withheld, created_from,
@@ -286,181 +98,35 @@ return out
 #: skipped; the text is always the log's own. Replies {0} when the log is shorter than the index or no longer
 #: holds the record the index took last (restored from an older backup): the index is then not used. Else
 #: 1, the high-water mark, then the matches.
-_VERIFY = """#!lua flags=no-writes
-""" + _FILTERS + """local p = ARGV[1]
-local wh, flt, rec = p..'wh', p..'flt', p..'rec'
-local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
-if tonumber(ARGV[2]) > hwm then return {0} end
-if ARGV[3] ~= '0' then
-  local v = redis.call('HGET', flt, ARGV[3])
-  if v and redis.sha1hex(v) ~= ARGV[4] then return {0} end
-end
-local limit = tonumber(ARGV[5])
-local incw, cfrom, cbefore, terms, texts, first = filters(p, 6)
-local nt, nq = #terms, #texts
-if not incw and redis.call('SCARD', wh) == 0 then incw = true end
-local out = {1, hwm}
-local found = 0
-for i = first, #ARGV do
-  local m = ARGV[i]
-  local v = redis.call('HGET', flt, m)
-  local ok = v ~= false
-  if ok then
-    local sp = string.find(v, ' ', 1, true)
-    local c = tonumber(string.sub(v, 1, sp - 1))
-    if (cfrom ~= nil and c < cfrom) or (cbefore ~= nil and c >= cbefore) then ok = false end
-    for k = 1, nt do
-      if ok and not redis.call('ZSCORE', terms[k], m) then ok = false end
-    end
-    if ok and not incw and redis.call('SISMEMBER', wh, m) == 1 then ok = false end
-    for k = 1, nq do
-      if ok and not string.find(v, texts[k], sp + 1, true) then ok = false end
-    end
-  end
-  if ok then
-    out[#out + 1] = tonumber(m)
-    out[#out + 1] = redis.call('HGET', rec, m)
-    out[#out + 1] = redis.call('SISMEMBER', wh, m)
-    found = found + 1
-    if found >= limit then break end
-  end
-end
-return out
-"""
+_VERIFY = lua("verify")
 
-_GET = """#!lua flags=no-writes
-local p = ARGV[1]
-local ids, rec, wh = p..'ids', p..'rec', p..'wh'
-local out = {}
-for k = 2, #ARGV do
-  local s = redis.call('HGET', ids, ARGV[k])
-  if s then
-    out[#out + 1] = tonumber(s)
-    out[#out + 1] = redis.call('HGET', rec, s)
-    out[#out + 1] = redis.call('SISMEMBER', wh, s)
-  else
-    out[#out + 1] = 0
-    out[#out + 1] = false
-    out[#out + 1] = 0
-  end
-end
-return out
-"""
+_GET = lua("get")
 
 #: Up to ARGV[3] records after ``seq`` ARGV[2]: their ``rec`` values, or with ARGV[4] = ``flt`` their filter
 #: values (what the text indexer reads).
-_ITER = """#!lua flags=no-writes
-local p = ARGV[1]
-local hash = p .. (ARGV[4] or 'rec')
-local seqs = redis.call('ZRANGEBYSCORE', p..'all', '(' .. ARGV[2], '+inf', 'LIMIT', 0, tonumber(ARGV[3]))
-local out = {}
-for _, s in ipairs(seqs) do
-  out[#out + 1] = tonumber(s)
-  out[#out + 1] = redis.call('HGET', hash, s)
-  out[#out + 1] = redis.call('SISMEMBER', p..'wh', s)
-end
-return out
-"""
+_ITER = lua("iter")
 
-_WITHHOLD = """#!lua
-local p = ARGV[1]
-local s = redis.call('HGET', p..'ids', ARGV[2])
-if not s then return 0 end
-if ARGV[3] == '1' then redis.call('SADD', p..'wh', s) else redis.call('SREM', p..'wh', s) end
-return 1
-"""
+_WITHHOLD = lua("withhold")
 
 #: ARGV: prefix, id, seq the caller read, then the record's index terms (computed from its envelope).
-_REMOVE = """#!lua
-local p = ARGV[1]
-local s = redis.call('HGET', p..'ids', ARGV[2])
-if not s then return 0 end
-if s ~= ARGV[3] then return -1 end
-for k = 4, #ARGV do redis.call('ZREM', p .. 't:' .. ARGV[k], s) end
-redis.call('ZREM', p..'all', s)
-redis.call('HDEL', p..'rec', s)
-redis.call('HDEL', p..'flt', s)
-redis.call('SREM', p..'wh', s)
-redis.call('HDEL', p..'ids', ARGV[2])
-return 1
-"""
+_REMOVE = lua("remove")
 
 #: Append records with their own seq (migration). ARGV: prefix, n, then per record:
 #: id, seq, accepted_at, withheld, created_at, body, text, nterms, terms...
 #: Refuses (changing nothing) when an ID or a seq is already there or a seq is not above the mark.
-_APPEND = "#!lua\n" + _PUT + """local p = ARGV[1]
-local n = tonumber(ARGV[2])
-local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
-local i = 3
-for _ = 1, n do
-  local nt = tonumber(ARGV[i + 7])
-  if redis.call('HEXISTS', p..'ids', ARGV[i]) == 1 then return redis.error_reply('AKRELAY duplicate id ' .. ARGV[i]) end
-  if tonumber(ARGV[i + 1]) <= hwm then return redis.error_reply('AKRELAY seq ' .. ARGV[i + 1] .. ' is not above ' .. hwm) end
-  hwm = tonumber(ARGV[i + 1])
-  i = i + 8 + nt
-end
-i = 3
-local blocks = {}
-for _ = 1, n do
-  local id, s, acc, w, created, body, text = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  local nt = tonumber(ARGV[i + 7])
-  put(p, blocks, id, tonumber(s), acc, created, body, text, i + 8, nt)
-  if w == '1' then redis.call('SADD', p..'wh', s) end
-  i = i + 8 + nt
-end
-save_blocks(p, blocks)
-if n > 0 then redis.call('SET', p..'hwm', hwm) end
-return hwm
-"""
+_APPEND = lua("append", BLOCK=BLOCK)
 
 #: Raise the high-water mark to at least ARGV[2]; return the mark.
-_RAISE = """#!lua
-local p = ARGV[1]
-local hwm = tonumber(redis.call('GET', p..'hwm') or '0')
-local want = tonumber(ARGV[2])
-if want > hwm then redis.call('SET', p..'hwm', string.format('%d', want)); hwm = want end
-return hwm
-"""
+_RAISE = lua("raise")
 
 
 #: The Merkle log (issue 23): append entries and interior nodes if the log still has ARGV[2] entries.
 #: ARGV: prefix, expected size, n, (seq, 32-byte hash) * n, m, ("level:idx", hash) * m. Returns -1 when
 #: appended, else the size found (another node appended first: the caller reloads and retries).
-_LOG_APPEND = """#!lua
-local p = ARGV[1]
-local expect = tonumber(ARGV[2])
-local size = tonumber(redis.call('GET', p..'log:size') or '0')
-if size ~= expect then return size end
-local n = tonumber(ARGV[3])
-local i = 4
-for k = 0, n - 1 do
-  local idx = string.format('%d', size + k)
-  redis.call('HSET', p..'log:e', idx, ARGV[i] .. ':' .. ARGV[i + 1])
-  redis.call('HSET', p..'log:s', ARGV[i], idx)
-  i = i + 2
-end
-local m = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, m do
-  redis.call('HSET', p..'log:n', ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-redis.call('SET', p..'log:size', string.format('%d', size + n))
-return -1
-"""
+_LOG_APPEND = lua("log_append")
 
 #: Set ARGV[2] in the meta hash to ARGV[4] only if it holds ARGV[3] (ARGV[5] == '1': it must be absent).
-_META_REPLACE = """#!lua
-local p = ARGV[1]
-local cur = redis.call('HGET', p..'meta', ARGV[2])
-if ARGV[5] == '1' then
-  if cur then return 0 end
-elseif cur ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', p..'meta', ARGV[2], ARGV[4])
-return 1
-"""
+_META_REPLACE = lua("meta_replace")
 
 
 def _record(seq: int, value: bytes, withheld: int) -> Record:
@@ -518,7 +184,7 @@ class RedisStore(Queryable):
 
     def __init__(self, url: str, *, namespace: str = "akrelay", client: redis.Redis | None = None,
                  text_index: str | os.PathLike[str] | None = None, text_indexer: bool = True) -> None:
-        """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis_text`), kept caught
+        """``text_index``: this node's trigram file for ``q`` (:mod:`akrelay.store.redis.text`), kept caught
         up by a background thread from :meth:`start` on unless ``text_indexer`` is false; without it ``q`` is
         verified by scanning. ``client``: a client shared with the rest of the node (the backend's); the
         store still closes it on :meth:`close`, which comes last. Nothing starts here."""
@@ -544,7 +210,7 @@ class RedisStore(Queryable):
         }
         self.text_index: TextIndex | None = None
         self._indexer: TextIndexer | None = None
-        from akrelay.store.redis_recon import RedisReconIndex
+        from akrelay.store.redis.recon import RedisReconIndex
 
         #: the reconciliation index (issue 26), a follower in the commit path like the Merkle log
         self.recon = RedisReconIndex(self, self._client, self._call)
@@ -939,7 +605,7 @@ class RedisStore(Queryable):
                     return size
                 entries = [(r.seq, event_hash_bytes(r.id)) for r in records]
                 grown = frontier.copy()
-                nodes = append_entries(grown, entries)
+                nodes = append_all_levels(grown, entries)  # every level: read without folding
                 args: list[Any] = [size, len(entries)]
                 for seq, event_hash in entries:
                     args += [seq, event_hash]

@@ -1,4 +1,4 @@
-"""Federation as a component of the relay node: peer hints in discovery and the sync loop.
+"""Federation as a component of the relay node: peer hints in discovery, the push stream, reconciliation and the sync loop.
 
 Discovery gains the configured peer origins as hints (§9.2), and each worker
 offers to run the sync loop, of which exactly one per data directory leads
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) load
     from akrelay.federation.leadership import Leadership
     from akrelay.federation.runner import BackgroundSync
     from akrelay.federation.sync import PassResult
-    from akrelay.service.relay import Relay
+    from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
 
@@ -102,7 +102,8 @@ class SyncComponent:
 
         doc = self.push.discovery()
         if reconcile.enabled(self.relay, self.settings):
-            doc = doc | discovery(self.relay.config.origin)
+            doc = doc | discovery(self.relay.config.origin,
+                                  accepts_offers=not getattr(self.settings, "no_accept_offers", False))
         if not self.enabled:
             return doc
         return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}

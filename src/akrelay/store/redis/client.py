@@ -105,7 +105,7 @@ class Observing(Protocol):
 
 
 class Observer:
-    """Where :class:`~akrelay.store.redis.RedisStore` reports each round trip and each outage.
+    """Where :class:`~akrelay.store.redis.store.RedisStore` reports each round trip and each outage.
 
     The store cannot import the metrics layer (it is below it); the node's backend sets the
     store's ``observer`` to one that counts into ``/metrics`` (``akrelay.backend``). This one ignores them.
