@@ -103,7 +103,7 @@ def hit(nexus: NexusBase, eid: str, score: float) -> dict[str, Any]:
 def _name(nexus: NexusBase, obj: Any) -> str:
     if isinstance(obj, dict):
         element = nexus.get(obj["id"])
-        return getattr(element, "name", obj["id"])
+        return element.name if isinstance(element, Concept) else str(obj["id"])
     return str(obj).lower() if isinstance(obj, bool) else str(obj)
 
 

@@ -127,6 +127,7 @@ def _primer(rt: MetaRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) 
         raise KipError("ConstraintViolation", 'PRIMER MODE must be "compact" or "full"')
     env = rt.environment
     if mode == "full":
+        schema_map: dict[str, list[str]] | dict[str, list[dict[str, Any]]]
         schema_map = {"types": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("ConceptType")],
                       "predicates": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Predicate")],
                       "facets": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Facet")],
@@ -332,7 +333,7 @@ def _plain(fn: Callable[[MetaRuntime, Any, Params, int], Any]) -> Handler:
     return run
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[ast.MetaCommand], Handler] = {
     ast.DescribePrimer: _plain(_primer),
     ast.DescribeProtocol: _plain(_protocol),
     ast.DescribeCapabilities: _plain(_capabilities),

@@ -89,7 +89,7 @@ def concept_tags(element: Concept) -> list[str]:
 def object_key(obj: Any) -> str:
     """The lookup key of a Proposition object: a reference by id, a literal by type and value."""
     if isinstance(obj, dict):
-        return "r:" + obj["id"]
+        return f"r:{obj['id']}"
     return f"l:{type(obj).__name__}:{obj!r}"
 
 
@@ -369,7 +369,7 @@ class Nexus(NexusBase):
         self._transactions: list[Transaction] = []
         self._tx_seqs: list[int] = []
         #: keyword index: kind -> term -> ordinals (positions in ``order``), ascending.
-        self.index: dict[str, dict[str, array]] = {k: {} for k in SEARCH_KINDS}
+        self.index: dict[str, dict[str, array[int]]] = {k: {} for k in SEARCH_KINDS}
         #: element ids in creation order; an ordinal is a position here.
         self.order: list[str] = []
         self._tx_ordinals: list[int] = []

@@ -16,9 +16,9 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 import jsonschema
-import re2
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from akrelay.kip.kql.regex import RE2_ERROR, RE2Pattern, re2_compile, re2_options
 from akrelay.knowql.errors import bad_request
 
 # ---- patterns in linear time ------------------------------------------------------------------
@@ -27,14 +27,12 @@ from akrelay.knowql.errors import bad_request
 # worker. Shapes are matched with RE2 instead, as KQL's REGEX is; a pattern RE2 cannot
 # compile (backreferences, lookaround) is refused with a 400 when the shape is checked.
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.max_mem = 2 << 20
-_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS = re2_options(2 << 20)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(pattern: str) -> Any:
-    return re2.compile(pattern, _RE2_OPTIONS)
+def _compiled(pattern: str) -> RE2Pattern:
+    return re2_compile(pattern, _RE2_OPTIONS)
 
 
 def _search(pattern: str, text: str) -> bool:
@@ -261,7 +259,7 @@ def check_shape(shape: dict[str, Any]) -> None:
     for patrn in _patterns(shape):
         try:
             _compiled(patrn)
-        except re2.error as exc:
+        except RE2_ERROR as exc:
             raise bad_request(f"shape pattern {patrn[:64]!r} is not supported (RE2 syntax, no backreferences or "
                               f"lookaround): {exc}") from None
 
@@ -286,7 +284,7 @@ def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None
         raise
     # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
     except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
-            RecursionError, ValueError, TypeError, KeyError, re2.error) as exc:
+            RecursionError, ValueError, TypeError, KeyError, RE2_ERROR) as exc:
         return [f"the shape cannot be evaluated: {exc}"]
     finally:
         budget.steps, budget.limit, budget.deadline = outer

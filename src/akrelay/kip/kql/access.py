@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from akrelay.jsontypes import JSON
+
 from akrelay.kip.elements import Assertion, Concept, Proposition
 from akrelay.kip.nexus import NexusBase
 
@@ -37,7 +39,7 @@ def _fast_fields(nexus: NexusBase, element: Any) -> dict[str, Any]:
     return {"id": element.id}
 
 
-class ElementView(Mapping):
+class ElementView(Mapping[str, JSON]):
     """The element view KQL paths and object patterns read (§44.1), built lazily.
 
     It is the nexus's authorized view plus query conveniences: a Concept's local

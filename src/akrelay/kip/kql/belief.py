@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from akrelay.kip.elements import Proposition
 from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.projection import POLICIES, policy as resolve_policy, project
 
@@ -75,7 +76,7 @@ def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: Any
                    settings: Settings) -> BeliefValue:
     """§46.4: a fully grounded tuple with no Proposition is ``insufficient``; nothing is created."""
     b = basis(rt, seq, settings)
-    data = {
+    data: dict[str, Any] = {
         "proposition": None, "proposition_id": None,
         "target": {"subject": {"id": subject_id}, "predicate_ref": predicate_ref, "object": obj},
         "status": "insufficient", "candidate_status": "insufficient", "slot_status": "insufficient",
@@ -114,7 +115,7 @@ def slot(rt: KqlRuntime, subject_id: str, predicate_local: str, predicate_ref: s
         status = "uncertain"
     else:
         status = "insufficient"
-    accepted_values = [rt.nexus.get(c["proposition"]["id"]).object for c in candidates
+    accepted_values = [_proposition(rt, c["proposition"]["id"]).object for c in candidates
                        if c["status"] == "accepted"]
     b = basis(rt, seq, settings)
     data = {
@@ -126,6 +127,13 @@ def slot(rt: KqlRuntime, subject_id: str, predicate_local: str, predicate_ref: s
         "basis": b,
     }
     return BeliefValue(data, ("slot", subject_id, predicate_ref, _basis_key(b)))
+
+
+def _proposition(rt: KqlRuntime, proposition_id: str) -> Proposition:
+    element = rt.nexus.get(proposition_id)
+    if not isinstance(element, Proposition):
+        raise AssertionError(f"{proposition_id} is not a Proposition")  # pragma: no cover - a candidate is one
+    return element
 
 
 def _basis_key(b: dict[str, Any]) -> tuple[Any, ...]:

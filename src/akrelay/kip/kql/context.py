@@ -133,11 +133,12 @@ class Context:
         """A Schema symbol (local name, exact or lineage ref) -> its local name."""
         if not isinstance(name, str):
             raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
-        exact, _ = self.rt.environment.resolve(name, kind)
+        exact: str = self.rt.environment.resolve(name, kind)[0]
         return exact.rsplit("/", 1)[1]
 
     def exact_ref(self, local: str, kind: str) -> str:
-        return self.rt.environment.resolve(local, kind)[0]
+        exact: str = self.rt.environment.resolve(local, kind)[0]
+        return exact
 
 
 def _is_ref(stored: Any) -> bool:

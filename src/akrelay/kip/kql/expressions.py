@@ -125,7 +125,8 @@ def compare(op: str, left: Any, right: Any) -> bool | None:
         return None
     if lk == "string":
         left, right = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
-    return {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+    ordered: bool = {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+    return ordered
 
 
 def call(expr: A.Call, args: list[Any]) -> Any:
