@@ -219,20 +219,21 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
     def root() -> ASGIResponse:
         return ASGIResponse(body=b"", status_code=302, headers={"location": f"{BASE}/"})
 
+    # Request[Any, Any, Any]: litestar's user, auth and state types, which this app never sets
     @get([BASE, f"{BASE}/"], include_in_schema=False)
     async def recent_page() -> ASGIResponse:
         return await render(recent)
 
     @get(f"{BASE}/capsules/{{event_id:str}}", include_in_schema=False)
-    async def capsule_page(request: Request) -> ASGIResponse:
+    async def capsule_page(request: Request[Any, Any, Any]) -> ASGIResponse:
         return await render(capsule, sources, request.path_params["event_id"])
 
     @get(f"{BASE}/agents/{{agent_id:str}}", include_in_schema=False)
-    async def agent_page(request: Request) -> ASGIResponse:
+    async def agent_page(request: Request[Any, Any, Any]) -> ASGIResponse:
         return await render(agent, request.path_params["agent_id"])
 
     @get(f"{BASE}/search", include_in_schema=False)
-    async def search_page(request: Request) -> ASGIResponse:
+    async def search_page(request: Request[Any, Any, Any]) -> ASGIResponse:
         body, code = await anyio.to_thread.run_sync(search, relay, request.scope["query_string"])
         return html_response(body, code)
 
@@ -245,7 +246,7 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
         return html_response(views.ask_page(_policies(sources)))
 
     @post(f"{BASE}/ask", status_code=200, include_in_schema=False)
-    async def ask_post(request: Request) -> ASGIResponse:
+    async def ask_post(request: Request[Any, Any, Any]) -> ASGIResponse:
         raw = await request.body()
         try:
             form = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=8))
@@ -257,7 +258,7 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
         return html_response(page, 200 if error is None else 400)
 
     @get(f"{BASE}/static/{{name:str}}", sync_to_thread=False, include_in_schema=False)
-    def static(request: Request) -> ASGIResponse:
+    def static(request: Request[Any, Any, Any]) -> ASGIResponse:
         name = request.path_params["name"]
         if name not in assets:
             return html_response(views.not_found_page("no such asset"), 404)

@@ -16,7 +16,8 @@ SEARCH_FILTERS = ("actor", "type", "kind", "tag", "language", "verdict", "relati
 
 
 def _event(record: dict[str, Any]) -> dict[str, Any]:
-    return record["envelope"]["event"]
+    event: dict[str, Any] = record["envelope"]["event"]
+    return event
 
 
 def _title(record: dict[str, Any]) -> str:

@@ -96,7 +96,7 @@ def _assessments(n: int, what: str) -> str:
 def _why_unconfirmed(belief: dict[str, Any]) -> str:
     if "uncorroborated" in belief.get("reasons", ()):
         return "only its author supports it"
-    return belief["status"]
+    return str(belief["status"])
 
 
 def _sentence(text: str) -> str:

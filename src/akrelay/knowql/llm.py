@@ -265,8 +265,8 @@ class ChatCompletionsComposer:
                 raise ComposerError("the model endpoint's reply has no message content") from None
             if isinstance(text, str) and len(text) > self.max_chars:
                 raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
-            for key, value in _usage(reply.get("usage")).items():
-                total[key] += value
+            for key, count in _usage(reply.get("usage")).items():
+                total[key] += count
             try:
                 value = json.loads(text) if isinstance(text, str) else None
             except ValueError:

@@ -136,16 +136,17 @@ class TurnRunner:
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
-        extension = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
-                     "policy": turn.policy, "scope": [c.slug for c in turn.scope],
-                     "warnings": list(doc.warnings)}
+        warnings = list(doc.warnings)
+        extension: dict[str, object] = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
+                                        "policy": turn.policy, "scope": [c.slug for c in turn.scope],
+                                        "warnings": warnings}
         if mode is not None:
             name, kind = mode
             if doc.shape is not None:
-                extension["warnings"].append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
+                warnings.append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
             output_json = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
                                    max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
-            fields = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
+            fields: dict[str, object] = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
                       "usage": _usage(None)}
         else:
             assert turn.model is not None

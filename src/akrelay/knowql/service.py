@@ -216,7 +216,7 @@ class KnowqlService:
                 self._open.discard(turn.query_id)
             self.admission.leave_turn(turn.client)
 
-    def start(self, turn: Turn) -> Future:
+    def start(self, turn: Turn) -> Future[None]:
         """Queue ``turn`` behind its client's earlier ones (:class:`FairPool`)."""
         return self._pool.submit(turn.client, self.run, turn)
 

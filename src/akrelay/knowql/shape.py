@@ -123,7 +123,8 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-ShapeValidator = validators.extend(Draft202012Validator, {
+# validators.extend is untyped in types-jsonschema
+ShapeValidator = validators.extend(Draft202012Validator, {  # type: ignore[no-untyped-call]
     name: _counted(fn) for name, fn in {
         **Draft202012Validator.VALIDATORS,
         "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
@@ -380,7 +381,8 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
     if not isinstance(schema, dict):
         return False, None, None
     types = _types(schema)
-    description = schema.get("description") if isinstance(schema.get("description"), str) else ""
+    described = schema.get("description")
+    description = described if isinstance(described, str) else ""
     if types & {"number", "integer"}:
         unit_class, unit = extract.unit_of_name(name, description + " " + str(schema.get("title") or ""))
         if unit_class is None and question is not None:

@@ -13,7 +13,9 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from akrelay.jsontypes import JSON
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reads import SearchRequest, parse_read_json, parse_search_request
@@ -258,7 +260,17 @@ class SearchService:
         return float(self.elect_interval)
 
 
-def discovery_members(config: Any) -> dict[str, Any]:
+class SearchEndpoint(Protocol):
+    """The settings that name the ranked-search endpoint."""
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def search_path(self) -> str: ...
+
+
+def discovery_members(config: SearchEndpoint) -> dict[str, JSON]:
     """What a ranked-search service adds to its §9.2 document."""
     return {"features": [FEATURE], "search_modes": list(MODES),
             "endpoints": {"search": config.origin + config.search_path}}
@@ -268,7 +280,9 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
     """Non-indexer processes retry the lock so that a dead indexer is replaced."""
     while True:
         service = ref()
-        interval = service.election_step() if service is not None else None
+        if service is None:
+            return
+        interval = service.election_step()
         if interval is None:
             return
         closed = service.closed_event
