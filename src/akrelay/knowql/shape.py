@@ -39,6 +39,8 @@ def _search(pattern: str, text: str) -> bool:
     return _compiled(pattern).search(text) is not None
 
 
+# The keyword functions below are called by jsonschema (validator: its Validator instance, untyped there);
+# instance is the value under check, any JSON.
 def _pattern(validator: Any, patrn: str, instance: Any, schema: dict[str, Any]) -> Any:
     if validator.is_type(instance, "string") and not _search(patrn, instance):
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
@@ -132,9 +134,9 @@ ShapeValidator = validators.extend(Draft202012Validator, {  # type: ignore[no-un
 })
 
 
-def _members(value: Any) -> Iterator[tuple[str, Any]]:
+def _members(value: object) -> Iterator[tuple[str, object]]:
     """Every ``(name, value)`` member of every object in a schema, iteratively (shapes are bounded in depth)."""
-    stack = [value]
+    stack: list[object] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
@@ -145,7 +147,7 @@ def _members(value: Any) -> Iterator[tuple[str, Any]]:
             stack.extend(item)
 
 
-def _patterns(value: Any) -> list[str]:
+def _patterns(value: object) -> list[str]:
     """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
     found: list[str] = []
     for key, inner in _members(value):
@@ -156,10 +158,10 @@ def _patterns(value: Any) -> list[str]:
     return found
 
 
-def _census(shape: Any) -> None:
+def _census(shape: object) -> None:
     """400 past the node, object or array-item caps, before any costly check."""
     nodes = objects = 0
-    stack = [shape]
+    stack: list[object] = [shape]
     while stack:
         item = stack.pop()
         nodes += 1
@@ -176,13 +178,13 @@ def _census(shape: Any) -> None:
             stack.extend(item)
 
 
-def _target(shape: dict[str, Any], ref: str) -> Any:
+def _target(shape: dict[str, Any], ref: str) -> object:
     """The subschema a local ``#/json/pointer`` ref names; None for anchors and unresolvable refs."""
     if ref == "#":
         return shape
     if not ref.startswith("#/"):
         return None
-    node: Any = shape
+    node: object = shape
     for raw in ref[2:].split("/"):
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
@@ -203,7 +205,7 @@ def _expansion(shape: dict[str, Any]) -> int:
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(node: Any) -> int:
+    def size(node: object) -> int:
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -211,7 +213,7 @@ def _expansion(shape: dict[str, Any]) -> int:
             return 1
         active.add(key)
         total = 1
-        children: list[Any] = []
+        children: list[object] = []
         if isinstance(node, dict):
             children = list(node.values())
             for name in ("$ref", "$dynamicRef"):
@@ -265,7 +267,7 @@ def check_shape(shape: dict[str, Any]) -> None:
                               f"lookaround): {exc}") from None
 
 
-def _refs(value: Any) -> list[str]:
+def _refs(value: object) -> list[str]:
     return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
