@@ -7,7 +7,7 @@ serve answer ``UnsupportedCapability`` (§67).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from akrelay import __version__
 from akrelay.jsontypes import JSONMapping

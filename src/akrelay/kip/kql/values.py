@@ -13,7 +13,7 @@ import math
 import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Mapping, TypeGuard
+from typing import TypeGuard
 
 from akrelay.jsontypes import JSONMapping, JSONScalar, JSONValue
 
