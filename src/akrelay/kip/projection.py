@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from akrelay.jsontypes import JSON
+
 from akrelay.kip.space import TrustState
 from akrelay.kip.elements import Assertion, Concept, Proposition
 from akrelay.kip.errors import KipError
@@ -35,10 +37,10 @@ class Policy:
     description: str
     author_corroboration: bool
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, JSON]:
         return {"id": self.id, "version": self.version}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "id": self.id, "version": self.version, "description": self.description,
             "deterministic": True, "score_model": "none", "score_semantics": None,

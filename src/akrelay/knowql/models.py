@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+from akrelay.jsontypes import JSON
+
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, Composition
 from akrelay.knowql.errors import KnowqlError
 from akrelay.knowql.retrieval import Retrieval
@@ -60,7 +62,7 @@ class ModelEntry:
     composer: Composer
     available: bool = True
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"id": self.id, "label": self.label, "provider": self.provider, "available": self.available}
 
 
@@ -89,7 +91,7 @@ class Catalog:
             chosen = chosen or entry
         return chosen or self.entries[self.default]
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"default": self.default, "models": [e.to_wire() for e in self.entries.values()],
                 "tiers": dict(self.tiers), "phase_defaults": {"compose": self.tiers["standard"],
                                                               "retrieve": self.default},

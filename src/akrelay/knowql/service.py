@@ -15,6 +15,8 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from akrelay.jsontypes import JSON
+
 from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
@@ -253,8 +255,8 @@ class KnowqlService:
     def delete_session(self, session_id: str) -> dict[str, Any]:
         return {"deleted": self.store.delete_session(session_id)}
 
-    def models(self) -> dict[str, Any]:
+    def models(self) -> dict[str, JSON]:
         return self.catalog.to_wire()
 
-    def context_list(self) -> list[dict[str, Any]]:
+    def context_list(self) -> list[dict[str, JSON]]:
         return self.contexts.to_wire()

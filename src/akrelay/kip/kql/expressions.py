@@ -22,12 +22,12 @@ from akrelay.kip.kql.context import (
 # --------------------------------------------------------------------- expressions
 
 
-def truth(value: Any) -> bool | None:
+def truth(value: object) -> bool | None:
     """Three-valued truth: True, False, or None (unknown)."""
     return value if isinstance(value, bool) else None
 
 
-def _step(value: Any, step: str, ctx: Context) -> Any:
+def _step(value: object, step: str, ctx: Context) -> Any:
     if value is None:
         return None
     if isinstance(value, Hit):
@@ -99,7 +99,7 @@ _EXPRESSIONS: dict[type, Callable[[Any, Mapping[str, Any], Context], Any]] = {
 }
 
 
-def _scalar_kind(value: Any) -> str | None:
+def _scalar_kind(value: object) -> str | None:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, (int, float)):
