@@ -21,11 +21,12 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from akrelay.jsontypes import JSON
 
 from akrelay.knowql.errors import KnowqlError, conflict, not_found
+from akrelay.protocol.envelope import Envelope
 
 BUILTIN = "knowledge"
 KIND = "search"
@@ -48,7 +49,7 @@ class Context:
     #: query field -> allowed values (any of); empty: everything.
     filter: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def matches(self, envelope: Any) -> bool:
+    def matches(self, envelope: Envelope) -> bool:
         """Whether a capsule's publish envelope lies in this context."""
         if not self.filter:
             return True

@@ -67,6 +67,7 @@ class ModelEntry:
 
 
 #: model id -> factory(settings) returning a ModelEntry or None; consulted when a catalog is built.
+# Any: a factory reads the relay settings (one object for every area until they are typed per area)
 EXTRA_COMPOSERS: dict[str, Callable[[Any], ModelEntry | None]] = {}
 
 

@@ -190,7 +190,7 @@ class SearchService:
         return self.index_seq() >= target
 
     # -- requests ------------------------------------------------------------------
-    def parse(self, value: Any) -> SearchRequest:
+    def parse(self, value: object) -> SearchRequest:
         return parse_search_request(value, MODES)
 
     def search(self, raw_body: bytes) -> SearchPage:
