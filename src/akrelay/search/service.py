@@ -19,6 +19,7 @@ from akrelay.jsontypes import JSON
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reads import SearchRequest, parse_read_json, parse_search_request
+from akrelay.relay.core import Relay
 from akrelay.search.analysis import RANKING_ID
 from akrelay.search.index import SEARCH_DIR, IndexUnavailable, SearchIndex, index_dir, read_position
 from akrelay.search.indexer import LOCK_NAME, Follower, IndexerLock, IndexerThread
@@ -44,7 +45,7 @@ class SearchService:
 
     def __init__(
         self,
-        relay: Any,
+        relay: Relay,
         data_dir: str | Path | None,
         *,
         poll_interval: float = 0.05,
@@ -80,7 +81,7 @@ class SearchService:
             self.start()
 
     @property
-    def relay(self) -> Any:
+    def relay(self) -> Relay:
         relay = self._relay()
         if relay is None:
             raise RuntimeError("the relay of this search service is gone")
@@ -290,7 +291,7 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
         closed.wait(interval)  # close() ends the wait at once
 
 
-def reindex(relay: Any, data_dir: str | Path, *, threads: int = 2) -> int:
+def reindex(relay: Relay, data_dir: str | Path, *, threads: int = 2) -> int:
     """Rebuild the index from the store (``akrelay reindex``); returns records indexed.
 
     Refuses while another process (a running relay) is the indexer, since
