@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.handlers import HTTPRouteHandler
 from litestar.response.base import ASGIResponse
 
 import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
@@ -205,12 +206,13 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str
         return None, exc.message
 
 
-def routes(relay: Relay, settings: Any, sources: Sources) -> list[Any]:
+# Any: the settings (one object for every area until they are typed per area)
+def routes(relay: Relay, settings: Any, sources: Sources) -> list[HTTPRouteHandler]:
     if getattr(settings, "no_explorer", False):
         return []
     assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}
 
-    async def render(call: Any, *args: Any) -> ASGIResponse:
+    async def render(call: Callable[..., str], *args: object) -> ASGIResponse:
         try:
             return html_response(await anyio.to_thread.run_sync(call, relay, *args))
         except ProtocolError as exc:
