@@ -29,7 +29,7 @@ def rfc3339(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def dump(value: Any) -> str:
+def dump(value: object) -> str:
     """The stored JSON text of a document or an event (compact, UTF-8 kept)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
