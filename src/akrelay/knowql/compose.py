@@ -21,7 +21,7 @@ it came from, and every citation lies in this turn's retrieved set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from akrelay.knowql import extract
 from akrelay.knowql.rank import Ranked, Ranking, rank
@@ -274,7 +274,8 @@ def _item(item: dict[str, Any], chars: int, pointers: bool) -> dict[str, Any]:
 class ExtractiveComposer:
     """The default composer (:func:`extractive`), binding ``shape`` with :func:`akrelay.knowql.shape.bind`."""
 
-    def compose(self, turn: Any, retrieval: Retrieval, emit: Any) -> Composition:
+    # Any: the turn is a models.TurnInput, and knowql.models imports this module
+    def compose(self, turn: Any, retrieval: Retrieval, emit: Callable[[str], None]) -> Composition:
         from akrelay.knowql.shape import bind
 
         composition = extractive(turn.ask, retrieval, history=turn.history)
