@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
@@ -23,6 +23,12 @@ from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.recovery import Deferred
 from akrelay.knowql.shape import ShapeFailure, require_conforming
 from akrelay.store.base import StoreUnavailable
+
+if TYPE_CHECKING:  # annotations only (no early import of the KIP runtime or search)
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.knowql.store import TurnStore
+    from akrelay.search.service import SearchService
+    from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -55,7 +61,8 @@ class Turn:
 
 
 class TurnRunner:
-    def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
+    def __init__(self, store: TurnStore, *, search: Callable[[], SearchService], runtime: Callable[[], KipRuntime],
+                 records: Store,
                  origin: str, clock: Callable[[], float] = time.time, deferred: Deferred | None = None) -> None:
         self.store = store
         #: terminal writes the store refused during an outage, written once it is back
