@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Iterable
 
 from akrelay.jsontypes import JSON
-
 from akrelay.knowql.errors import KnowqlError, conflict, not_found
 from akrelay.protocol.envelope import Envelope
 

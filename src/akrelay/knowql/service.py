@@ -16,7 +16,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.jsontypes import JSON
-
 from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
