@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from akrelay.knowql import extract
-from akrelay.knowql.rank import Ranked, Ranking, rank
+from akrelay.knowql.rank import EarlierTurn, Ranked, Ranking, rank
 from akrelay.knowql.retrieval import Retrieval
 
 EXTRACTIVE_MODEL = "akrelay/extractive-1"
@@ -183,7 +183,7 @@ def _facts(ranked: Sequence[Ranked], question: extract.Question, lead: Fact | No
 
 
 def extractive(ask: str, retrieval: Retrieval, limit: int = COMPOSE_DEFAULT,
-               history: Sequence[Any] = ()) -> Composition:
+               history: Sequence[EarlierTurn] = ()) -> Composition:
     artifacts = retrieval.artifacts[:limit]
     if not artifacts:
         text = (f"No knowledge in scope matched this question (snapshot seq {retrieval.snapshot_seq})."
