@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from akrelay.jsontypes import JSON
 
@@ -237,7 +237,7 @@ class SearchService:
         searcher = index.searcher()
         return question_search(terms, searcher, self.store, snapshot, limit, types=types), read_position(searcher)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, JSON]:
         return discovery_members(self.relay.config)
 
     @property
