@@ -13,13 +13,15 @@ import functools
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import jsonschema
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from akrelay.kip.kql.regex import RE2_ERROR, RE2Pattern, re2_compile, re2_options
 from akrelay.knowql.errors import bad_request
+
+_T = TypeVar("_T")
 
 # ---- patterns in linear time ------------------------------------------------------------------
 # jsonschema matches ``pattern`` and ``patternProperties`` with Python's backtracking ``re``,
@@ -271,7 +273,7 @@ def _refs(value: object) -> list[str]:
     return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
-def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None,
+def problems(value: object, shape: dict[str, Any], *, deadline: float | None = None,
              steps: int = MAX_VALIDATION_STEPS) -> list[str]:
     """Validation problems of ``value`` against ``shape`` (empty: it conforms).
 
@@ -294,7 +296,7 @@ def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
 
 
-def require_conforming(value: Any, shape: dict[str, Any], *, deadline: float | None = None) -> Any:
+def require_conforming(value: _T, shape: dict[str, Any], *, deadline: float | None = None) -> _T:
     found = problems(value, shape, deadline=deadline)
     if found:
         raise ShapeFailure("the output does not conform to the shape: " + "; ".join(found))
@@ -317,7 +319,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _types(schema: Any) -> set[str]:
+def _types(schema: object) -> set[str]:
     if not isinstance(schema, dict):
         return set()
     t = schema.get("type")
@@ -328,7 +330,7 @@ def _types(schema: Any) -> set[str]:
     return set()
 
 
-def _fixed(schema: Any) -> tuple[bool, Any]:
+def _fixed(schema: object) -> tuple[bool, object]:
     """A value the schema itself dictates: ``const``, a one-member ``enum`` or ``default``."""
     if not isinstance(schema, dict):
         return False, None
@@ -342,7 +344,7 @@ def _fixed(schema: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def _project_item(item: dict[str, Any], schema: Any) -> Any:
+def _project_item(item: dict[str, Any], schema: object) -> object:
     """An artifact/citation projected onto an item schema's property names."""
     if "string" in _types(schema) and "object" not in _types(schema):
         return item.get("source") or item.get("title") or ""
@@ -367,7 +369,7 @@ def _project_item(item: dict[str, Any], schema: Any) -> Any:
 MAX_FACT_TRIES = 8
 
 
-def _fits(value: Any, schema: Any) -> bool:
+def _fits(value: object, schema: object) -> bool:
     return not isinstance(schema, dict) or not problems(value, schema)
 
 
