@@ -175,7 +175,7 @@ def _assertion(tx: _Tx, prop: Proposition, agent: Concept, stance: str, asserted
     return tx.add(assertion, f"{stance} {prop.predicate} {text}")
 
 
-def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
+def _publish(tx: _Tx, env: Envelope, agent: Concept, evidence: Evidence) -> None:
     p = env.payload
     ctx = p.get("context", {})
     attributes = {
@@ -211,7 +211,7 @@ def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
         _assertion(tx, prop, agent, "support", asserted_at, evidence)
 
 
-def _assess(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
+def _assess(tx: _Tx, env: Envelope, agent: Concept, evidence: Evidence) -> None:
     p = env.payload
     capsule = _capsule_concept(tx, p["target"])
     holds = _proposition(tx, capsule, "ak_holds", True, "true")
@@ -220,7 +220,7 @@ def _assess(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
                facets={ref("AkAssessment"): facet}, text=f"{p['verdict']} {p['summary']}")
 
 
-def _retract(tx: _Tx, env: Any, agent: Concept) -> list[str]:
+def _retract(tx: _Tx, env: Envelope, agent: Concept) -> list[str]:
     """Withdraw the retracting actor's own active Assertions derived from the target."""
     nexus = tx.nexus
     at = kip_timestamp(env.created_at)

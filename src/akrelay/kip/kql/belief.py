@@ -11,6 +11,7 @@ coordinate. The explanation level (§49.1) trims the ledger.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Hashable
 from typing import Any
 
 from akrelay.kip.elements import Proposition
@@ -34,7 +35,7 @@ class BeliefValue:
     """A virtual Belief or Slot binding; ``key`` identifies target + basis (§42.5)."""
 
     data: dict[str, Any]
-    key: tuple[Any, ...]
+    key: tuple[Hashable, ...]
 
 
 def _finish(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def belief(rt: KqlRuntime, proposition_id: str, seq: int, settings: Settings) ->
     return BeliefValue(data, ("belief", proposition_id, _basis_key(data["basis"])))
 
 
-def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: Any, seq: int,
+def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: object, seq: int,
                    settings: Settings) -> BeliefValue:
     """§46.4: a fully grounded tuple with no Proposition is ``insufficient``; nothing is created."""
     b = basis(rt, seq, settings)
@@ -136,7 +137,7 @@ def _proposition(rt: KqlRuntime, proposition_id: str) -> Proposition:
     return element
 
 
-def _basis_key(b: dict[str, Any]) -> tuple[Any, ...]:
+def _basis_key(b: dict[str, Any]) -> tuple[Hashable, ...]:
     return (b["snapshot_seq"], b["policy"]["id"], b["policy"]["version"], b["trust_state_version"],
             b["valid_at"], b["purpose"], b["risk"])
 
