@@ -13,6 +13,7 @@ import asyncio
 import time
 from importlib import resources
 from typing import Any, Callable
+# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
 from urllib.parse import parse_qsl
 
 import anyio.to_thread

@@ -7,6 +7,7 @@ Nothing here does I/O, so each page can be rendered and checked in isolation;
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
+# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
 
 from akrelay.explorer.html import (BASE, agent_url, capsule_url, definition, h, items, link, page, search_url, short,
                                    when)

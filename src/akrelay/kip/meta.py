@@ -8,6 +8,7 @@ serve answer ``UnsupportedCapability`` (§67).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
+# Untyped here: META results are JSON documents built from Schema definitions (untyped in kip.package too).
 
 from akrelay import __version__
 from akrelay.jsontypes import JSONMapping

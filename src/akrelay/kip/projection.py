@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
 
 from akrelay.jsontypes import JSON
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable
+# Untyped here: KIP request and response envelopes, JSON objects (checked by data/kip-request.schema.json) read by key.
 
 import jsonschema
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+# Untyped here: artifacts, chunks and citations are JSON objects read by key.
 
 from akrelay.knowql import extract
 from akrelay.knowql.rank import EarlierTurn, Ranked, Ranking, rank

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any, Iterable
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 TERMINAL = ("completed", "failed", "cancelled")
 EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}

@@ -29,6 +29,7 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
+# Untyped here: request bodies, sources and model replies are JSON objects read by key.
 
 import httpx
 

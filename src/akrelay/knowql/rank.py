@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
+# Untyped here: artifacts and capsule details are JSON objects read by key.
 
 from akrelay.knowql import extract
 from akrelay.knowql.extract import Question

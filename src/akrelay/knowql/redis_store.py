@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from typing import Any, Callable
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 import redis
 import redis.client

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
+# Untyped here: artifacts, chunks and capsule details are JSON objects read by key.
 
 from akrelay.kip.elements import Assertion, Evidence
 from akrelay.kip.package import AK_PACKAGE_REF

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence, TypeVar
+# Untyped here: JSON Schema documents, and jsonschema's keyword-function arguments (its Validator is untyped there).
 
 import jsonschema
 from jsonschema import Draft202012Validator, ValidationError, validators

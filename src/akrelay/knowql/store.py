@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 from akrelay.knowql import lifecycle
 from akrelay.knowql.errors import conflict, not_found

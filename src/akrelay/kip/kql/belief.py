@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Hashable
 from typing import Any
+# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
 
 from akrelay.kip.elements import Proposition
 from akrelay.kip.kql.host import KqlRuntime

@@ -9,6 +9,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from collections.abc import Hashable
 from typing import Any, Callable, Mapping
+# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
 
 from akrelay.kip import budget as _budget
 from akrelay.jsontypes import JSON, JSONMapping

@@ -6,6 +6,7 @@ import json
 import math
 import unicodedata
 from typing import Any, Callable, Mapping
+# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
 
 from akrelay.kip.elements import KIND_OF
 from akrelay.kip.kql import belief as B
