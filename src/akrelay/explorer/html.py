@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Iterable
 from urllib.parse import quote, urlencode
 
 #: Sent with every explorer page and asset: nothing inline, nothing from elsewhere.
@@ -24,7 +24,7 @@ BASE = "/explorer"
 NAV = (("Recent", f"{BASE}/"), ("Search", f"{BASE}/search"), ("Ask", f"{BASE}/ask"), ("Status", f"{BASE}/status"))
 
 
-def h(value: Any) -> str:
+def h(value: object) -> str:
     """The escaped text of any value (quotes included, so it is safe in attributes too)."""
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -46,13 +46,15 @@ def search_url(**params: str) -> str:
     return f"{BASE}/search?{urlencode(params)}"
 
 
-def link(url: str, text: Any, cls: str | None = None) -> str:
+def link(url: str, text: object, cls: str | None = None) -> str:
     extra = f' class="{h(cls)}"' if cls else ""
     return f'<a href="{h(url)}"{extra}>{h(text)}</a>'
 
 
-def when(ms: Any) -> str:
+def when(ms: int | float | str | None) -> str:
     """A Unix-ms timestamp as UTC ISO text (the raw value when it is not one)."""
+    if ms is None:
+        return h(ms)
     try:
         return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (TypeError, ValueError, OverflowError, OSError):

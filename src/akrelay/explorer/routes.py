@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
+# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
 from litestar import Request, Response, get, post
+from litestar.datastructures import State
+from litestar.handlers import HTTPRouteHandler
 from litestar.response.base import ASGIResponse
 
 import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
@@ -25,6 +28,7 @@ from akrelay.explorer.html import BASE, SECURITY_HEADERS
 from akrelay.http.querystring import query_pairs
 from akrelay.observability.sources import Sources
 from akrelay.protocol.errors import ProtocolError
+from akrelay.relay.core import Relay
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
 
 #: Litestar adds ``; charset=utf-8`` to a ``text/`` media type itself (naming it here doubled it).
@@ -73,7 +77,7 @@ def _policies(sources: Sources) -> list[str]:
     return sorted(POLICIES, key=lambda p: (p != default, p))
 
 
-def recent(relay: Any) -> str:
+def recent(relay: Relay) -> str:
     checkpoint = relay.checkpoint()
     after = max(0, checkpoint - RECENT_WINDOW)
     page = relay.query([("type", PUBLISH), ("after_seq", str(after)), ("limit", "1000")])
@@ -81,7 +85,7 @@ def recent(relay: Any) -> str:
     return views.recent_page(records, checkpoint)
 
 
-def capsule(relay: Any, sources: Sources, event_id: str) -> str:
+def capsule(relay: Relay, sources: Sources, event_id: str) -> str:
     """Everything the capsule page shows; a ProtocolError (not found, malformed) propagates."""
     record = relay.get(event_id).to_dict()
     event = record["envelope"]["event"]
@@ -108,7 +112,7 @@ def capsule(relay: Any, sources: Sources, event_id: str) -> str:
                               retracted=_retracted(relay, assessments))
 
 
-def _retracted(relay: Any, records: list[dict[str, Any]]) -> frozenset[str]:
+def _retracted(relay: Relay, records: list[dict[str, Any]]) -> frozenset[str]:
     """The IDs of ``records`` that their own author retracted (shown, but marked as withdrawn).
 
     One indexed query per record (``target``, ``type``, ``actor``, ``limit=1``); the
@@ -150,14 +154,14 @@ def _beliefs(sources: Sources, event_id: str) -> list[tuple[str, Any, Any]]:
     return out
 
 
-def agent(relay: Any, agent_id: str) -> str:
+def agent(relay: Relay, agent_id: str) -> str:
     capsules = _records(relay.query([("actor", agent_id), ("type", PUBLISH), ("limit", str(LIST_LIMIT))]))
     assessed = _records(relay.query([("actor", agent_id), ("type", ASSESS), ("limit", str(LIST_LIMIT))]))
     more = len(capsules) >= LIST_LIMIT or len(assessed) >= LIST_LIMIT
     return views.agent_page(agent_id, capsules, assessed, more, retracted=_retracted(relay, assessed))
 
 
-def search(relay: Any, raw_query: bytes) -> tuple[str, int]:
+def search(relay: Relay, raw_query: bytes) -> tuple[str, int]:
     allowed = {"q", "cursor", *views.SEARCH_FILTERS}
     try:
         pairs = query_pairs(raw_query)
@@ -174,7 +178,7 @@ def search(relay: Any, raw_query: bytes) -> tuple[str, int]:
     return views.search_page(params, _records(page), None, page.next_cursor), 200
 
 
-def status(relay: Any, settings: Any, sources: Sources) -> str:
+def status(relay: Relay, settings: Any, sources: Sources) -> str:
     from akrelay.observability.status import relay_status
 
     return views.status_page(relay_status(relay, settings, sources), relay.config.origin)
@@ -203,12 +207,13 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str
         return None, exc.message
 
 
-def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
+# Any: the settings (one object for every area until they are typed per area)
+def routes(relay: Relay, settings: Any, sources: Sources) -> list[HTTPRouteHandler]:
     if getattr(settings, "no_explorer", False):
         return []
     assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}
 
-    async def render(call: Any, *args: Any) -> ASGIResponse:
+    async def render(call: Callable[..., str], *args: object) -> ASGIResponse:
         try:
             return html_response(await anyio.to_thread.run_sync(call, relay, *args))
         except ProtocolError as exc:
@@ -219,20 +224,21 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
     def root() -> ASGIResponse:
         return ASGIResponse(body=b"", status_code=302, headers={"location": f"{BASE}/"})
 
+    # litestar's user and auth types are object: this app sets neither
     @get([BASE, f"{BASE}/"], include_in_schema=False)
     async def recent_page() -> ASGIResponse:
         return await render(recent)
 
     @get(f"{BASE}/capsules/{{event_id:str}}", include_in_schema=False)
-    async def capsule_page(request: Request) -> ASGIResponse:
+    async def capsule_page(request: Request[object, object, State]) -> ASGIResponse:
         return await render(capsule, sources, request.path_params["event_id"])
 
     @get(f"{BASE}/agents/{{agent_id:str}}", include_in_schema=False)
-    async def agent_page(request: Request) -> ASGIResponse:
+    async def agent_page(request: Request[object, object, State]) -> ASGIResponse:
         return await render(agent, request.path_params["agent_id"])
 
     @get(f"{BASE}/search", include_in_schema=False)
-    async def search_page(request: Request) -> ASGIResponse:
+    async def search_page(request: Request[object, object, State]) -> ASGIResponse:
         body, code = await anyio.to_thread.run_sync(search, relay, request.scope["query_string"])
         return html_response(body, code)
 
@@ -245,7 +251,7 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
         return html_response(views.ask_page(_policies(sources)))
 
     @post(f"{BASE}/ask", status_code=200, include_in_schema=False)
-    async def ask_post(request: Request) -> ASGIResponse:
+    async def ask_post(request: Request[object, object, State]) -> ASGIResponse:
         raw = await request.body()
         try:
             form = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, max_num_fields=8))
@@ -257,7 +263,7 @@ def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
         return html_response(page, 200 if error is None else 400)
 
     @get(f"{BASE}/static/{{name:str}}", sync_to_thread=False, include_in_schema=False)
-    def static(request: Request) -> ASGIResponse:
+    def static(request: Request[object, object, State]) -> ASGIResponse:
         name = request.path_params["name"]
         if name not in assets:
             return html_response(views.not_found_page("no such asset"), 404)

@@ -6,17 +6,20 @@ Nothing here does I/O, so each page can be rendered and checked in isolation;
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
 
 from akrelay.explorer.html import (BASE, agent_url, capsule_url, definition, h, items, link, page, search_url, short,
                                    when)
+from akrelay.observability.status import RelayStatus
 
 #: The §9.3 filters the search page offers, in the API's own names.
 SEARCH_FILTERS = ("actor", "type", "kind", "tag", "language", "verdict", "relation", "target", "profile")
 
 
 def _event(record: dict[str, Any]) -> dict[str, Any]:
-    return record["envelope"]["event"]
+    event: dict[str, Any] = record["envelope"]["event"]
+    return event
 
 
 def _title(record: dict[str, Any]) -> str:
@@ -46,7 +49,7 @@ def recent_page(records: Sequence[dict[str, Any]], checkpoint: int) -> str:
     return page("Recent", body)
 
 
-def _context(ctx: Any) -> str:
+def _context(ctx: object) -> str:
     if not isinstance(ctx, dict):
         return '<p class="muted">none</p>'
     rows = [("scope", h(ctx.get("scope", "")))]
@@ -65,7 +68,7 @@ def _evidence(evidence: Any) -> str:
     return items(out)
 
 
-def _reproduction(rep: Any) -> str:
+def _reproduction(rep: object) -> str:
     if not isinstance(rep, dict):
         return '<p class="muted">none</p>'
     steps = "".join(f"<li>{h(s)}</li>" for s in rep.get("steps", []) or [])
@@ -106,7 +109,7 @@ EXCLUSION_REASONS = {"retracted": "retracted by its author", "withheld": "withhe
                      "blocked_actor": "its signer is blocked under this policy"}
 
 
-def _exclusion(item: Any, assertion: Any) -> str:
+def _exclusion(item: object, assertion: Callable[[str], str]) -> str:
     """One excluded assertion: which one (linked to its event) and why, not the ledger's raw object."""
     if not isinstance(item, dict) or not isinstance(item.get("assertion_id"), str):
         return h(item)
@@ -245,8 +248,8 @@ def citation_item(number: int, citation: dict[str, Any]) -> str:
             f'<span class="status status-{h(belief)}">{h(belief)}</span></li>')
 
 
-def status_page(status: Any, origin: str) -> str:
-    def lag(value: Any) -> str:
+def status_page(status: RelayStatus, origin: str) -> str:
+    def lag(value: object) -> str:
         return h(value) if value is not None else '<span class="muted">not running</span>'
 
     rows = [("origin", h(origin)), ("checkpoint", h(status.checkpoint)),

@@ -7,6 +7,7 @@ operator's files, never from event content or signatures (§2.11, §88.8).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,14 @@ from akrelay.kip.space import TRUST_CLASSES, TrustState, space_id_for_origin
 __all__ = ["CONFIG_FILE", "DEFAULT_POLICY", "TRUST_CLASSES", "KipConfig", "TrustState", "space_id_for_origin"]
 
 DEFAULT_POLICY = "akrelay:corroborated"
+#: The Space origin when neither the settings nor ``kip-config.json`` name one.
+DEFAULT_ORIGIN = "http://127.0.0.1:8080"
 CONFIG_FILE = "kip-config.json"
 
 
 @dataclass(frozen=True, slots=True)
 class KipConfig:
-    origin: str = "http://127.0.0.1:8080"
+    origin: str = DEFAULT_ORIGIN
     package_paths: tuple[str, ...] = (str(DEFAULT_PACKAGE_PATH),)
     trust: TrustState = field(default_factory=TrustState)
     default_policy: str = DEFAULT_POLICY
@@ -38,14 +41,14 @@ class KipConfig:
         if unknown:
             raise ValueError(f"unknown KIP configuration members: {sorted(unknown)}")
         return cls(
-            origin=origin or doc.get("origin", cls.origin),
+            origin=origin or doc.get("origin", DEFAULT_ORIGIN),
             package_paths=tuple(doc.get("schema_packages", (str(DEFAULT_PACKAGE_PATH),))),
             trust=TrustState(dict(doc.get("trust", {}))),
             default_policy=doc.get("default_policy", DEFAULT_POLICY),
         )
 
     @classmethod
-    def load(cls, data_dir: str | Path | None, *, origin: str | None = None) -> "KipConfig":
+    def load(cls, data_dir: str | os.PathLike[str] | None, *, origin: str | None = None) -> "KipConfig":
         """``<data>/kip-config.json`` if present, else defaults."""
         if data_dir is not None:
             path = Path(data_dir) / CONFIG_FILE

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+# Untyped here: attributes, facets and the signed envelope are JSON objects kept as imported.
 
 #: Engine origin of every imported element (§2.5): the importer, never the signer.
 IMPORT_ORIGIN_PRINCIPAL = "akrelay:importer"

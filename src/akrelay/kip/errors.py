@@ -6,7 +6,9 @@ class that agent-knowledge errors do not; mapping happens once, here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
+
+from akrelay.jsontypes import JSONValue
 
 #: §87 code -> (§86.2 category, §86.3 retry class).
 CODES: dict[str, tuple[str, str]] = {
@@ -52,22 +54,22 @@ class KipError(Exception):
 
     __slots__ = ("code", "message", "details", "hint")
 
-    def __init__(self, code: str, message: str, *, details: dict[str, Any] | None = None,
+    def __init__(self, code: str, message: str, *, details: Mapping[str, JSONValue] | None = None,
                  hint: str | None = None) -> None:
         if code not in CODES:
             raise ValueError(f"unregistered KIP error code {code!r}")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
-        self.details = details
+        self.details: dict[str, JSONValue] | None = dict(details) if details is not None else None
         self.hint = hint
 
     @property
     def category(self) -> str:
         return CODES[self.code][0]
 
-    def to_wire(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def to_wire(self) -> dict[str, JSONValue]:
+        body: dict[str, JSONValue] = {
             "code": self.code,
             "category": self.category,
             "message": self.message,

@@ -100,10 +100,10 @@ def hit(nexus: NexusBase, eid: str, score: float) -> dict[str, Any]:
     return out
 
 
-def _name(nexus: NexusBase, obj: Any) -> str:
+def _name(nexus: NexusBase, obj: object) -> str:
     if isinstance(obj, dict):
         element = nexus.get(obj["id"])
-        return getattr(element, "name", obj["id"])
+        return element.name if isinstance(element, Concept) else str(obj["id"])
     return str(obj).lower() if isinstance(obj, bool) else str(obj)
 
 

@@ -18,13 +18,29 @@ valid time or context (§13.3, §13.6, §25.2). Nothing here reads the clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import NexusBase, Transaction
 from akrelay.kip.space import AK_PACKAGE_REF
 from akrelay.kip.timefmt import kip_timestamp
+from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.payload import RELATION_NAMES
+
+_E = TypeVar("_E", Concept, Proposition, Assertion, Evidence, Activity)
+
+
+class AcceptedRecord(Protocol):
+    """What the mapping reads of an acceptance record (``akrelay.store.Record``, a layer above)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def accepted_at(self) -> int: ...
+
+    @property
+    def envelope(self) -> Envelope: ...
 
 _PKG = AK_PACKAGE_REF
 
@@ -61,13 +77,13 @@ class _Tx:
         self.n += 1
         return f"{prefix}{self.seq}.{self.n}"
 
-    def add(self, element: Any, text: str | None = None) -> Any:
+    def add(self, element: _E, text: str | None = None) -> _E:
         self.nexus.add(element, text)
         self.created.append(element.id)
         return element
 
 
-def import_record(nexus: NexusBase, record: Any) -> ImportResult:
+def import_record(nexus: NexusBase, record: AcceptedRecord) -> ImportResult:
     """Apply one acceptance record (``seq``, ``accepted_at``, ``envelope``) to ``nexus``.
 
     Records at or below the head are skipped (a follower re-reading a batch); a
@@ -78,7 +94,7 @@ def import_record(nexus: NexusBase, record: Any) -> ImportResult:
         return _import(nexus, record)
 
 
-def _import(nexus: NexusBase, record: Any) -> ImportResult:
+def _import(nexus: NexusBase, record: AcceptedRecord) -> ImportResult:
     envelope = record.envelope
     if record.seq <= nexus.head:
         return ImportResult(record.seq, envelope.id, "skipped")
@@ -115,7 +131,7 @@ def _agent(tx: _Tx, actor: str) -> Concept:
     return tx.add(concept, f"{actor} agent")
 
 
-def _evidence(tx: _Tx, record: Any, agent: Concept) -> Evidence:
+def _evidence(tx: _Tx, record: AcceptedRecord, agent: Concept) -> Evidence:
     env = record.envelope
     payload = env.payload
     facet = {"event_id": env.id, "event_type": env.type, "actor": env.actor, "nonce": env.nonce,
@@ -159,7 +175,7 @@ def _assertion(tx: _Tx, prop: Proposition, agent: Concept, stance: str, asserted
     return tx.add(assertion, f"{stance} {prop.predicate} {text}")
 
 
-def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
+def _publish(tx: _Tx, env: Envelope, agent: Concept, evidence: Evidence) -> None:
     p = env.payload
     ctx = p.get("context", {})
     attributes = {
@@ -195,7 +211,7 @@ def _publish(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
         _assertion(tx, prop, agent, "support", asserted_at, evidence)
 
 
-def _assess(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
+def _assess(tx: _Tx, env: Envelope, agent: Concept, evidence: Evidence) -> None:
     p = env.payload
     capsule = _capsule_concept(tx, p["target"])
     holds = _proposition(tx, capsule, "ak_holds", True, "true")
@@ -204,7 +220,7 @@ def _assess(tx: _Tx, env: Any, agent: Concept, evidence: Evidence) -> None:
                facets={ref("AkAssessment"): facet}, text=f"{p['verdict']} {p['summary']}")
 
 
-def _retract(tx: _Tx, env: Any, agent: Concept) -> list[str]:
+def _retract(tx: _Tx, env: Envelope, agent: Concept) -> list[str]:
     """Withdraw the retracting actor's own active Assertions derived from the target."""
     nexus = tx.nexus
     at = kip_timestamp(env.created_at)

@@ -7,15 +7,19 @@ serve answer ``UnsupportedCapability`` (§67).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+# Untyped here: META results are JSON documents built from Schema definitions (untyped in kip.package too).
 
 from akrelay import __version__
+from akrelay.jsontypes import JSONMapping
 from akrelay.kip import grounding
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import meta as ast
 from akrelay.kip.kql.grammar import MAX_NESTING
 from akrelay.kip.kql.regex import MAX_PATTERN, MAX_SUBJECT
-from akrelay.kip.kql.values import check_cursor, check_limit, check_seq, check_string, check_threshold, resolve
+from akrelay.kip.kql.values import (
+    Value, check_cursor, check_limit, check_seq, check_string, check_threshold, resolve,
+)
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.projection import POLICIES, policy as resolve_policy
 from akrelay.kip.timefmt import parse_kip_timestamp
@@ -50,9 +54,12 @@ class MetaRuntime(Protocol):
     def snapshot_at_time(self, at_ms: int, head: int) -> int: ...
 
 #: A command's bound parameters; a handler's answer: ``(result, extra result context)``.
-Params = Mapping[str, Any]
+#: A request's bound parameters (JSON values, §74).
+Params = JSONMapping
 Outcome = tuple[Any, dict[str, Any]]
+# Any: the command; _HANDLERS picks the handler by its type, and each handler takes its own subclass
 Handler = Callable[["MetaRuntime", Any, Params, int], Outcome]
+_Listing = ast.ListTypes | ast.ListPredicates | ast.ListEpistemicPolicies
 
 MAX_LIMIT = 100
 DEFAULT_SEARCH_LIMIT = 20
@@ -102,7 +109,7 @@ def _limits(rt: "MetaRuntime") -> dict[str, Any]:
     return {**LIMITS, "cpu_budget_ms": rt.budget_ms}
 
 
-def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
+def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Params, seq: int) -> tuple[Any, dict[str, Any]]:
     """Run one parsed META command at snapshot ``seq``: ``(result, extra result context)``."""
     missing = sorted(n for n in cmd.parameter_names() if n not in params)
     if missing:
@@ -115,7 +122,7 @@ def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Mapping[str, Any], 
     return handler(rt, cmd, params, seq)
 
 
-def _as_of(rt: "MetaRuntime", value: Any, params: Mapping[str, Any], seq: int) -> int:
+def _as_of(rt: "MetaRuntime", value: Value | None, params: Params, seq: int) -> int:
     if value is None:
         return seq
     return rt.nexus.check_seq(check_seq(resolve(value, params)))
@@ -127,6 +134,7 @@ def _primer(rt: MetaRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) 
         raise KipError("ConstraintViolation", 'PRIMER MODE must be "compact" or "full"')
     env = rt.environment
     if mode == "full":
+        schema_map: dict[str, list[str]] | dict[str, list[dict[str, Any]]]
         schema_map = {"types": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("ConceptType")],
                       "predicates": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Predicate")],
                       "facets": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Facet")],
@@ -166,7 +174,7 @@ def _count_type(rt: MetaRuntime, type_name: str, seq: int) -> int:
     return rt.type_count(type_name, seq)
 
 
-def _protocol(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _protocol(rt: MetaRuntime, cmd: ast.DescribeProtocol, params: Params, seq: int) -> Any:
     return {
         "kip": "2.0", "specification": "KIP 2.0 (2.0-draft)", "runtime": "readonly",
         "engine": {"name": "akrelay", "version": __version__},
@@ -179,7 +187,7 @@ def _protocol(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
     }
 
 
-def _capabilities(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _capabilities(rt: MetaRuntime, cmd: ast.DescribeCapabilities, params: Params, seq: int) -> Any:
     supported = dict(SUPPORTED_CAPABILITIES)
     supported.update(ENGINE_CAPABILITIES)
     return {
@@ -212,8 +220,8 @@ def _schema_env(rt: MetaRuntime, cmd: ast.DescribeSchemaEnvironment, params: Par
     return {**rt.environment.describe(), "space_id": rt.nexus.space_id, "as_of_seq": at}
 
 
-def _describe_symbol(kind: str) -> Callable[[MetaRuntime, Any, Params, int], Any]:
-    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Any:
+def _describe_symbol(kind: str) -> Callable[[MetaRuntime, ast.DescribeType | ast.DescribePredicate, Params, int], Any]:
+    def run(rt: MetaRuntime, cmd: ast.DescribeType | ast.DescribePredicate, params: Params, seq: int) -> Any:
         name = check_string(resolve(cmd.name, params), kind)
         ref, sym = rt.environment.resolve(name, "ConceptType" if kind == "TYPE" else "Predicate")
         local = ref.rsplit("/", 1)[1]
@@ -222,9 +230,8 @@ def _describe_symbol(kind: str) -> Callable[[MetaRuntime, Any, Params, int], Any
 
 
 def _policy(rt: MetaRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Any:
-    name = resolve(cmd.policy, params)
-    if name is not None:
-        check_string(name, "EPISTEMIC POLICY")
+    bound = resolve(cmd.policy, params)
+    name = check_string(bound, "EPISTEMIC POLICY") if bound is not None else None
     pol = resolve_policy(name, rt.config.default_policy)
     return {**pol.describe(), "default": pol.id == rt.config.default_policy,
             "trust_state_version": rt.config.trust.version}
@@ -249,32 +256,32 @@ def _snapshot(rt: MetaRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: i
             "schema_environment_version": rt.environment.version, "head_seq": seq}
 
 
-def _paged(rt: MetaRuntime, family: str, items: list[Any], cmd: Any, params: Params, seq: int,
-           binding: Any) -> Outcome:
+def _paged(rt: MetaRuntime, family: str, items: list[dict[str, Any]], cmd: _Listing, params: Params, seq: int,
+           binding: list[str]) -> Outcome:
     limit = check_limit(resolve(cmd.limit, params)) if cmd.limit is not None else MAX_LIMIT
     if limit > MAX_LIMIT:
         raise KipError("ResultLimitExceeded", f"LIMIT may not exceed {MAX_LIMIT}", details={"max": MAX_LIMIT})
-    binding = [*binding, limit]
+    bound: list[str | int] = [*binding, limit]
     offset = 0
     if cmd.cursor is not None:
         token = check_cursor(resolve(cmd.cursor, params))
-        seq, offset = rt.cursors.decode(token, family, binding)
+        seq, offset = rt.cursors.decode(token, family, bound)
     page = items[offset: offset + limit]
     out: dict[str, Any] = {"items": page}
     if offset + limit < len(items):
-        out["next_cursor"] = rt.cursors.encode(family, binding, seq, offset + limit)
+        out["next_cursor"] = rt.cursors.encode(family, bound, seq, offset + limit)
     return out, {"snapshot_seq": seq}
 
 
 def _list_symbols(kind: str, family: str) -> Handler:
-    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+    def run(rt: MetaRuntime, cmd: _Listing, params: Params, seq: int) -> Outcome:
         items = [{"name": n, "ref": r, "kind": kind, "description": s.get("description")}
                  for n, r, s in rt.environment.symbols_of(kind)]
         return _paged(rt, family, items, cmd, params, seq, [family])
     return run
 
 
-def _list_policies(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+def _list_policies(rt: MetaRuntime, cmd: ast.ListEpistemicPolicies, params: Params, seq: int) -> Outcome:
     items = [{**p.identity(), "description": p.description, "default": p.id == rt.config.default_policy}
              for p in sorted(POLICIES.values(), key=lambda p: p.id)]
     return _paged(rt, "LIST EPISTEMIC POLICIES", items, cmd, params, seq, ["LIST EPISTEMIC POLICIES"])
@@ -332,7 +339,7 @@ def _plain(fn: Callable[[MetaRuntime, Any, Params, int], Any]) -> Handler:
     return run
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[ast.MetaCommand], Handler] = {
     ast.DescribePrimer: _plain(_primer),
     ast.DescribeProtocol: _plain(_protocol),
     ast.DescribeCapabilities: _plain(_capabilities),

@@ -25,7 +25,7 @@ import unicodedata
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from akrelay.kip import budget
 from akrelay.kip.elements import (
@@ -86,10 +86,10 @@ def concept_tags(element: Concept) -> list[str]:
     return list(out)
 
 
-def object_key(obj: Any) -> str:
+def object_key(obj: object) -> str:
     """The lookup key of a Proposition object: a reference by id, a literal by type and value."""
     if isinstance(obj, dict):
-        return "r:" + obj["id"]
+        return f"r:{obj['id']}"
     return f"l:{type(obj).__name__}:{obj!r}"
 
 
@@ -104,15 +104,15 @@ class NexusBase:
     space_id: str
     #: read-time visibility: ``withheld(event_id)`` is true for a record the operator
     #: withheld (agent-knowledge §7.1). Not state: never persisted, never imported.
-    withheld: Any = None
+    withheld: Callable[[str], bool] | None = None
 
     # ---- snapshot scope ------------------------------------------------------------------
 
-    def reading(self) -> contextlib.AbstractContextManager[Any]:
+    def reading(self) -> contextlib.AbstractContextManager[object]:
         """One consistent snapshot for a whole request (re-entrant)."""
         return contextlib.nullcontext()
 
-    def batch(self) -> contextlib.AbstractContextManager[Any]:
+    def batch(self) -> contextlib.AbstractContextManager[object]:
         """One durable write unit: imports inside it commit together, with the head (re-entrant)."""
         return contextlib.nullcontext()
 
@@ -337,7 +337,7 @@ class NexusBase:
         }
         return body
 
-    def fingerprint(self) -> Any:
+    def fingerprint(self) -> object:
         """A comparable value of the whole state, the same for equal nexuses of any backend."""
         return (self.space_id, self.head, self.transactions(),
                 [repr(e) for e in self.all_elements()],
@@ -369,7 +369,7 @@ class Nexus(NexusBase):
         self._transactions: list[Transaction] = []
         self._tx_seqs: list[int] = []
         #: keyword index: kind -> term -> ordinals (positions in ``order``), ascending.
-        self.index: dict[str, dict[str, array]] = {k: {} for k in SEARCH_KINDS}
+        self.index: dict[str, dict[str, array[int]]] = {k: {} for k in SEARCH_KINDS}
         #: element ids in creation order; an ordinal is a position here.
         self.order: list[str] = []
         self._tx_ordinals: list[int] = []
@@ -443,6 +443,7 @@ class Nexus(NexusBase):
             return None
         return element
 
+    # Any: each caller's ids come from an index of one kind (Concepts, Propositions, ...), the type it returns
     def _visible(self, ids: Iterable[str], seq: int | None) -> Iterator[Any]:
         seq = self._head if seq is None else seq
         elements = self.elements

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
-
 from akrelay.kip.errors import KipError
 from akrelay.protocol.cursor import Sealer, SealError
 
@@ -22,13 +20,13 @@ class CursorCodec:
     def __init__(self, secret: bytes) -> None:
         self._sealer = Sealer(secret, b"akrelay-kip-cursor-v1")
 
-    def encode(self, family: str, binding: Any, seq: int, offset: int, *, expires_at_ms: int | None = None) -> str:
-        doc: dict[str, Any] = {"f": family, "b": _digest(binding), "s": seq, "o": offset}
+    def encode(self, family: str, binding: object, seq: int, offset: int, *, expires_at_ms: int | None = None) -> str:
+        doc: dict[str, int | str] = {"f": family, "b": _digest(binding), "s": seq, "o": offset}
         if expires_at_ms is not None:
             doc["x"] = expires_at_ms
         return self._sealer.seal(json.dumps(doc, separators=(",", ":")).encode())
 
-    def decode(self, token: Any, family: str, binding: Any, *, now_ms: int | None = None) -> tuple[int, int]:
+    def decode(self, token: str, family: str, binding: object, *, now_ms: int | None = None) -> tuple[int, int]:
         """``(seq, offset)`` of a cursor issued for exactly this family and binding.
 
         With ``now_ms`` the cursor must carry an expiry that has not passed.
@@ -60,5 +58,5 @@ class CursorCodec:
         return doc["s"], doc["o"]
 
 
-def _digest(binding: Any) -> str:
+def _digest(binding: object) -> str:
     return hashlib.sha256(json.dumps(binding, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()[:32]

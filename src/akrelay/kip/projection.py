@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
+
+from akrelay.jsontypes import JSON
 
 from akrelay.kip.space import TrustState
 from akrelay.kip.elements import Assertion, Concept, Proposition
@@ -35,10 +38,10 @@ class Policy:
     description: str
     author_corroboration: bool
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, JSON]:
         return {"id": self.id, "version": self.version}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "id": self.id, "version": self.version, "description": self.description,
             "deterministic": True, "score_model": "none", "score_semantics": None,

@@ -8,16 +8,20 @@ taken when the request starts, so ``results[].context.snapshot_seq`` agree.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from types import TracebackType
+from typing import Any, Callable
+# Untyped here: KIP request and response envelopes, JSON objects (checked by data/kip-request.schema.json) read by key.
 
 import jsonschema
 
+from akrelay.jsontypes import JSONMapping
 from akrelay.kip import budget, meta
 from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
@@ -67,7 +71,7 @@ class KipRuntime:
 
     # ---- Python API ---------------------------------------------------------------------
 
-    def meta(self, command: str, parameters: Mapping[str, Any] | None = None) -> Any:
+    def meta(self, command: str, parameters: JSONMapping | None = None) -> Any:
         """Run one META command at the head; returns its result or raises ``KipError``."""
         with self.lock:
             result, _ = meta.execute(self, parse_meta(command), parameters or {}, self.nexus.head)
@@ -118,19 +122,19 @@ class KipRuntime:
 
     # ---- the wire runtime -------------------------------------------------------------
 
-    def execute(self, request: Any) -> tuple[int, dict[str, Any]]:
+    def execute(self, request: object) -> tuple[int, dict[str, Any]]:
         """A request envelope -> ``(http status, response envelope)``."""
         request_id = request.get("request_id") if isinstance(request, dict) else None
         if not isinstance(request_id, str) or not 1 <= len(request_id) <= 256:
             request_id = None  # only a well-formed id is echoed
         try:
-            self._check_envelope(request)
+            checked = self._check_envelope(request)
         except KipError as exc:
             return 400, self.failure(request_id, exc)
-        execution = request.get("execution") or {}
+        execution = checked.get("execution") or {}
         mode = execution.get("mode", "independent")
         on_error = execution.get("on_error", "stop")
-        shared = request.get("parameters") or {}
+        shared = checked.get("parameters") or {}
         try:
             self.lock.__enter__()
         except KipError as exc:  # the nexus itself cannot be read now (being created, or refused)
@@ -140,7 +144,7 @@ class KipRuntime:
                 seq = self.nexus.head
                 results: list[dict[str, Any]] = []
                 stop = False
-                for op in request["operations"]:
+                for op in checked["operations"]:
                     entry: dict[str, Any] = {}
                     if "op_id" in op:
                         entry["op_id"] = op["op_id"]
@@ -197,7 +201,9 @@ class KipRuntime:
                          "warnings": [], "error": exc.to_wire()})
         return response
 
-    def _check_envelope(self, request: Any) -> None:
+    # Any: the request is checked against data/kip-request.schema.json above, then read by key
+    def _check_envelope(self, request: object) -> dict[str, Any]:
+        """``request`` as the validated KIP request object; ``KipError`` when it is not one."""
         if not isinstance(request, dict):
             raise KipError("InvalidRequestEnvelope", "the request must be a JSON object")
         kip = request.get("kip")
@@ -251,6 +257,7 @@ class KipRuntime:
             if name not in KNOWN_CAPABILITIES or name in meta.UNSUPPORTED_CAPABILITIES:
                 raise KipError("UnsupportedCapability", f"required capability {name!r} is not supported",
                                details={"capability": name})
+        return request
 
     def _operation(self, op: dict[str, Any], params: dict[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
         if "ast" in op:
@@ -284,10 +291,10 @@ class ReadScope:
     def __init__(self, nexus: NexusBase) -> None:
         self._lock = threading.RLock()
         self._nexus = nexus
-        self._scopes: list[Any] = []
+        self._scopes: list[contextlib.AbstractContextManager[object]] = []
 
     @property
-    def mutex(self) -> Any:
+    def mutex(self) -> threading.RLock:
         """The bare lock, for an in-process importer: it excludes readers without opening a snapshot."""
         return self._lock
 
@@ -302,9 +309,10 @@ class ReadScope:
         self._scopes.append(scope)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         try:
-            self._scopes.pop().__exit__(*exc)
+            self._scopes.pop().__exit__(exc_type, exc, traceback)
         finally:
             self._lock.release()
 
@@ -334,9 +342,9 @@ def preload() -> None:
     parser("meta")
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def _deeper_than(value: object, limit: int) -> bool:
     """Whether JSON ``value`` nests more than ``limit`` arrays/objects deep (no recursion)."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig
@@ -21,6 +21,7 @@ from akrelay.kip.nexus_sqlite import (
 )
 from akrelay.kip.runtime import KipRuntime
 from akrelay.leader import LeaderLock
+from akrelay.store.base import Store
 
 CURSOR_SECRET_KEY = "relay.cursor_secret"
 FREEZE_AFTER = 10_000
@@ -32,7 +33,7 @@ MEMORY, DISK = "memory", "sqlite"
 BACKEND_ENV = "AKRELAY_KIP_NEXUS"
 
 
-def cursor_secret(store: Any) -> bytes:
+def cursor_secret(store: Store) -> bytes:
     """A KIP cursor key derived from the relay's persisted secret, so all workers agree."""
     base = None
     getter = getattr(store, "meta_get", None)
@@ -43,7 +44,7 @@ def cursor_secret(store: Any) -> bytes:
     return hmac.new(base, b"akrelay-kip", hashlib.sha256).digest()
 
 
-def withheld_predicate(store: Any) -> Any:
+def withheld_predicate(store: Store) -> Callable[[str], bool]:
     """``event_id -> bool``: the operator's withholding, read live from the store."""
     def withheld(event_id: str) -> bool:
         record = store.get(event_id)
@@ -51,7 +52,7 @@ def withheld_predicate(store: Any) -> Any:
     return withheld
 
 
-def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin: str, follow: bool = True,
+def open_runtime(store: Store, data_dir: str | os.PathLike[str] | None, *, origin: str, follow: bool = True,
                  backend: str | None = None, config: KipConfig | None = None, environment: Any = None,
                  budget_ms: int | None = DEFAULT_BUDGET_MS, importer: bool = True) -> tuple[KipRuntime, KipFollower]:
     """A runtime over ``store`` and the follower that keeps its nexus current.
@@ -108,7 +109,7 @@ def open_runtime(store: Any, data_dir: str | os.PathLike[str] | None, *, origin:
     return runtime, follower
 
 
-def reindex(store: Any, data_dir: str | os.PathLike[str], *, origin: str) -> dict[str, Any]:
+def reindex(store: Store, data_dir: str | os.PathLike[str], *, origin: str) -> dict[str, Any]:
     """Rebuild the on-disk nexus from the whole log (``akrelay reindex --kip``).
 
     Refused while a running relay imports into this data directory. The new file is

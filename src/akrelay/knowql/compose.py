@@ -21,10 +21,11 @@ it came from, and every citation lies in this turn's retrieved set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+# Untyped here: artifacts, chunks and citations are JSON objects read by key.
 
 from akrelay.knowql import extract
-from akrelay.knowql.rank import Ranked, Ranking, rank
+from akrelay.knowql.rank import EarlierTurn, Ranked, Ranking, rank
 from akrelay.knowql.retrieval import Retrieval
 
 EXTRACTIVE_MODEL = "akrelay/extractive-1"
@@ -96,7 +97,7 @@ def _assessments(n: int, what: str) -> str:
 def _why_unconfirmed(belief: dict[str, Any]) -> str:
     if "uncorroborated" in belief.get("reasons", ()):
         return "only its author supports it"
-    return belief["status"]
+    return str(belief["status"])
 
 
 def _sentence(text: str) -> str:
@@ -183,7 +184,7 @@ def _facts(ranked: Sequence[Ranked], question: extract.Question, lead: Fact | No
 
 
 def extractive(ask: str, retrieval: Retrieval, limit: int = COMPOSE_DEFAULT,
-               history: Sequence[Any] = ()) -> Composition:
+               history: Sequence[EarlierTurn] = ()) -> Composition:
     artifacts = retrieval.artifacts[:limit]
     if not artifacts:
         text = (f"No knowledge in scope matched this question (snapshot seq {retrieval.snapshot_seq})."
@@ -274,7 +275,8 @@ def _item(item: dict[str, Any], chars: int, pointers: bool) -> dict[str, Any]:
 class ExtractiveComposer:
     """The default composer (:func:`extractive`), binding ``shape`` with :func:`akrelay.knowql.shape.bind`."""
 
-    def compose(self, turn: Any, retrieval: Retrieval, emit: Any) -> Composition:
+    # Any: the turn is a models.TurnInput, and knowql.models imports this module
+    def compose(self, turn: Any, retrieval: Retrieval, emit: Callable[[str], None]) -> Composition:
         from akrelay.knowql.shape import bind
 
         composition = extractive(turn.ask, retrieval, history=turn.history)

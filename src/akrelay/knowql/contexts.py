@@ -21,9 +21,11 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
+from akrelay.jsontypes import JSON
 from akrelay.knowql.errors import KnowqlError, conflict, not_found
+from akrelay.protocol.envelope import Envelope
 
 BUILTIN = "knowledge"
 KIND = "search"
@@ -46,7 +48,7 @@ class Context:
     #: query field -> allowed values (any of); empty: everything.
     filter: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def matches(self, envelope: Any) -> bool:
+    def matches(self, envelope: Envelope) -> bool:
         """Whether a capsule's publish envelope lies in this context."""
         if not self.filter:
             return True
@@ -71,7 +73,7 @@ class Context:
                     return False
         return True
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"id": self.id, "slug": self.slug, "name": self.name, "kind": KIND, "queryable": self.queryable,
                 "description": self.description,
                 "filter": {k + ("s" if k in ("tag", "kind", "actor") else ""): list(v) for k, v in self.filter.items()}}
@@ -121,7 +123,7 @@ class ContextRegistry:
         """A pinned scope's contexts (a context removed from the file since drops out)."""
         return [c for s in slugs if (c := self._by_key.get(s)) is not None]
 
-    def to_wire(self) -> list[dict[str, Any]]:
+    def to_wire(self) -> list[dict[str, JSON]]:
         return [c.to_wire() for c in self.contexts]
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from akrelay.jsontypes import JSON
+
 
 class KnowqlError(Exception):
     """A refused request: HTTP ``status`` with the seed 000 §9.4 body ``{"error": {"code", "message"}}``.
@@ -18,7 +20,7 @@ class KnowqlError(Exception):
         #: response headers the refusal adds (``Retry-After`` on a 429 or 503)
         self.headers: dict[str, str] = {}
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any, Iterable
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 TERMINAL = ("completed", "failed", "cancelled")
 EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}
@@ -29,7 +30,7 @@ def rfc3339(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def dump(value: Any) -> str:
+def dump(value: object) -> str:
     """The stored JSON text of a document or an event (compact, UTF-8 kept)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 

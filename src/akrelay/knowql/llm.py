@@ -29,6 +29,7 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
+# Untyped here: request bodies, sources and model replies are JSON objects read by key.
 
 import httpx
 
@@ -148,7 +149,7 @@ class ChatCompletionsComposer:
             raise ComposerError("the turn's deadline passed before the model was asked")
         return min(self.timeout, remaining)
 
-    def _call(self, body: dict[str, Any], turn: TurnInput) -> Any:
+    def _call(self, body: dict[str, Any], turn: TurnInput) -> httpx.Response:
         """The streamed 200 response to ``body`` (the caller reads it under a :class:`_Watchdog`)."""
         body = {**body, "max_tokens": self.max_tokens}
         try:
@@ -167,7 +168,7 @@ class ChatCompletionsComposer:
             raise ComposerError(f"the model endpoint used a content coding it was not asked for ({coding[:32]!r})")
         return response
 
-    def _lines(self, response: Any, watchdog: "_Watchdog") -> Iterator[str]:
+    def _lines(self, response: httpx.Response, watchdog: "_Watchdog") -> Iterator[str]:
         """The response's lines, each at most :data:`MAX_LINE_BYTES`, until the deadline."""
         buffer = b""
         for chunk in response.iter_raw():
@@ -182,7 +183,7 @@ class ChatCompletionsComposer:
         if buffer:
             yield buffer.decode("utf-8", "replace")
 
-    def _body(self, response: Any, watchdog: "_Watchdog") -> bytes:
+    def _body(self, response: httpx.Response, watchdog: "_Watchdog") -> bytes:
         """A whole non-streamed reply, at most the answer cap (plus room for the JSON around it)."""
         limit = 4 * self.max_chars + MAX_LINE_BYTES
         parts, size = [], 0
@@ -265,8 +266,8 @@ class ChatCompletionsComposer:
                 raise ComposerError("the model endpoint's reply has no message content") from None
             if isinstance(text, str) and len(text) > self.max_chars:
                 raise ComposerError(f"the model's answer is longer than {self.max_chars} characters")
-            for key, value in _usage(reply.get("usage")).items():
-                total[key] += value
+            for key, count in _usage(reply.get("usage")).items():
+                total[key] += count
             try:
                 value = json.loads(text) if isinstance(text, str) else None
             except ValueError:
@@ -293,7 +294,7 @@ class ChatCompletionsComposer:
 class _Watchdog:
     """Shuts the response's socket at ``deadline``: a read blocked on a silent or trickling upstream wakes."""
 
-    def __init__(self, response: Any, deadline: float, clock: Callable[[], float]) -> None:
+    def __init__(self, response: httpx.Response, deadline: float, clock: Callable[[], float]) -> None:
         self.deadline, self.clock, self.fired = deadline, clock, False
         self._response = response
         self._timer = threading.Timer(max(0.0, deadline - clock()), self._fire)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+from akrelay.jsontypes import JSON
+
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, Composition
 from akrelay.knowql.errors import KnowqlError
 from akrelay.knowql.retrieval import Retrieval
@@ -60,11 +62,12 @@ class ModelEntry:
     composer: Composer
     available: bool = True
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"id": self.id, "label": self.label, "provider": self.provider, "available": self.available}
 
 
 #: model id -> factory(settings) returning a ModelEntry or None; consulted when a catalog is built.
+# Any: a factory reads the relay settings (one object for every area until they are typed per area)
 EXTRA_COMPOSERS: dict[str, Callable[[Any], ModelEntry | None]] = {}
 
 
@@ -89,7 +92,7 @@ class Catalog:
             chosen = chosen or entry
         return chosen or self.entries[self.default]
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSON]:
         return {"default": self.default, "models": [e.to_wire() for e in self.entries.values()],
                 "tiers": dict(self.tiers), "phase_defaults": {"compose": self.tiers["standard"],
                                                               "retrieve": self.default},

@@ -13,13 +13,16 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+_T = TypeVar("_T")
 
 
 class FairPool:
     def __init__(self, threads: int, *, name: str = "akrelay-knowql") -> None:
         self.size, self.name = threads, name
         self.threads: list[threading.Thread] = []
+        # Any: jobs of every result type share the queues (each future is typed where submit returns it)
         self._queues: OrderedDict[str, deque[tuple[Future[Any], Callable[[], Any]]]] = OrderedDict()
         self._running: Counter[str] = Counter()
         #: when each client with turns queued or running was last served (a newcomer: never, first)
@@ -28,8 +31,8 @@ class FairPool:
         self._cond = threading.Condition()
         self._closed = False
 
-    def submit(self, client: str, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        future: Future[Any] = Future()
+    def submit(self, client: str, fn: Callable[..., _T], *args: object) -> Future[_T]:
+        future: Future[_T] = Future()
         with self._cond:
             if self._closed:
                 raise RuntimeError("the turn pool is shut down")
@@ -41,7 +44,7 @@ class FairPool:
             self._cond.notify()
         return future
 
-    def _next(self) -> tuple[str, Future[Any], Callable[[], Any]] | None:
+    def _next(self) -> tuple[str, Future[Any], Callable[[], Any]] | None:  # Any: as in _queues
         """The next job (called with the lock held): the least-served client's oldest turn."""
         if not self._queues:
             return None

@@ -18,7 +18,8 @@ weight) and prefers capsules related to the previous answer and not yet cited.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
+# Untyped here: artifacts and capsule details are JSON objects read by key.
 
 from akrelay.knowql import extract
 from akrelay.knowql.extract import Question
@@ -76,7 +77,17 @@ class Ranking:
     follow_up: bool
 
 
-def is_follow_up(ask: str, history: Sequence[Any]) -> bool:
+class EarlierTurn(Protocol):
+    """What ranking reads of an earlier turn (``akrelay.knowql.models.HistoryEntry``, which imports this)."""
+
+    @property
+    def ask(self) -> str: ...
+
+    @property
+    def sources(self) -> Sequence[str]: ...
+
+
+def is_follow_up(ask: str, history: Sequence[object]) -> bool:
     if not history:
         return False
     words = extract.tokens(ask)
@@ -167,7 +178,7 @@ def _related(source: str, detail: dict[str, Any], previous: dict[str, dict[str, 
     return bonus
 
 
-def rank(ask: str, history: Sequence[Any], artifacts: Sequence[dict[str, Any]],
+def rank(ask: str, history: Sequence[EarlierTurn], artifacts: Sequence[dict[str, Any]],
          details: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]] | None = None) -> Ranking:
     """Rank ``artifacts`` (the retrieval's, BM25 order) for ``ask``.
 

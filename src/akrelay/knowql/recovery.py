@@ -62,7 +62,8 @@ def is_orphan(doc: dict[str, Any], me: dict[str, Any]) -> bool:
     if not isinstance(mine, dict) or mine.get("host") != me["host"]:
         return False  # another host's (or an older version's) turn: its deadline still bounds it
     if mine.get("pid") == me["pid"]:
-        return mine.get("boot") != me["boot"]
+        rebooted: bool = mine.get("boot") != me["boot"]
+        return rebooted
     return not _alive(mine.get("pid"))
 
 

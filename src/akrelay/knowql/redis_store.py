@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from typing import Any, Callable
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 import redis
 import redis.client
@@ -49,8 +50,13 @@ _outage_is_503 = unavailable("the KnowQL session store (Redis)")
 
 
 
-def _text(value: bytes | None) -> str | None:
-    return value.decode() if value is not None else None
+def _text(value: bytes | str | None) -> str | None:
+    return _str(value) if value is not None else None
+
+
+def _str(value: bytes | str) -> str:
+    """A reply as text: redis-py types replies ``bytes | str`` (this client's are bytes: no decode_responses)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisTurnStore:
@@ -115,6 +121,7 @@ class RedisTurnStore:
     def _counts(self) -> str:
         return f"{self.prefix}status-counts"
 
+    # Any: ``body`` returns its result, or a function of the replies that gives it; each caller declares the type
     def _transaction(self, watch: list[str], body: Callable[[redis.client.Pipeline], Any]) -> Any:
         """Run ``body`` on a pipeline watching ``watch``, again while another writer interferes.
 
@@ -124,7 +131,7 @@ class RedisTurnStore:
         for _ in range(MAX_RETRIES):
             with self._r.pipeline() as pipe:
                 try:
-                    pipe.watch(*watch)
+                    pipe.watch(*watch)  # type: ignore[no-untyped-call]  # redis-py leaves Pipeline.watch untyped
                     result = body(pipe)
                     if pipe.explicit_transaction:
                         replies = pipe.execute()
@@ -160,9 +167,9 @@ class RedisTurnStore:
                 raise not_found("session_not_found", f"no session {session_id!r}")
             else:
                 if inflight:
-                    raise conflict("session_busy", f"query {inflight.decode()} is still in progress on this session")
+                    raise conflict("session_busy", f"query {_str(inflight)} is still in progress on this session")
                 session_doc = json.loads(doc_text)
-            previous = last.decode() if last else None
+            previous = _str(last) if last else None
             doc = dict(query, session_id=session_id, previous_query_id=previous)
             pipe.multi()
             if session is not None:
@@ -173,7 +180,7 @@ class RedisTurnStore:
                 "session": session_id, "status": "in_progress", "deadline": repr(float(deadline)), "doc": _dump(doc)})
             pipe.hincrby(self._counts, "in_progress", 1)
             pipe.sadd(self._running, doc["id"])
-            session_doc.update(last_query_id=doc["id"], created_at=created.decode(), updated_at=stamp)
+            session_doc.update(last_query_id=doc["id"], created_at=_text(created), updated_at=stamp)
             return session_doc, doc
 
         return self._transaction([skey], body)  # type: ignore[no-any-return]
@@ -181,12 +188,12 @@ class RedisTurnStore:
     def _expire_session(self, session_id: str, now: float) -> None:
         inflight = self._r.hget(self._session(session_id), "inflight")
         if inflight:
-            self.get_query(inflight.decode(), now=now)
+            self.get_query(_str(inflight), now=now)
 
     @_outage_is_503
     def status_counts(self) -> dict[str, int]:
         """Turns per status (``/metrics``): one count for every node of the deployment."""
-        return {k.decode(): int(v) for k, v in self._r.hgetall(self._counts).items() if int(v) > 0}
+        return {_str(k): int(v) for k, v in self._r.hgetall(self._counts).items() if int(v) > 0}
 
     @_outage_is_503
     def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
@@ -225,7 +232,7 @@ class RedisTurnStore:
             terminal = lifecycle.terminal_event(query_id, status, event, doc)
             pipe.multi()
             pipe.hset(qkey, mapping={"status": status, "doc": _dump(doc)})
-            if inflight is not None and inflight.decode() == query_id:
+            if inflight is not None and _str(inflight) == query_id:
                 pipe.hset(skey, mapping={"inflight": "", "updated": rfc3339(now)})
             events = lifecycle.progress_events(query_id, pending) + [terminal]
             pipe.rpush(self._events(query_id), *(_dump(e) for e in events))
@@ -282,13 +289,13 @@ class RedisTurnStore:
 
     @_outage_is_503
     def session_queries(self, session_id: str) -> list[dict[str, Any]]:
-        ids = [qid.decode() for qid in self._r.lrange(self._queries(session_id), 0, -1)]
+        ids = [_str(qid) for qid in self._r.lrange(self._queries(session_id), 0, -1)]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
     def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
         """The session's last ``limit`` queries, oldest first."""
-        ids = [qid.decode() for qid in self._r.lrange(self._queries(session_id), -limit, -1)]
+        ids = [_str(qid) for qid in self._r.lrange(self._queries(session_id), -limit, -1)]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
@@ -296,7 +303,7 @@ class RedisTurnStore:
         """The session's query count and ``limit`` of its queries from position ``offset`` (0-based)."""
         key = self._queries(session_id)
         total = int(self._r.llen(key))
-        ids = [qid.decode() for qid in self._r.lrange(key, offset, offset + limit - 1)] if limit > 0 else []
+        ids = [_str(qid) for qid in self._r.lrange(key, offset, offset + limit - 1)] if limit > 0 else []
         return total, [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
@@ -309,15 +316,15 @@ class RedisTurnStore:
 
         def body(pipe: redis.client.Pipeline) -> bool:
             existed = bool(pipe.exists(skey))
-            ids = [qid.decode() for qid in pipe.lrange(lkey, 0, -1)]
+            ids = [_str(qid) for qid in pipe.lrange(lkey, 0, -1)]
             if ids:
-                pipe.watch(*(self._query(q) for q in ids))  # their statuses feed the counts
+                pipe.watch(*(self._query(q) for q in ids))  # type: ignore[no-untyped-call]  # untyped in redis-py; their statuses feed the counts
             statuses = [pipe.hget(self._query(qid), "status") for qid in ids]
             pipe.multi()
             pipe.delete(skey, lkey, *(self._query(q) for q in ids), *(self._events(q) for q in ids))
             for status in statuses:
                 if status is not None:
-                    pipe.hincrby(self._counts, status.decode(), -1)
+                    pipe.hincrby(self._counts, _str(status), -1)
             return existed
 
         return self._transaction([skey, lkey], body)  # type: ignore[no-any-return]
@@ -354,7 +361,7 @@ class _RedisWakeups(Wakeups):
     def _listen(self) -> None:
         backoff = 0.0
         while not self._stopped.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]  # untyped in redis-py
             try:
                 pubsub.subscribe(self._channel)
                 if backoff:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from akrelay.knowql.errors import bad_request
 
@@ -95,7 +95,7 @@ class QueryDocument:
                 "workflow": self.workflow}
 
 
-def _string(doc: dict[str, Any], name: str, max_chars: int, *, empty: bool = False) -> str | None:
+def _string(doc: Mapping[str, object], name: str, max_chars: int, *, empty: bool = False) -> str | None:
     value = doc.get(name)
     if value is None:
         return None
@@ -116,7 +116,7 @@ def _check_text(name: str, value: str) -> None:
         raise bad_request(f"{name} contains an unpaired surrogate") from None
 
 
-def _bool(doc: dict[str, Any], name: str) -> bool | None:
+def _bool(doc: Mapping[str, object], name: str) -> bool | None:
     value = doc.get(name)
     if value is None:
         return None
@@ -125,7 +125,7 @@ def _bool(doc: dict[str, Any], name: str) -> bool | None:
     return value
 
 
-def _int(doc: dict[str, Any], name: str, cap: int | None) -> int | None:
+def _int(doc: Mapping[str, object], name: str, cap: int | None) -> int | None:
     """A positive JSON integer; values above ``cap`` are lowered to it."""
     value = doc.get(name)
     if value is None:
@@ -137,7 +137,7 @@ def _int(doc: dict[str, Any], name: str, cap: int | None) -> int | None:
     return min(value, cap) if cap is not None else value
 
 
-def _strings(doc: dict[str, Any], name: str, max_items: int, *, min_items: int = 0) -> tuple[str, ...] | None:
+def _strings(doc: Mapping[str, object], name: str, max_items: int, *, min_items: int = 0) -> tuple[str, ...] | None:
     value = doc.get(name)
     if value is None:
         return None
@@ -152,10 +152,10 @@ def _strings(doc: dict[str, Any], name: str, max_items: int, *, min_items: int =
     return tuple(dict.fromkeys(value))
 
 
-def _depth(value: Any, limit: int) -> int:
+def _depth(value: object, limit: int) -> int:
     """Nesting depth of a JSON value, iteratively (a deep shape must not blow the stack)."""
     deepest = 0
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > limit:
@@ -168,7 +168,7 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _encoded_size(name: str, value: Any) -> int:
+def _encoded_size(name: str, value: object) -> int:
     """UTF-8 size of a JSON value; 400 if it holds an unpaired surrogate (it could not be stored)."""
     try:
         return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
@@ -178,7 +178,7 @@ def _encoded_size(name: str, value: Any) -> int:
         raise bad_request(f"{name} is nested too deeply") from None
 
 
-def _shape(doc: dict[str, Any]) -> dict[str, Any] | None:
+def _shape(doc: Mapping[str, object]) -> dict[str, Any] | None:
     value = doc.get("shape")
     if value is None:
         return None
@@ -194,7 +194,7 @@ def _shape(doc: dict[str, Any]) -> dict[str, Any] | None:
     return value
 
 
-def _vars(doc: dict[str, Any]) -> dict[str, Any] | None:
+def _vars(doc: Mapping[str, object]) -> dict[str, Any] | None:
     value = doc.get("vars")
     if value is None:
         return None
@@ -211,7 +211,7 @@ def _vars(doc: dict[str, Any]) -> dict[str, Any] | None:
     return value
 
 
-def parse_document(value: Any) -> QueryDocument:
+def parse_document(value: object) -> QueryDocument:
     """A decoded JSON value -> :class:`QueryDocument`, or :class:`KnowqlError` 400."""
     if not isinstance(value, dict):
         raise bad_request("the Query Document must be a JSON object")

@@ -17,13 +17,20 @@ follows the capsule it assesses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+# Untyped here: artifacts, chunks and capsule details are JSON objects read by key.
 
 from akrelay.kip.elements import Assertion, Evidence
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.knowql.contexts import Context
 from akrelay.protocol.payload import ASSESS, PUBLISH
 from akrelay.search.question import question_terms
+
+if TYPE_CHECKING:  # annotations only: importing these at run time would load the KIP runtime and search early
+    from akrelay.kip.nexus import NexusBase
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.search.service import SearchService
+    from akrelay.store.base import Record, Store
 
 #: A hit found only through the history variant counts for half as much.
 HISTORY_WEIGHT = 0.5
@@ -69,7 +76,7 @@ def history_variant(ask: str, history: Sequence[str]) -> tuple[str, tuple[str, .
     return ask + " " + " ".join(borrowed), (own + borrowed)[:16]
 
 
-def retracted(nexus: Any, event_id: str, seq: int) -> bool:
+def retracted(nexus: NexusBase, event_id: str, seq: int) -> bool:
     """Whether every Assertion derived from ``event_id`` was retracted by its author at ``seq``."""
     assertions = nexus.assertions_from_event(event_id)
     if not assertions:
@@ -77,7 +84,7 @@ def retracted(nexus: Any, event_id: str, seq: int) -> bool:
     return all(a.created_seq > seq or a.status_at(seq) == "retracted" for a in assertions)
 
 
-def _assessment_counts(nexus: Any, assertion_ids: Sequence[str]) -> int:
+def _assessment_counts(nexus: NexusBase, assertion_ids: Sequence[str]) -> int:
     """How many of ``assertion_ids`` come from assessments (not the author's own publication)."""
     count = 0
     for aid in assertion_ids:
@@ -90,9 +97,10 @@ def _assessment_counts(nexus: Any, assertion_ids: Sequence[str]) -> int:
     return count
 
 
-def _detail(record: Any, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def _detail(record: Record, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     payload = record.envelope.payload
-    context = payload.get("context") if isinstance(payload.get("context"), dict) else {}
+    stated = payload.get("context")
+    context = stated if isinstance(stated, dict) else {}
     return {"basis": payload.get("basis") if isinstance(payload.get("basis"), str) else "",
             "assessments": [{"source": c["source"], "verdict": c.get("verdict"), "text": c["text"]}
                             for c in chunks if c["kind"] == "assessment"],
@@ -102,7 +110,8 @@ def _detail(record: Any, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any
             "scope": context.get("scope") if isinstance(context.get("scope"), str) else None}
 
 
-def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: Any, runtime: Any, store: Any,
+def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: SearchService,
+             runtime: KipRuntime, store: Store,
              policy: str, limit: int, origin: str, previous: Sequence[str] = ()) -> Retrieval:
     """Retrieve for ``ask`` at one snapshot; ``limit`` artifacts (and their chunks) at most.
 
@@ -183,7 +192,7 @@ def _url(origin: str, event_id: str) -> str:
     return f"{origin}/v1/knowledge/events/{event_id}"
 
 
-def _chunk(record: Any, capsule: Any, score: float, contexts: list[str], origin: str) -> dict[str, Any]:
+def _chunk(record: Record, capsule: Any, score: float, contexts: list[str], origin: str) -> dict[str, Any]:
     payload = record.envelope.payload
     publish = record.envelope.type == PUBLISH
     chunk = {"id": record.id, "source": record.id, "kind": "capsule" if publish else "assessment",
@@ -195,7 +204,7 @@ def _chunk(record: Any, capsule: Any, score: float, contexts: list[str], origin:
     return chunk
 
 
-def _artifact(runtime: Any, entry: dict[str, Any], seq: int, policy: str, origin: str) -> dict[str, Any] | None:
+def _artifact(runtime: KipRuntime, entry: dict[str, Any], seq: int, policy: str, origin: str) -> dict[str, Any] | None:
     nexus = runtime.nexus
     record = entry["record"]
     concept = nexus.capsule(record.id, seq)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+# Untyped here: turn, step and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
@@ -23,6 +24,12 @@ from akrelay.knowql.retrieval import Retrieval, retrieve
 from akrelay.knowql.recovery import Deferred
 from akrelay.knowql.shape import ShapeFailure, require_conforming
 from akrelay.store.base import StoreUnavailable
+
+if TYPE_CHECKING:  # annotations only (no early import of the KIP runtime or search)
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.knowql.store import TurnStore
+    from akrelay.search.service import SearchService
+    from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -55,7 +62,8 @@ class Turn:
 
 
 class TurnRunner:
-    def __init__(self, store: Any, *, search: Callable[[], Any], runtime: Callable[[], Any], records: Any,
+    def __init__(self, store: TurnStore, *, search: Callable[[], SearchService], runtime: Callable[[], KipRuntime],
+                 records: Store,
                  origin: str, clock: Callable[[], float] = time.time, deferred: Deferred | None = None) -> None:
         self.store = store
         #: terminal writes the store refused during an outage, written once it is back
@@ -136,16 +144,17 @@ class TurnRunner:
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus", "belief"],
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
-        extension = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
-                     "policy": turn.policy, "scope": [c.slug for c in turn.scope],
-                     "warnings": list(doc.warnings)}
+        warnings = list(doc.warnings)
+        extension: dict[str, object] = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
+                                        "policy": turn.policy, "scope": [c.slug for c in turn.scope],
+                                        "warnings": warnings}
         if mode is not None:
             name, kind = mode
             if doc.shape is not None:
-                extension["warnings"].append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
+                warnings.append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
             output_json = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
                                    max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
-            fields = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
+            fields: dict[str, object] = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
                       "usage": _usage(None)}
         else:
             assert turn.model is not None

@@ -13,8 +13,9 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from akrelay.jsontypes import JSON
 from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
@@ -26,6 +27,11 @@ from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.runner import HISTORY_TURNS, Turn, TurnRunner, history_of
 from akrelay.knowql.store import TurnStore, public
 from akrelay.store.base import StoreUnavailable
+
+if TYPE_CHECKING:  # annotations only (no early import of the relay, the KIP runtime or search)
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.relay.core import Relay
+    from akrelay.search.service import SearchService
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -74,8 +80,9 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
 
 
 class KnowqlService:
-    def __init__(self, relay: Any, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
-                 search: Callable[[], Any], runtime: Callable[[], Any], clock: Callable[[], float] = time.time,
+    # Any: the settings (one object for every area until they are typed per area)
+    def __init__(self, relay: Relay, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
+                 search: Callable[[], SearchService], runtime: Callable[[], KipRuntime], clock: Callable[[], float] = time.time,
                  default_policy: str = "akrelay:corroborated") -> None:
         # Only what a turn needs: holding the relay itself would keep it alive (the
         # routes keep one service per relay in a weak mapping).
@@ -99,8 +106,8 @@ class KnowqlService:
         self._open_lock = threading.Lock()
 
     @classmethod
-    def open(cls, relay: Any, settings: Any, store: TurnStore, *, search: Callable[[], Any],
-             runtime: Callable[[], Any]) -> "KnowqlService":
+    def open(cls, relay: Relay, settings: Any, store: TurnStore, *, search: Callable[[], SearchService],
+             runtime: Callable[[], KipRuntime]) -> "KnowqlService":
         """The service over ``store`` (the node backend's turn store, closed with the service)."""
         contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
         service = cls(relay, settings, store=store, contexts=contexts,
@@ -216,7 +223,7 @@ class KnowqlService:
                 self._open.discard(turn.query_id)
             self.admission.leave_turn(turn.client)
 
-    def start(self, turn: Turn) -> Future:
+    def start(self, turn: Turn) -> Future[None]:
         """Queue ``turn`` behind its client's earlier ones (:class:`FairPool`)."""
         return self._pool.submit(turn.client, self.run, turn)
 
@@ -253,8 +260,8 @@ class KnowqlService:
     def delete_session(self, session_id: str) -> dict[str, Any]:
         return {"deleted": self.store.delete_session(session_id)}
 
-    def models(self) -> dict[str, Any]:
+    def models(self) -> dict[str, JSON]:
         return self.catalog.to_wire()
 
-    def context_list(self) -> list[dict[str, Any]]:
+    def context_list(self) -> list[dict[str, JSON]]:
         return self.contexts.to_wire()

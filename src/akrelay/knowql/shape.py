@@ -13,13 +13,16 @@ import functools
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+# Untyped here: JSON Schema documents, and jsonschema's keyword-function arguments (its Validator is untyped there).
 
 import jsonschema
-import re2
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from akrelay.kip.kql.regex import RE2_ERROR, RE2Pattern, re2_compile, re2_options
 from akrelay.knowql.errors import bad_request
+
+_T = TypeVar("_T")
 
 # ---- patterns in linear time ------------------------------------------------------------------
 # jsonschema matches ``pattern`` and ``patternProperties`` with Python's backtracking ``re``,
@@ -27,20 +30,20 @@ from akrelay.knowql.errors import bad_request
 # worker. Shapes are matched with RE2 instead, as KQL's REGEX is; a pattern RE2 cannot
 # compile (backreferences, lookaround) is refused with a 400 when the shape is checked.
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.max_mem = 2 << 20
-_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS = re2_options(2 << 20)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(pattern: str) -> Any:
-    return re2.compile(pattern, _RE2_OPTIONS)
+def _compiled(pattern: str) -> RE2Pattern:
+    return re2_compile(pattern, _RE2_OPTIONS)
 
 
 def _search(pattern: str, text: str) -> bool:
     return _compiled(pattern).search(text) is not None
 
 
+# The keyword functions below are called by jsonschema (validator: its Validator instance, untyped there);
+# instance is the value under check, any JSON.
 def _pattern(validator: Any, patrn: str, instance: Any, schema: dict[str, Any]) -> Any:
     if validator.is_type(instance, "string") and not _search(patrn, instance):
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
@@ -125,7 +128,8 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-ShapeValidator = validators.extend(Draft202012Validator, {
+# validators.extend is untyped in types-jsonschema
+ShapeValidator = validators.extend(Draft202012Validator, {  # type: ignore[no-untyped-call]
     name: _counted(fn) for name, fn in {
         **Draft202012Validator.VALIDATORS,
         "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
@@ -133,9 +137,9 @@ ShapeValidator = validators.extend(Draft202012Validator, {
 })
 
 
-def _members(value: Any) -> Iterator[tuple[str, Any]]:
+def _members(value: object) -> Iterator[tuple[str, object]]:
     """Every ``(name, value)`` member of every object in a schema, iteratively (shapes are bounded in depth)."""
-    stack = [value]
+    stack: list[object] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
@@ -146,7 +150,7 @@ def _members(value: Any) -> Iterator[tuple[str, Any]]:
             stack.extend(item)
 
 
-def _patterns(value: Any) -> list[str]:
+def _patterns(value: object) -> list[str]:
     """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
     found: list[str] = []
     for key, inner in _members(value):
@@ -157,10 +161,10 @@ def _patterns(value: Any) -> list[str]:
     return found
 
 
-def _census(shape: Any) -> None:
+def _census(shape: object) -> None:
     """400 past the node, object or array-item caps, before any costly check."""
     nodes = objects = 0
-    stack = [shape]
+    stack: list[object] = [shape]
     while stack:
         item = stack.pop()
         nodes += 1
@@ -177,13 +181,13 @@ def _census(shape: Any) -> None:
             stack.extend(item)
 
 
-def _target(shape: dict[str, Any], ref: str) -> Any:
+def _target(shape: dict[str, Any], ref: str) -> object:
     """The subschema a local ``#/json/pointer`` ref names; None for anchors and unresolvable refs."""
     if ref == "#":
         return shape
     if not ref.startswith("#/"):
         return None
-    node: Any = shape
+    node: object = shape
     for raw in ref[2:].split("/"):
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
@@ -204,7 +208,7 @@ def _expansion(shape: dict[str, Any]) -> int:
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(node: Any) -> int:
+    def size(node: object) -> int:
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -212,7 +216,7 @@ def _expansion(shape: dict[str, Any]) -> int:
             return 1
         active.add(key)
         total = 1
-        children: list[Any] = []
+        children: list[object] = []
         if isinstance(node, dict):
             children = list(node.values())
             for name in ("$ref", "$dynamicRef"):
@@ -261,16 +265,16 @@ def check_shape(shape: dict[str, Any]) -> None:
     for patrn in _patterns(shape):
         try:
             _compiled(patrn)
-        except re2.error as exc:
+        except RE2_ERROR as exc:
             raise bad_request(f"shape pattern {patrn[:64]!r} is not supported (RE2 syntax, no backreferences or "
                               f"lookaround): {exc}") from None
 
 
-def _refs(value: Any) -> list[str]:
+def _refs(value: object) -> list[str]:
     return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
-def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None,
+def problems(value: object, shape: dict[str, Any], *, deadline: float | None = None,
              steps: int = MAX_VALIDATION_STEPS) -> list[str]:
     """Validation problems of ``value`` against ``shape`` (empty: it conforms).
 
@@ -286,14 +290,14 @@ def problems(value: Any, shape: dict[str, Any], *, deadline: float | None = None
         raise
     # jsonschema raises this private class for unresolvable $refs; there is no public name for it.
     except (jsonschema.exceptions.RefResolutionError, jsonschema.exceptions._WrappedReferencingError,  # type: ignore[attr-defined] # noqa: SLF001
-            RecursionError, ValueError, TypeError, KeyError, re2.error) as exc:
+            RecursionError, ValueError, TypeError, KeyError, RE2_ERROR) as exc:
         return [f"the shape cannot be evaluated: {exc}"]
     finally:
         budget.steps, budget.limit, budget.deadline = outer
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
 
 
-def require_conforming(value: Any, shape: dict[str, Any], *, deadline: float | None = None) -> Any:
+def require_conforming(value: _T, shape: dict[str, Any], *, deadline: float | None = None) -> _T:
     found = problems(value, shape, deadline=deadline)
     if found:
         raise ShapeFailure("the output does not conform to the shape: " + "; ".join(found))
@@ -316,7 +320,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _types(schema: Any) -> set[str]:
+def _types(schema: object) -> set[str]:
     if not isinstance(schema, dict):
         return set()
     t = schema.get("type")
@@ -327,7 +331,7 @@ def _types(schema: Any) -> set[str]:
     return set()
 
 
-def _fixed(schema: Any) -> tuple[bool, Any]:
+def _fixed(schema: object) -> tuple[bool, object]:
     """A value the schema itself dictates: ``const``, a one-member ``enum`` or ``default``."""
     if not isinstance(schema, dict):
         return False, None
@@ -341,7 +345,7 @@ def _fixed(schema: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def _project_item(item: dict[str, Any], schema: Any) -> Any:
+def _project_item(item: dict[str, Any], schema: object) -> object:
     """An artifact/citation projected onto an item schema's property names."""
     if "string" in _types(schema) and "object" not in _types(schema):
         return item.get("source") or item.get("title") or ""
@@ -366,7 +370,7 @@ def _project_item(item: dict[str, Any], schema: Any) -> Any:
 MAX_FACT_TRIES = 8
 
 
-def _fits(value: Any, schema: Any) -> bool:
+def _fits(value: object, schema: object) -> bool:
     return not isinstance(schema, dict) or not problems(value, schema)
 
 
@@ -382,7 +386,8 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
     if not isinstance(schema, dict):
         return False, None, None
     types = _types(schema)
-    description = schema.get("description") if isinstance(schema.get("description"), str) else ""
+    described = schema.get("description")
+    description = described if isinstance(described, str) else ""
     if types & {"number", "integer"}:
         unit_class, unit = extract.unit_of_name(name, description + " " + str(schema.get("title") or ""))
         if unit_class is None and question is not None:

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable
 import anyio
 import anyio.to_thread
 
-from akrelay.knowql.store import TERMINAL, public
+from akrelay.knowql.store import TERMINAL, TurnStore, public
 from akrelay.store.base import StoreUnavailable
 
 log = logging.getLogger("akrelay.knowql")
@@ -34,7 +34,7 @@ MAX_TAIL_SECONDS = 1000.0
 _TERMINAL_EVENTS = {"response.completed", "response.failed", "response.cancelled"}
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -46,7 +46,7 @@ def query_frame(doc: dict[str, Any]) -> bytes:
     return f"event: query\ndata: {_json(public(doc))}\n\n".encode("utf-8")
 
 
-async def tail(store: Any, query_id: str, from_seq: int = 1, *,
+async def tail(store: TurnStore, query_id: str, from_seq: int = 1, *,
                clock: Callable[[], float] = time.monotonic) -> AsyncIterator[bytes]:
     """Frames of ``query_id`` from ``from_seq`` (inclusive) until its ``query`` frame."""
     next_seq = max(1, from_seq)

@@ -22,13 +22,16 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
+# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
 
 from akrelay.knowql import lifecycle
 from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, public, rfc3339
 from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.schema import Schema, ensure_schema, script
+
+_T = TypeVar("_T")
 
 FILE_NAME = "knowql.sqlite3"
 __all__ = ["FILE_NAME", "SCHEMA", "TERMINAL", "SqliteTurnStore", "TurnStore", "public", "rfc3339"]
@@ -103,7 +106,7 @@ class SqliteTurnStore:
 
     # ---- transactions ---------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -176,7 +179,8 @@ class SqliteTurnStore:
         if lifecycle.expired(status, deadline, now):
             self.finish(query_id, "failed", *lifecycle.timeout(json.loads(doc)))
             return self.get_query(query_id, now=now)
-        return json.loads(doc)
+        found: dict[str, Any] = json.loads(doc)
+        return found
 
     def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
                *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
@@ -225,7 +229,7 @@ class SqliteTurnStore:
 
     @staticmethod
     def _append(db: sqlite3.Connection, query_id: str, event: dict[str, Any]) -> int:
-        seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM query_events WHERE query_id = ?",
+        seq: int = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM query_events WHERE query_id = ?",
                          (query_id,)).fetchone()[0]
         db.execute("INSERT INTO query_events (query_id, seq, type, data) VALUES (?, ?, ?, ?)",
                    (query_id, seq, event["type"], _dump(event)))
@@ -241,7 +245,7 @@ class SqliteTurnStore:
     def _session_doc(self, db: sqlite3.Connection, session_id: str) -> dict[str, Any]:
         row = db.execute("SELECT doc, last_query_id, created_at, updated_at FROM sessions WHERE id = ?",
                          (session_id,)).fetchone()
-        doc = json.loads(row[0])
+        doc: dict[str, Any] = json.loads(row[0])
         doc.update(last_query_id=row[1], created_at=row[2], updated_at=row[3])
         return doc
 

@@ -26,6 +26,7 @@ import re
 
 from tantivy import Index, TextAnalyzer, TextAnalyzerBuilder, Tokenizer
 
+from akrelay.jsontypes import JSON, JSONMapping
 from akrelay.protocol.text import eligible_fields
 
 #: The custom analyzer name stored in the schema. Tantivy does not persist
@@ -37,7 +38,7 @@ _PAD = "\n" * (GRAM - 1)
 #: Everything that shapes ranking or candidate generation. The ranking id and
 #: the index directory are derived from it, so a change gives a new id and a
 #: rebuilt index instead of silently mixing two configurations.
-RANKING_CONFIG = {
+RANKING_CONFIG: dict[str, JSON] = {
     "model": "bm25",
     "k1": 1.2,
     "b": 0.75,
@@ -50,7 +51,7 @@ RANKING_CONFIG = {
 }
 
 
-def ranking_id(config: dict) -> str:
+def ranking_id(config: JSONMapping) -> str:
     """A service-scoped id naming ``config``: equal configs, equal ids; any change, a new id."""
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
     return f"akrelay-lexical-bm25-trigram-{digest}"

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
-from tantivy import FieldType, Occur, Order, Query, Searcher
+from tantivy import DocAddress, FieldType, Occur, Order, Query, Searcher
 
 from akrelay.protocol.payload import PUBLISH, RETRACT
 from akrelay.protocol.query import request_terms
@@ -80,8 +80,8 @@ def build_query(request: SearchRequest, checkpoint: int | None, searcher: Search
             continue
         clauses.append((Occur.Must, Query.regex_query(SCHEMA, "grams", prefix_pattern(term))))
     filters = request.filters
-    for term in request_terms(filters):
-        clauses.append((Occur.Must, Query.const_score_query(Query.term_query(SCHEMA, "facts", term_key(term)), 0.0)))
+    for fact in request_terms(filters):
+        clauses.append((Occur.Must, Query.const_score_query(Query.term_query(SCHEMA, "facts", term_key(fact)), 0.0)))
     if filters.created_from is not None or filters.created_before is not None:
         clauses.append((Occur.Must, Query.const_score_query(Query.range_query(
             SCHEMA, "created_at", FieldType.Integer, filters.created_from, filters.created_before,
@@ -142,12 +142,15 @@ def lexical_search(
     # Only prefix clauses (every term shorter than a trigram): all scores are
     # equal, so candidates are read in seq order and the tie-break is the order.
     scored = any(not is_short(term) for term in request.terms)
-    order = {} if scored else {"order_by_field": "seq", "order": Order.Asc}
 
-    def fetch(size: int, offset: int, count: bool) -> tuple[int, list[tuple[float, Any]]]:
-        result = searcher.search(query, size, count=count, offset=offset, **order)
+    def fetch(size: int, offset: int, count: bool) -> tuple[int, list[tuple[float, DocAddress]]]:
+        if scored:
+            result = searcher.search(query, size, count=count, offset=offset)
+        else:
+            result = searcher.search(query, size, count=count, offset=offset, order_by_field="seq", order=Order.Asc)
         hits = result.hits if scored else [(0.0, address) for _, address in result.hits]
-        return result.count, hits
+        total: int = result.count  # type: ignore[attr-defined]  # tantivy's stub omits SearchResult.count
+        return total, hits
 
     deadline = clock() + budget.seconds
     first = min(budget.candidates, 2 * limit + 10)
@@ -164,7 +167,7 @@ def lexical_search(
         ids = [searcher.doc(address).get_first("id") for address in addresses]
         found = store.get_many([i for i in ids if i is not None])
         for (score, _), seq, event_id in zip(batch, seqs, ids):
-            if len(verified) > limit and (not scored or score < boundary):
+            if len(verified) > limit and (not scored or (boundary is not None and score < boundary)):
                 # More than a page matched, and every candidate tied with the
                 # limit-th hit has been seen, so the seq tie-break is exact.
                 done = True

@@ -111,7 +111,7 @@ def question_search(terms: Sequence[str], searcher: Searcher, store: Store, snap
         found = store.get_many([i for i in ids if i is not None])
         for (score, _), seq, event_id in zip(batch, seqs, ids):
             record = found.get(event_id) if event_id is not None else None
-            if (record is None or record.withheld or record.seq != seq or record.seq > snapshot
+            if (event_id is None or record is None or record.withheld or record.seq != seq or record.seq > snapshot
                     or event_id in seen):
                 continue
             haystack = fold("\n".join(eligible_fields(record.envelope)))

@@ -7,7 +7,8 @@ do), so a hit's envelope reaches the client byte for byte as it was accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from akrelay.jsontypes import JSON
 
 import msgspec
 
@@ -25,7 +26,7 @@ class SearchHit:
     score: float
     explanation: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {"record": self.record.to_dict(), "explanation": self.explanation}
 
     def to_json(self) -> bytes:
@@ -53,13 +54,13 @@ class SearchPage:
     def exhaustive(self) -> bool:
         return not self.reasons
 
-    def ranking(self) -> dict[str, str]:
+    def ranking(self) -> dict[str, JSON]:
         return {"mode": self.mode, "id": self.ranking_id}
 
-    def coverage(self) -> dict[str, Any]:
+    def coverage(self) -> dict[str, JSON]:
         return {"exhaustive": self.exhaustive, "reasons": list(self.reasons)}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {
             "result": [hit.to_dict() for hit in self.hits],
             "service": self.service,

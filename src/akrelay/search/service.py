@@ -13,10 +13,13 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Protocol
+
+from akrelay.jsontypes import JSON
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reads import SearchRequest, parse_read_json, parse_search_request
+from akrelay.relay.core import Relay
 from akrelay.search.analysis import RANKING_ID
 from akrelay.search.index import SEARCH_DIR, IndexUnavailable, SearchIndex, index_dir, read_position
 from akrelay.search.indexer import LOCK_NAME, Follower, IndexerLock, IndexerThread
@@ -42,7 +45,7 @@ class SearchService:
 
     def __init__(
         self,
-        relay: Any,
+        relay: Relay,
         data_dir: str | Path | None,
         *,
         poll_interval: float = 0.05,
@@ -78,7 +81,7 @@ class SearchService:
             self.start()
 
     @property
-    def relay(self) -> Any:
+    def relay(self) -> Relay:
         relay = self._relay()
         if relay is None:
             raise RuntimeError("the relay of this search service is gone")
@@ -188,7 +191,7 @@ class SearchService:
         return self.index_seq() >= target
 
     # -- requests ------------------------------------------------------------------
-    def parse(self, value: Any) -> SearchRequest:
+    def parse(self, value: object) -> SearchRequest:
         return parse_search_request(value, MODES)
 
     def search(self, raw_body: bytes) -> SearchPage:
@@ -234,7 +237,7 @@ class SearchService:
         searcher = index.searcher()
         return question_search(terms, searcher, self.store, snapshot, limit, types=types), read_position(searcher)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, JSON]:
         return discovery_members(self.relay.config)
 
     @property
@@ -258,7 +261,17 @@ class SearchService:
         return float(self.elect_interval)
 
 
-def discovery_members(config: Any) -> dict[str, Any]:
+class SearchEndpoint(Protocol):
+    """The settings that name the ranked-search endpoint."""
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def search_path(self) -> str: ...
+
+
+def discovery_members(config: SearchEndpoint) -> dict[str, JSON]:
     """What a ranked-search service adds to its §9.2 document."""
     return {"features": [FEATURE], "search_modes": list(MODES),
             "endpoints": {"search": config.origin + config.search_path}}
@@ -268,7 +281,9 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
     """Non-indexer processes retry the lock so that a dead indexer is replaced."""
     while True:
         service = ref()
-        interval = service.election_step() if service is not None else None
+        if service is None:
+            return
+        interval = service.election_step()
         if interval is None:
             return
         closed = service.closed_event
@@ -276,7 +291,7 @@ def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
         closed.wait(interval)  # close() ends the wait at once
 
 
-def reindex(relay: Any, data_dir: str | Path, *, threads: int = 2) -> int:
+def reindex(relay: Relay, data_dir: str | Path, *, threads: int = 2) -> int:
     """Rebuild the index from the store (``akrelay reindex``); returns records indexed.
 
     Refuses while another process (a running relay) is the indexer, since

@@ -8,13 +8,15 @@ lookups in every backend.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Iterator
+from typing import Iterator
 
-from akrelay.kip.elements import Assertion, Concept, Proposition
+from akrelay.jsontypes import JSON
+
+from akrelay.kip.elements import Assertion, Concept, Element, Proposition
 from akrelay.kip.nexus import NexusBase
 
 
-def _fast_fields(nexus: NexusBase, element: Any) -> dict[str, Any]:
+def _fast_fields(nexus: NexusBase, element: Element) -> dict[str, JSON]:
     """View members readable straight from the element, identical to the full view's.
 
     A capsule withheld by the operator is redacted by the nexus's view (no attributes,
@@ -37,7 +39,7 @@ def _fast_fields(nexus: NexusBase, element: Any) -> dict[str, Any]:
     return {"id": element.id}
 
 
-class ElementView(Mapping):
+class ElementView(Mapping[str, JSON]):
     """The element view KQL paths and object patterns read (§44.1), built lazily.
 
     It is the nexus's authorized view plus query conveniences: a Concept's local
@@ -49,19 +51,19 @@ class ElementView(Mapping):
 
     __slots__ = ("_nexus", "_element", "_seq", "_fast", "_full")
 
-    def __init__(self, nexus: NexusBase, element: Any, seq: int) -> None:
+    def __init__(self, nexus: NexusBase, element: Element, seq: int) -> None:
         self._nexus, self._element, self._seq = nexus, element, seq
         self._fast = _fast_fields(nexus, element)
-        self._full: dict[str, Any] | None = None
+        self._full: dict[str, JSON] | None = None
 
-    def _materialize(self) -> dict[str, Any]:
+    def _materialize(self) -> dict[str, JSON]:
         if self._full is None:
-            full = self._nexus.view(self._element, self._seq)
+            full: dict[str, JSON] = self._nexus.view(self._element, self._seq)
             full.update(self._fast)
             self._full = full
         return self._full
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JSON:
         if key in self._fast:
             return self._fast[key]
         return self._materialize()[key]
@@ -69,7 +71,8 @@ class ElementView(Mapping):
     def __contains__(self, key: object) -> bool:
         return key in self._fast or key in self._materialize()
 
-    def get(self, key: str, default: Any = None) -> Any:
+    # one signature for Mapping.get's two overloads (a view's default is a JSON value too)
+    def get(self, key: str, default: JSON = None) -> JSON:  # type: ignore[override]
         if key in self._fast:
             return self._fast[key]
         return self._materialize().get(key, default)
@@ -81,6 +84,6 @@ class ElementView(Mapping):
         return len(self._materialize())
 
 
-def query_view(nexus: NexusBase, element: Any, seq: int) -> ElementView:
+def query_view(nexus: NexusBase, element: Element, seq: int) -> ElementView:
     """The lazily built query view of ``element`` at ``seq`` (see :class:`ElementView`)."""
     return ElementView(nexus, element, seq)

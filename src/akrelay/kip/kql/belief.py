@@ -11,8 +11,11 @@ coordinate. The explanation level (§49.1) trims the ledger.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Hashable
 from typing import Any
+# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
 
+from akrelay.kip.elements import Proposition
 from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.projection import POLICIES, policy as resolve_policy, project
 
@@ -33,7 +36,7 @@ class BeliefValue:
     """A virtual Belief or Slot binding; ``key`` identifies target + basis (§42.5)."""
 
     data: dict[str, Any]
-    key: tuple[Any, ...]
+    key: tuple[Hashable, ...]
 
 
 def _finish(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -71,11 +74,11 @@ def belief(rt: KqlRuntime, proposition_id: str, seq: int, settings: Settings) ->
     return BeliefValue(data, ("belief", proposition_id, _basis_key(data["basis"])))
 
 
-def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: Any, seq: int,
+def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: object, seq: int,
                    settings: Settings) -> BeliefValue:
     """§46.4: a fully grounded tuple with no Proposition is ``insufficient``; nothing is created."""
     b = basis(rt, seq, settings)
-    data = {
+    data: dict[str, Any] = {
         "proposition": None, "proposition_id": None,
         "target": {"subject": {"id": subject_id}, "predicate_ref": predicate_ref, "object": obj},
         "status": "insufficient", "candidate_status": "insufficient", "slot_status": "insufficient",
@@ -114,7 +117,7 @@ def slot(rt: KqlRuntime, subject_id: str, predicate_local: str, predicate_ref: s
         status = "uncertain"
     else:
         status = "insufficient"
-    accepted_values = [rt.nexus.get(c["proposition"]["id"]).object for c in candidates
+    accepted_values = [_proposition(rt, c["proposition"]["id"]).object for c in candidates
                        if c["status"] == "accepted"]
     b = basis(rt, seq, settings)
     data = {
@@ -128,7 +131,14 @@ def slot(rt: KqlRuntime, subject_id: str, predicate_local: str, predicate_ref: s
     return BeliefValue(data, ("slot", subject_id, predicate_ref, _basis_key(b)))
 
 
-def _basis_key(b: dict[str, Any]) -> tuple[Any, ...]:
+def _proposition(rt: KqlRuntime, proposition_id: str) -> Proposition:
+    element = rt.nexus.get(proposition_id)
+    if not isinstance(element, Proposition):
+        raise AssertionError(f"{proposition_id} is not a Proposition")  # pragma: no cover - a candidate is one
+    return element
+
+
+def _basis_key(b: dict[str, Any]) -> tuple[Hashable, ...]:
     return (b["snapshot_seq"], b["policy"]["id"], b["policy"]["version"], b["trust_state_version"],
             b["valid_at"], b["purpose"], b["risk"])
 

@@ -22,7 +22,7 @@ ever reach the offending expression (§44.2).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.errors import KqlError
@@ -48,7 +48,7 @@ def invalid(message: str, hint: str | None = None) -> KqlError:
 # ---------------------------------------------------------------- binding sites
 
 
-def pattern_vars(value: Any) -> set[str]:
+def pattern_vars(value: object) -> set[str]:
     """Variables a pattern value/term binds (object patterns, tuples, arrays)."""
     out: set[str] = set()
     if isinstance(value, A.Var):
@@ -67,7 +67,7 @@ def pattern_vars(value: Any) -> set[str]:
     return out
 
 
-def clause_sites(clause: Any) -> set[str]:
+def clause_sites(clause: object) -> set[str]:
     """Variables an ordinary pattern clause binds (not FILTER/NOT/OPTIONAL/UNION)."""
     if isinstance(clause, (A.ConceptPattern, A.AssertionPattern, A.EvidencePattern, A.ActivityPattern)):
         return {clause.var} | pattern_vars(clause.pattern)
@@ -87,7 +87,7 @@ def clause_sites(clause: Any) -> set[str]:
     return set()
 
 
-def block_exports(clauses: Iterable[Any]) -> set[str]:
+def block_exports(clauses: Iterable[object]) -> set[str]:
     """Variables a block makes visible to its enclosing scope (§44.5 table)."""
     out: set[str] = set()
     for clause in clauses:
@@ -101,7 +101,7 @@ def block_exports(clauses: Iterable[Any]) -> set[str]:
 # ------------------------------------------------------------------ expressions
 
 
-def expr_vars(expr: Any) -> set[str]:
+def expr_vars(expr: A.Projection) -> set[str]:
     """The variables an expression reads (through :func:`nodes.walk_expression`)."""
     out: set[str] = set()
     for node in A.walk_expression(expr):
@@ -112,7 +112,7 @@ def expr_vars(expr: Any) -> set[str]:
     return out
 
 
-def _check_expr(expr: Any, visible: set[str], where: str) -> None:
+def _check_expr(expr: A.Projection, visible: set[str], where: str) -> None:
     if isinstance(expr, (A.Var, A.Path)):
         name = expr.name if isinstance(expr, A.Var) else expr.var
         if name not in visible:
@@ -154,7 +154,7 @@ def _check_expr(expr: Any, visible: set[str], where: str) -> None:
 # --------------------------------------------------------------------- patterns
 
 
-def _check_tuple(tup: Any, *, binds_var: bool, nested: bool) -> None:
+def _check_tuple(tup: object, *, binds_var: bool, nested: bool) -> None:
     if isinstance(tup, A.IdTuple):
         if isinstance(tup.id, Literal) and not isinstance(tup.id.value, str):
             raise KqlError("TypeMismatch", "(id: ...) takes a string id")
@@ -179,7 +179,7 @@ def _check_tuple(tup: Any, *, binds_var: bool, nested: bool) -> None:
     _check_terms(tup.object)
 
 
-def _check_terms(value: Any) -> None:
+def _check_terms(value: object) -> None:
     if isinstance(value, (A.TripleTuple, A.IdTuple)):
         _check_tuple(value, binds_var=False, nested=True)
     elif isinstance(value, A.ObjectPattern):
@@ -190,13 +190,13 @@ def _check_terms(value: Any) -> None:
             _check_terms(item)
 
 
-def _grounded(term: Any, bound: set[str]) -> bool:
+def _grounded(term: object, bound: set[str]) -> bool:
     if isinstance(term, A.Var):
         return term.name in bound
     return True  # parameter, literal, object pattern, Proposition tuple
 
 
-def _check_belief(clause: Any, bound: set[str]) -> None:
+def _check_belief(clause: A.BeliefPattern | A.BeliefSlotPattern, bound: set[str]) -> None:
     if isinstance(clause, A.BeliefPattern):
         target = clause.target
         if isinstance(target, A.Var):
@@ -240,7 +240,7 @@ def _check_search(clause: A.SearchPattern, in_not: bool) -> None:
             raise KqlError("TypeMismatch", "WITH TYPE / WITH PREDICATE take a Schema symbol string")
 
 
-def _check_block(clauses: tuple[Any, ...], outer_visible: set[str], bound_before: set[str], in_not: bool) -> None:
+def _check_block(clauses: tuple[A.Clause, ...], outer_visible: set[str], bound_before: set[str], in_not: bool) -> None:
     visible = outer_visible | block_exports(clauses)
     # NOT-local sites are visible to expressions inside that NOT only.
     bound = set(bound_before)
@@ -317,7 +317,7 @@ def parameter_names(query: A.Query) -> set[str]:
     """Every ``:name`` the query references (for ReferenceError before execution)."""
     found: set[str] = set()
 
-    def visit(node: Any) -> None:
+    def visit(node: object) -> None:
         if isinstance(node, Param):
             found.add(node.name)
         elif isinstance(node, tuple):

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Hashable
+from typing import Any, Callable, Mapping
+# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
 
 from akrelay.kip import budget as _budget
-from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
+from akrelay.jsontypes import JSON, JSONMapping
+from akrelay.kip.elements import Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql.access import query_view
 from akrelay.kip.kql.errors import KqlError
@@ -29,7 +32,7 @@ ELEMENT_TYPES = (Concept, Proposition, Assertion, Evidence, Activity)
 class Hit:
     """A Search Pattern binding: the element plus its transient retrieval data (§43.8)."""
 
-    element: Any
+    element: Element
     score: float
     mode: str
 
@@ -43,13 +46,13 @@ class Edge:
     target: str
 
 
-def _element_of(value: Any) -> Any:
+def _element_of(value: object) -> Element | None:
     if isinstance(value, Hit):
         return value.element
     return value if isinstance(value, ELEMENT_TYPES) else None
 
 
-def _canon(value: Any) -> Any:
+def _canon(value: object) -> Hashable:
     """§9.6 canonical form of a JSON value, as a hashable structure."""
     if isinstance(value, bool) or value is None:
         return value
@@ -66,7 +69,7 @@ def _canon(value: Any) -> Any:
     return ("?", repr(value))
 
 
-def binding_key(value: Any) -> Any:
+def binding_key(value: object) -> Hashable:
     """Identity of a bound value for deduplication and unification (§42.5)."""
     element = _element_of(value)
     if element is not None:
@@ -78,11 +81,11 @@ def binding_key(value: Any) -> Any:
     return ("v", _canon(value))
 
 
-def solution_key(solution: Mapping[str, Any]) -> tuple[Any, ...]:
+def solution_key(solution: Mapping[str, object]) -> tuple[tuple[str, Hashable], ...]:
     return tuple(sorted((name, binding_key(v)) for name, v in solution.items()))
 
 
-def _order_text(key: Any) -> str:
+def _order_text(key: object) -> str:
     """A deterministic total-order key for tie-breaking (ids and canonical values only)."""
     return repr(key)
 
@@ -94,9 +97,9 @@ def _order_text(key: Any) -> str:
 class Context:
     rt: KqlRuntime
     seq: int
-    params: Mapping[str, Any]
+    params: JSONMapping
     settings: B.Settings
-    views: dict[str, Any] = field(default_factory=dict)
+    views: dict[str, Mapping[str, JSON]] = field(default_factory=dict)
     used_search: bool = False
     used_projection: bool = False
     #: Tags later patterns of the block require of a variable the running clause binds
@@ -104,9 +107,10 @@ class Context:
     hints: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: The request's CPU budget (``akrelay.kip.budget``), ticked by every candidate
     #: read, unification step, expression node, path visit and sort comparison.
-    tick: Any = field(default_factory=lambda: _budget.current().tick)
+    tick: Callable[[], None] = field(default_factory=lambda: _budget.current().tick)
 
     @property
+    # Any until evaluate.py (split by another change) narrows what it reads: then NexusBase
     def nexus(self) -> Any:
         return self.rt.nexus
 
@@ -117,13 +121,14 @@ class Context:
             return v.value
         raise AssertionError(v)  # pragma: no cover
 
-    def get(self, eid: Any) -> Any:
+    # Any until evaluate.py (split by another change) checks for None: then Element | None
+    def get(self, eid: object) -> Any:
         self.tick()
         if not isinstance(eid, str):
             return None
         return self.nexus.get(eid, self.seq)
 
-    def view(self, element: Any) -> Mapping[str, Any]:
+    def view(self, element: Element) -> Mapping[str, JSON]:
         found = self.views.get(element.id)
         if found is None:
             found = self.views[element.id] = query_view(self.nexus, element, self.seq)
@@ -133,11 +138,12 @@ class Context:
         """A Schema symbol (local name, exact or lineage ref) -> its local name."""
         if not isinstance(name, str):
             raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
-        exact, _ = self.rt.environment.resolve(name, kind)
+        exact: str = self.rt.environment.resolve(name, kind)[0]
         return exact.rsplit("/", 1)[1]
 
     def exact_ref(self, local: str, kind: str) -> str:
-        return self.rt.environment.resolve(local, kind)[0]
+        exact: str = self.rt.environment.resolve(local, kind)[0]
+        return exact
 
 
 def _is_ref(stored: Any) -> bool:

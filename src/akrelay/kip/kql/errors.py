@@ -7,7 +7,9 @@ and never has to guess a code from a Python exception type.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
+
+from akrelay.jsontypes import JSONValue
 
 from akrelay.kip.errors import CODES as _KIP_CODES
 from akrelay.kip.errors import KipError
@@ -67,13 +69,13 @@ class KqlError(KipError):
         message: str,
         *,
         hint: str | None = None,
-        details: dict[str, Any] | None = None,
+        details: Mapping[str, JSONValue] | None = None,
     ) -> None:
         Exception.__init__(self, f"{code}: {message}")
         self.code = code
         self.message = message
         self.hint = hint
-        self.details = dict(details or {})
+        self.details: dict[str, JSONValue] = dict(details or {})
 
     @property
     def category(self) -> str:
@@ -89,15 +91,15 @@ class KqlError(KipError):
 
     @property
     def line(self) -> int | None:
-        return self.details.get("line")
+        return _position(self.details.get("line"))
 
     @property
     def column(self) -> int | None:
-        return self.details.get("column")
+        return _position(self.details.get("column"))
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, JSONValue]:
         """The §86.1 error object."""
-        body: dict[str, Any] = {
+        body: dict[str, JSONValue] = {
             "code": self.code,
             "category": self.category,
             "message": self.message,
@@ -112,10 +114,14 @@ class KqlError(KipError):
         return f"KqlError({self.code!r}, {self.message!r}, details={self.details!r})"
 
 
+def _position(value: JSONValue | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def syntax_error(message: str, *, line: int | None = None, column: int | None = None,
                  hint: str | None = None) -> KqlError:
     """An ``InvalidSyntax`` error positioned at ``line``/``column`` (1-based)."""
-    details: dict[str, Any] = {}
+    details: dict[str, JSONValue] = {}
     if line is not None:
         details["line"] = line
     if column is not None:

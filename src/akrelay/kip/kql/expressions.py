@@ -6,6 +6,7 @@ import json
 import math
 import unicodedata
 from typing import Any, Callable, Mapping
+# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
 
 from akrelay.kip.elements import KIND_OF
 from akrelay.kip.kql import belief as B
@@ -22,12 +23,12 @@ from akrelay.kip.kql.context import (
 # --------------------------------------------------------------------- expressions
 
 
-def truth(value: Any) -> bool | None:
+def truth(value: object) -> bool | None:
     """Three-valued truth: True, False, or None (unknown)."""
     return value if isinstance(value, bool) else None
 
 
-def _step(value: Any, step: str, ctx: Context) -> Any:
+def _step(value: object, step: str, ctx: Context) -> Any:
     if value is None:
         return None
     if isinstance(value, Hit):
@@ -99,7 +100,7 @@ _EXPRESSIONS: dict[type, Callable[[Any, Mapping[str, Any], Context], Any]] = {
 }
 
 
-def _scalar_kind(value: Any) -> str | None:
+def _scalar_kind(value: object) -> str | None:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, (int, float)):
@@ -125,7 +126,8 @@ def compare(op: str, left: Any, right: Any) -> bool | None:
         return None
     if lk == "string":
         left, right = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
-    return {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+    ordered: bool = {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+    return ordered
 
 
 def call(expr: A.Call, args: list[Any]) -> Any:

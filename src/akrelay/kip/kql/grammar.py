@@ -16,13 +16,14 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
-from typing import Any, Callable
+from typing import Callable, TypedDict
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError, syntax_error
+from akrelay.jsontypes import JSONScalar
 from akrelay.kip.kql.values import Literal, Param, Value, decode_number, decode_string
 
 #: The deepest parse tree a KQL or META command may have. Every later stage
@@ -55,7 +56,14 @@ def grammar_text(name: str) -> str:
 
 
 #: How every grammar is compiled (the cache in :mod:`akrelay.kip.grammar_cache` compiles with these too).
-OPTIONS: dict[str, Any] = {
+class LarkOptions(TypedDict):
+    parser: str
+    lexer: str
+    maybe_placeholders: bool
+    g_regex_flags: int
+
+
+OPTIONS: LarkOptions = {
     "parser": "lalr",
     "lexer": "contextual",
     "maybe_placeholders": True,
@@ -89,7 +97,30 @@ def parser(language: str) -> Lark:
     return _make("\n".join(grammar_text(name) for name in _COMPOSITION[language]))
 
 
-def parse_tree(text: str, language: str) -> Tree:
+#: A parse tree of these grammars: tokens at the leaves (lark puts ``None`` where an optional part is absent).
+ParseTree = Tree[Token]
+
+
+def subtree(node: object) -> ParseTree:
+    """``node``, a child the grammar makes a subtree, as one."""
+    if not isinstance(node, Tree):
+        raise AssertionError(f"expected a subtree, got {node!r}")  # pragma: no cover
+    return node
+
+
+def optional_subtree(node: object) -> ParseTree | None:
+    """An optional subtree (``None`` when the command leaves it out)."""
+    return None if node is None else subtree(node)
+
+
+def leaf(node: object) -> Token:
+    """``node``, a child the grammar makes a token, as one."""
+    if not isinstance(node, Token):
+        raise AssertionError(f"expected a token, got {node!r}")  # pragma: no cover
+    return node
+
+
+def parse_tree(text: str, language: str) -> ParseTree:
     """Parse ``text``; any failure becomes ``InvalidSyntax`` with line, column and hint."""
     if not isinstance(text, str):
         raise KqlError("InvalidSyntax", "command must be a string")
@@ -105,9 +136,9 @@ def parse_tree(text: str, language: str) -> Tree:
     return tree
 
 
-def _check_nesting(tree: Tree, language: str) -> None:
+def _check_nesting(tree: ParseTree, language: str) -> None:
     """``ResourceExhausted`` when ``tree`` is deeper than :data:`MAX_NESTING` (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(tree, 1)]
+    stack: list[tuple[ParseTree, int]] = [(tree, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING:
@@ -119,13 +150,12 @@ def _check_nesting(tree: Tree, language: str) -> None:
                 hint="flatten nested blocks and literals; use IN(...) instead of a long chain of || or &&",
                 details={"limit": "max_nesting_depth", "max": MAX_NESTING, **position},
             )
-        if isinstance(node, Tree):
-            stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
 
 
-def _first_token_position(node: Any) -> dict[str, int]:
+def _first_token_position(node: ParseTree) -> dict[str, int]:
     """Line and column of the first token under ``node`` (none for an empty subtree)."""
-    stack = [node]
+    stack: list[object] = [node]
     while stack:
         item = stack.pop()
         if isinstance(item, Token):
@@ -162,7 +192,8 @@ def _syntax_error(lark: Lark, text: str, exc: UnexpectedInput, language: str) ->
         line, column = _end_position(text)
     hint: str | None = None
     if isinstance(exc, UnexpectedCharacters):
-        char = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        pos = exc.pos_in_stream
+        char = text[pos] if pos is not None and pos < len(text) else ""
         message = f"unexpected character {char!r}"
         if char == "'":
             hint = "strings use double quotes (JSON strings)"
@@ -218,13 +249,13 @@ def _end_position(text: str) -> tuple[int, int]:
 # -------------------------------------------------------- value conversion
 
 
-def token_position(token: Any) -> dict[str, int]:
-    line = getattr(token, "line", None)
-    column = getattr(token, "column", None)
-    return {"line": line, "column": column} if line is not None else {}
+def token_position(token: Token) -> dict[str, int]:
+    line = token.line
+    column = token.column
+    return {"line": line, "column": column} if line is not None and column is not None else {}
 
 
-def literal_value(tree: Tree) -> Any:
+def literal_value(tree: ParseTree) -> JSONScalar:
     """The Python value of a ``literal`` subtree (string/number/true/false/null)."""
     kind = tree.data
     if kind == "true":
@@ -233,7 +264,7 @@ def literal_value(tree: Tree) -> Any:
         return False
     if kind == "null":
         return None
-    token = tree.children[0]
+    token = leaf(tree.children[0])
     pos = token_position(token)
     if kind == "string":
         return decode_string(str(token), **pos)
@@ -245,8 +276,9 @@ def literal_value(tree: Tree) -> Any:
 LITERAL_KINDS = frozenset({"string", "number", "true", "false", "null"})
 
 
-def scalar(tree: Tree | None) -> Value | None:
+def scalar(node: object) -> Value | None:
     """A ``scalar_value``/``meta_value`` subtree as a :class:`Param` or :class:`Literal`."""
+    tree = optional_subtree(node)
     if tree is None:
         return None
     if tree.data == "param":
@@ -254,3 +286,11 @@ def scalar(tree: Tree | None) -> Value | None:
     if tree.data in LITERAL_KINDS:
         return Literal(literal_value(tree))
     raise AssertionError(f"not a scalar value: {tree.data}")  # pragma: no cover
+
+
+def required_scalar(node: object) -> Value:
+    """A ``scalar_value`` the grammar requires (never absent)."""
+    value = scalar(node)
+    if value is None:
+        raise AssertionError("a required value is absent")  # pragma: no cover
+    return value

@@ -6,10 +6,31 @@ names what it uses here instead of importing it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 from akrelay.kip.nexus import NexusBase
 from akrelay.kip.paging import CursorCodec
+from akrelay.kip.space import TrustState
+
+
+class KqlConfig(Protocol):
+    """The operator configuration KQL reads (``akrelay.kip.config.KipConfig``)."""
+
+    @property
+    def trust(self) -> TrustState: ...
+
+    @property
+    def default_policy(self) -> str: ...
+
+
+class KqlEnvironment(Protocol):
+    """The installed Schema packages (``akrelay.kip.package.SchemaEnvironment``)."""
+
+    @property
+    def version(self) -> int: ...
+
+    # the definition is a Schema package's JSON object, read by key (typed where the package loader is)
+    def resolve(self, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]]: ...
 
 
 class KqlRuntime(Protocol):
@@ -22,7 +43,13 @@ class KqlRuntime(Protocol):
     nexus: NexusBase
     cursors: CursorCodec
     now_ms: Callable[[], int]
-    config: Any
-    environment: Any
+
+    @property
+    def config(self) -> KqlConfig: ...
+
+    @property
+    def environment(self) -> KqlEnvironment: ...
+
     #: held for a whole request: one request at a time per runtime, at one nexus snapshot
-    lock: Any
+    @property
+    def lock(self) -> ContextManager[object]: ...

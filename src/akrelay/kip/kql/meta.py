@@ -49,7 +49,7 @@ from typing import ClassVar
 from lark import Token, Tree
 
 from akrelay.kip.kql.errors import syntax_error
-from akrelay.kip.kql.grammar import parse_tree, scalar
+from akrelay.kip.kql.grammar import ParseTree, optional_subtree, parse_tree, required_scalar, scalar, subtree
 from akrelay.kip.kql.values import Literal, Param, Value
 
 PRIMER_MODES = ("compact", "full")
@@ -233,42 +233,42 @@ _OTHER = {
 }
 
 
-def _params_in(tree: Tree) -> frozenset[str]:
+def _params_in(tree: ParseTree) -> frozenset[str]:
     return frozenset(
         str(tok)[1:] for tok in tree.scan_values(lambda t: isinstance(t, Token) and t.type == "PARAMETER")
     )
 
 
-def _child(tree: Tree, name: str) -> Tree | None:
+def _child(tree: ParseTree, name: str) -> ParseTree | None:
     for child in tree.children:
         if isinstance(child, Tree) and child.data == name:
             return child
     return None
 
 
-def _clause_value(tree: Tree, name: str) -> Value | None:
+def _clause_value(tree: ParseTree, name: str) -> Value | None:
     clause = _child(tree, name)
     return scalar(clause.children[0]) if clause is not None else None
 
 
-def _paging(tree: Tree) -> tuple[Value | None, Value | None]:
+def _paging(tree: ParseTree) -> tuple[Value | None, Value | None]:
     paging = _child(tree, "paging")
     assert paging is not None
     return _clause_value(paging, "limit_clause"), _clause_value(paging, "cursor_clause")
 
 
-def _check_literal_choice(value: Value | None, choices: tuple[str, ...], what: str, tree: Tree) -> None:
+def _check_literal_choice(value: Value | None, choices: tuple[str, ...], what: str, tree: ParseTree) -> None:
     if isinstance(value, Literal) and value.value not in choices:
         tokens = [t for t in tree.scan_values(lambda t: isinstance(t, Token)) if str(t).startswith('"')]
         where = next((t for t in tokens if t.value.strip('"') == value.value), tokens[0] if tokens else None)
         raise syntax_error(
             f"{what} must be one of {', '.join(repr(c) for c in choices)}, got {value.value!r}",
-            line=getattr(where, "line", None), column=getattr(where, "column", None),
+            line=where.line if where is not None else None, column=where.column if where is not None else None,
             hint=f"write {what} " + " | ".join(f'"{c}"' for c in choices),
         )
 
 
-def _build(tree: Tree) -> MetaCommand:
+def _build(tree: ParseTree) -> MetaCommand:
     kind = tree.data
     ch = tree.children
     if kind == "describe_primer":
@@ -282,15 +282,16 @@ def _build(tree: Tree) -> MetaCommand:
     if kind == "describe_space":
         return DescribeSpace(space=scalar(ch[0]))
     if kind == "describe_schema_environment":
-        return DescribeSchemaEnvironment(as_of_seq=scalar(ch[0].children[0]) if ch[0] is not None else None)
+        clause = optional_subtree(ch[0])
+        return DescribeSchemaEnvironment(as_of_seq=scalar(clause.children[0]) if clause is not None else None)
     if kind == "describe_type":
-        return DescribeType(name=scalar(ch[0]))  # type: ignore[arg-type]
+        return DescribeType(name=required_scalar(ch[0]))
     if kind == "describe_predicate":
-        return DescribePredicate(name=scalar(ch[0]))  # type: ignore[arg-type]
+        return DescribePredicate(name=required_scalar(ch[0]))
     if kind == "describe_epistemic_policy":
         return DescribeEpistemicPolicy(policy=scalar(ch[0]))
     if kind == "describe_snapshot":
-        at = ch[0]
+        at = optional_subtree(ch[0])
         if at is None:
             return DescribeSnapshot()
         if at.data == "as_of_clause":
@@ -303,13 +304,13 @@ def _build(tree: Tree) -> MetaCommand:
     if kind == "list_epistemic_policies":
         return ListEpistemicPolicies(*_paging(tree))
     if kind == "search_statement":
-        search_kind = str(_child(tree, "search_kind").children[0]).upper()  # type: ignore[union-attr]
+        search_kind = str(subtree(_child(tree, "search_kind")).children[0]).upper()
         mode = _clause_value(tree, "search_mode")
         _check_literal_choice(mode, SEARCH_MODES, "SEARCH MODE", tree)
         as_of = _child(tree, "as_of_clause")
         return Search(
             kind=search_kind,
-            term=scalar(ch[1]),  # type: ignore[arg-type]
+            term=required_scalar(ch[1]),
             with_type=_clause_value(tree, "search_with_type"),
             with_predicate=_clause_value(tree, "search_with_predicate"),
             mode=mode,
@@ -325,7 +326,7 @@ def _build(tree: Tree) -> MetaCommand:
     if kind in _OTHER:
         family, target = _OTHER[kind]
         if target is None:
-            target = " ".join(str(t).upper() for t in ch[0].children)
+            target = " ".join(str(t).upper() for t in subtree(ch[0]).children)
         return OtherMeta(family, target, _params_in(tree))
     raise AssertionError(f"unhandled META node {kind}")  # pragma: no cover
 
@@ -333,4 +334,4 @@ def _build(tree: Tree) -> MetaCommand:
 def parse_meta(text: str) -> MetaCommand:
     """Parse one META statement; malformed text raises ``KqlError('InvalidSyntax')``."""
     tree = parse_tree(text, "meta")
-    return _build(tree.children[0])
+    return _build(subtree(tree.children[0]))

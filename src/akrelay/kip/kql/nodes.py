@@ -38,9 +38,9 @@ Patterns (WHERE)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Union as _U
+from typing import Callable, Iterator, Union as _U
 
-from akrelay.kip.kql.values import Literal, Param
+from akrelay.kip.kql.values import Literal, Param, Value
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,56 +56,58 @@ class Path:
 
 @dataclass(frozen=True, slots=True)
 class ArrayExpr:
-    items: tuple[Any, ...]
+    items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ObjectExpr:
-    members: tuple[tuple[str, Any], ...]
+    members: tuple[tuple[str, Expr], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
     name: str
-    args: tuple[Any, ...]
+    args: tuple[Expr, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Unary:
     op: str
-    operand: Any
+    operand: Expr
 
 
 @dataclass(frozen=True, slots=True)
 class Binary:
     op: str
-    left: Any
-    right: Any
+    left: Expr
+    right: Expr
 
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
     func: str
     distinct: bool
-    arg: Any
+    arg: Expr
 
 
 Expr = _U[Var, Path, Param, Literal, ArrayExpr, ObjectExpr, Call, Unary, Binary]
+#: What FIND and ORDER BY hold: an expression, or an aggregate over one.
+Projection = _U[Expr, Aggregate]
 
 
 @dataclass(frozen=True, slots=True)
 class ObjectPattern:
-    members: tuple[tuple[str, Any], ...]
+    members: tuple[tuple[str, Term], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ArrayPattern:
-    items: tuple[Any, ...]
+    items: tuple[Term, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class PathStep:
-    predicate: Any            # Literal (string) | Param | Var
+    predicate: Predicate
     min_hops: int = 1
     max_hops: int | None = 1  # None: no query-specified upper bound
     quantified: bool = False
@@ -117,9 +119,9 @@ class PathStep:
 
 @dataclass(frozen=True, slots=True)
 class TripleTuple:
-    subject: Any
+    subject: Term
     path: tuple[PathStep, ...]
-    object: Any
+    object: Term
 
     @property
     def is_exact(self) -> bool:
@@ -129,7 +131,7 @@ class TripleTuple:
 
 @dataclass(frozen=True, slots=True)
 class IdTuple:
-    id: Any                   # Param | Literal
+    id: Value
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +167,9 @@ class ActivityPattern:
 @dataclass(frozen=True, slots=True)
 class StructuralPattern:
     var: str | None
-    subject: Any
-    field: Any                # Literal | Param
-    object: Any
+    subject: Term
+    field: Value
+    object: Term
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,58 +181,67 @@ class BeliefPattern:
 @dataclass(frozen=True, slots=True)
 class BeliefSlotPattern:
     var: str
-    subject: Any
-    predicate: Any
+    subject: Term
+    predicate: Predicate
 
 
 @dataclass(frozen=True, slots=True)
 class SearchPattern:
     var: str
     kind: str
-    term: Any
-    with_type: Any = None
-    with_predicate: Any = None
-    mode: Any = None
-    threshold: Any = None
-    limit: Any = None
+    term: Value | None
+    with_type: Value | None = None
+    with_predicate: Value | None = None
+    mode: Value | None = None
+    threshold: Value | None = None
+    limit: Value | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Filter:
-    expr: Any
+    expr: Expr
 
 
 @dataclass(frozen=True, slots=True)
 class Not:
-    clauses: tuple[Any, ...]
+    clauses: tuple[Clause, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Optional:
-    clauses: tuple[Any, ...]
+    clauses: tuple[Clause, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Union:
-    clauses: tuple[Any, ...]
+    clauses: tuple[Clause, ...]
+
+
+#: A predicate position of a triple (a string literal, a parameter or a variable).
+Predicate = _U[Literal, Param, Var]
+#: A value position of a pattern: a variable, a value, a nested pattern or a Proposition tuple.
+Term = _U[Var, Param, Literal, ObjectPattern, ArrayPattern, TripleTuple, IdTuple]
+#: One clause of a WHERE block.
+Clause = _U[ConceptPattern, PropositionPattern, AssertionPattern, EvidencePattern, ActivityPattern,
+            StructuralPattern, BeliefPattern, BeliefSlotPattern, SearchPattern, Filter, Not, Optional, Union]
 
 
 @dataclass(frozen=True, slots=True)
 class OrderItem:
-    expr: Any
+    expr: Projection
     descending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    find: tuple[Any, ...]
-    where: tuple[Any, ...]
-    as_of_seq: Any = None
-    for_time: Any = None
+    find: tuple[Projection, ...]
+    where: tuple[Clause, ...]
+    as_of_seq: Value | None = None
+    for_time: Value | None = None
     epistemic: ObjectExpr | None = None
     order_by: tuple[OrderItem, ...] = ()
-    limit: Any = None
-    cursor: Any = None
+    limit: Value | None = None
+    cursor: Value | None = None
     text: str = ""
 
     @property
@@ -243,22 +254,22 @@ class Query:
 #: The direct sub-expressions of each composite expression node; leaves (variables, paths,
 #: parameters, literals) have none. The one walker of expressions: the static checks
 #: (``check``) and the evaluator's pre-validation (``evaluate.prevalidate``) both use it.
-_CHILDREN: dict[type, Callable[[Any], tuple[Any, ...]]] = {
-    ArrayExpr: lambda e: tuple(e.items),
-    ObjectExpr: lambda e: tuple(v for _, v in e.members),
-    Call: lambda e: tuple(e.args),
-    Unary: lambda e: (e.operand,),
-    Binary: lambda e: (e.left, e.right),
-    Aggregate: lambda e: (e.arg,),
+_CHILDREN: dict[type, Callable[[Projection], tuple[Projection, ...]]] = {
+    ArrayExpr: lambda e: tuple(e.items) if isinstance(e, ArrayExpr) else (),
+    ObjectExpr: lambda e: tuple(v for _, v in e.members) if isinstance(e, ObjectExpr) else (),
+    Call: lambda e: tuple(e.args) if isinstance(e, Call) else (),
+    Unary: lambda e: (e.operand,) if isinstance(e, Unary) else (),
+    Binary: lambda e: (e.left, e.right) if isinstance(e, Binary) else (),
+    Aggregate: lambda e: (e.arg,) if isinstance(e, Aggregate) else (),
 }
 
 
-def subexpressions(expr: Any) -> tuple[Any, ...]:
+def subexpressions(expr: Projection) -> tuple[Projection, ...]:
     children = _CHILDREN.get(type(expr))
     return children(expr) if children is not None else ()
 
 
-def walk_expression(expr: Any) -> Iterator[Any]:
+def walk_expression(expr: Projection) -> Iterator[Projection]:
     """``expr`` and every expression inside it, parents before children, left to right."""
     stack = [expr]
     while stack:

@@ -22,9 +22,11 @@ non-string subject is unknown (the filter does not pass).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Protocol
 
-import re2
+# google-re2 ships no type information; the three names below type the part of it used here and in
+# akrelay.knowql.shape, so the untyped module goes no further than this file.
+import re2  # type: ignore[import-untyped]
 
 from akrelay.kip import budget
 from akrelay.kip.kql.errors import KqlError
@@ -42,23 +44,47 @@ CACHED = 64
 LONG_SUBJECT = 4096
 _HINT = "REGEX uses RE2 syntax; see the REGEX dialect in docs/kql.md"
 
-_OPTIONS = re2.Options()
-_OPTIONS.max_mem = MAX_PROGRAM_BYTES
-_OPTIONS.log_errors = False  # a refused pattern is the client's error, not a log line
+
+
+class RE2Pattern(Protocol):
+    """A compiled RE2 pattern (``re2._Regexp``)."""
+
+    def search(self, text: str) -> object:
+        """The first match in ``text`` (a match object), or ``None``."""
+
+
+#: What RE2 raises for a pattern it refuses.
+RE2_ERROR: type[Exception] = re2.error
+
+
+def re2_options(max_mem: int) -> object:
+    """RE2 compile options: a memory budget per pattern, and no logging of refused patterns."""
+    options = re2.Options()
+    options.max_mem = max_mem
+    options.log_errors = False  # a refused pattern is the client's error, not a log line
+    return options
+
+
+def re2_compile(pattern: str, options: object) -> RE2Pattern:
+    compiled: RE2Pattern = re2.compile(pattern, options)
+    return compiled
+
+
+_OPTIONS = re2_options(MAX_PROGRAM_BYTES)
 
 
 @functools.lru_cache(maxsize=CACHED)
-def compile_regex(pattern: str) -> Any:
+def compile_regex(pattern: str) -> RE2Pattern:
     """Check ``pattern`` against the dialect and compile it once (cached)."""
     if not isinstance(pattern, str):
         raise KqlError("TypeMismatch", "REGEX pattern must be a string")
     if len(pattern) > MAX_PATTERN:
         raise KqlError("InvalidSyntax", f"REGEX pattern longer than {MAX_PATTERN} characters", hint=_HINT)
     try:
-        return re2.compile(pattern, _OPTIONS)
+        return re2_compile(pattern, _OPTIONS)
     except UnicodeEncodeError:
         raise KqlError("InvalidSyntax", "REGEX pattern is not Unicode scalar values", hint=_HINT) from None
-    except re2.error as exc:
+    except RE2_ERROR as exc:
         reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         if "pattern too large" in reason:
             raise KqlError("ResourceExhausted", "REGEX pattern compiles to more than this runtime allows",

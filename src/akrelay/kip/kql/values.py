@@ -13,7 +13,9 @@ import math
 import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import TypeGuard
+
+from akrelay.jsontypes import JSONMapping, JSONScalar, JSONValue
 
 from akrelay.kip.kql.errors import KqlError, syntax_error
 
@@ -27,7 +29,7 @@ class Param:
 
     name: str
 
-    def resolve(self, params: Mapping[str, Any]) -> Any:
+    def resolve(self, params: JSONMapping) -> JSONValue:
         return resolve(self, params)
 
 
@@ -35,16 +37,16 @@ class Param:
 class Literal:
     """A JSON literal from the command text: str, int, float, bool or None."""
 
-    value: Any
+    value: JSONScalar
 
-    def resolve(self, params: Mapping[str, Any]) -> Any:
+    def resolve(self, params: JSONMapping) -> JSONValue:
         return self.value
 
 
 Value = Param | Literal
 
 
-def resolve(value: Value | None, params: Mapping[str, Any]) -> Any:
+def resolve(value: Value | None, params: JSONMapping) -> JSONValue:
     """The bound value of ``value``; a missing parameter is ``ReferenceError``."""
     if value is None:
         return None
@@ -109,7 +111,7 @@ def decode_string(text: str, *, line: int | None = None, column: int | None = No
 # -------------------------------------------------------- bound value checks
 
 
-def is_safe_integer(value: Any) -> bool:
+def is_safe_integer(value: object) -> TypeGuard[int | float]:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
@@ -119,7 +121,7 @@ def is_safe_integer(value: Any) -> bool:
     return False
 
 
-def check_number(value: Any, what: str) -> int | float:
+def check_number(value: object, what: str) -> int | float:
     """A bound parameter that must be a §9.3 number (not a bool, not NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise KqlError("TypeMismatch", f"{what} must be a number, got {type(value).__name__}")
@@ -130,7 +132,7 @@ def check_number(value: Any, what: str) -> int | float:
     return value
 
 
-def check_limit(value: Any, what: str = "LIMIT") -> int:
+def check_limit(value: object, what: str = "LIMIT") -> int:
     """§44.8: a non-negative safe integer."""
     if not is_safe_integer(value):
         raise KqlError("TypeMismatch", f"{what} must be a non-negative safe integer, got {value!r}")
@@ -140,12 +142,12 @@ def check_limit(value: Any, what: str = "LIMIT") -> int:
     return number
 
 
-def check_seq(value: Any, what: str = "AS OF SEQ") -> int:
+def check_seq(value: object, what: str = "AS OF SEQ") -> int:
     """A Space sequence: a non-negative safe integer."""
     return check_limit(value, what)
 
 
-def check_threshold(value: Any) -> float:
+def check_threshold(value: object) -> float:
     """§66.4: THRESHOLD is a number in [0, 1]."""
     number = check_number(value, "THRESHOLD")
     if not 0 <= number <= 1:
@@ -153,7 +155,7 @@ def check_threshold(value: Any) -> float:
     return float(number)
 
 
-def check_cursor(value: Any) -> str:
+def check_cursor(value: object) -> str:
     """§44.8: a cursor is an opaque non-empty string."""
     if not isinstance(value, str) or not value:
         raise KqlError(
@@ -163,7 +165,7 @@ def check_cursor(value: Any) -> str:
     return value
 
 
-def check_string(value: Any, what: str) -> str:
+def check_string(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise KqlError("TypeMismatch", f"{what} must be a string, got {type(value).__name__}")
     return value
