@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 
 from akrelay.federation.peers import Peer
+from akrelay.federation.scheduler import SyncScheduler
 from akrelay.federation.state import FederationState
 from akrelay.federation.sync import SyncEngine, SyncOptions
 from akrelay.protocol.signer import Signer, publish_event
@@ -130,7 +131,7 @@ def main() -> int:
             print(f"catch-up: {args.events} events in {catchup_s:.1f} s over {result.pages} pages", flush=True)
 
             stop = threading.Event()
-            loop = threading.Thread(target=engine.run_forever, args=(stop,), daemon=True)
+            loop = threading.Thread(target=SyncScheduler(engine).run, args=(stop,), daemon=True)
             loop.start()
             signer = Signer.from_seed(b"\x99" * 32)
             rng = random.Random(11)

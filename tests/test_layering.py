@@ -12,11 +12,13 @@ I/O library and read no clock.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 PACKAGE = SRC / "akrelay"
 
 #: Lowest first. The KIP runtime (requests, files, followers) sits above the pure KIP core and KQL;
@@ -296,7 +298,51 @@ def test_sans_io_layers_import_no_io_and_read_no_clock() -> None:
     assert offenders == []
 
 
+def diagram_layers(doc: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The layers of the Mermaid block under "## The layering rule", lowest first, as ``LAYERS`` writes them.
+
+    Each node is ``id["label: module, module"]`` ("x (module only)" stands for ``=x``), and one chain
+    ``a --> b --> ...`` orders them from the top; a node left out of the chain, or a chain through an
+    unknown node, is an error."""
+    section = doc.split("## The layering rule", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL)
+    assert match, "no mermaid block under '## The layering rule'"
+    nodes: dict[str, tuple[str, tuple[str, ...]]] = {}
+    chains: list[list[str]] = []
+    for line in match.group(1).splitlines():
+        line = line.strip()
+        node = re.fullmatch(r'(\w+)\["([^":]+): ([^"]+)"\]', line)
+        if node:
+            modules = tuple("=" + m.removesuffix(" (module only)") if m.endswith(" (module only)") else m
+                            for m in (part.strip() for part in node.group(3).split(",")))
+            nodes[node.group(1)] = (node.group(2), modules)
+        elif "-->" in line:
+            chains.append([part.strip() for part in line.split("-->")])
+    assert len(chains) == 1, f"one chain of layers expected, found {len(chains)}"
+    (chain,) = chains
+    assert sorted(chain) == sorted(nodes), f"chain {chain} and nodes {sorted(nodes)} differ"
+    return [nodes[node] for node in reversed(chain)]
+
+
+def test_the_architecture_diagram_is_the_import_contract() -> None:
+    """docs/architecture.md's layer diagram names the same layers, in the same order, with the same modules."""
+    drawn = diagram_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert [name for name, _ in drawn] == [name for name, _ in LAYERS]
+    assert {name: sorted(mods) for name, mods in drawn} == {name: sorted(mods) for name, mods in LAYERS}
+
+
 # -- the checker itself can fail -------------------------------------------------------------
+
+
+def test_the_diagram_check_sees_a_missing_or_moved_layer() -> None:
+    doc = ARCHITECTURE.read_text(encoding="utf-8")
+    drawn = diagram_layers(doc)
+    moved = diagram_layers(doc.replace("backend --> components --> http", "backend --> http --> components"))
+    assert [n for n, _ in moved] != [n for n, _ in drawn] and sorted(moved) == sorted(drawn)
+    with pytest.raises(AssertionError, match="chain"):
+        diagram_layers(doc.replace(" --> components", ""))  # a node outside the chain
+    renamed = diagram_layers(doc.replace("components: akrelay.components", "components: akrelay.parts"))
+    assert dict(renamed)["components"] == ("akrelay.parts",) != dict(LAYERS)["components"]
 
 
 def test_relative_and_lazy_imports_are_resolved(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from akrelay.http.ratelimit import RateLimits, RedisTokenBucket, TokenBucket, li
 from akrelay.knowql.store import SqliteTurnStore, TurnStore
 from akrelay.protocol.options import ValidationOptions
 from akrelay.relay.config import RelayConfig
-from akrelay.settings import Settings, licence_allow_list
+from akrelay.settings import Settings, SettingsError, licence_allow_list
 
 if TYPE_CHECKING:  # annotations only
     import redis
@@ -221,14 +221,24 @@ def scheme_of(store: str) -> str:
     return store.split("://", 1)[0] if "://" in store else store
 
 
+def known_stores() -> str:
+    """The ``--store`` forms the registry serves, for an error message: ``empty, sqlite, redis://...``."""
+    return ", ".join(["empty"] + [f"{scheme}://..." if scheme not in ("", "sqlite") else scheme
+                                  for scheme in BACKENDS if scheme])
+
+
 def backend_class(settings: Settings) -> type[Backend]:
-    """The class of the backend ``settings.store`` names (its ``shared``, ``label``), building nothing."""
-    store = getattr(settings, "store", "") or ""
-    try:
-        return BACKENDS[scheme_of(store)]
-    except KeyError:
-        raise ValueError(f"no backend serves --store {store!r} (known schemes: "
-                         f"{', '.join(s for s in BACKENDS if s)})") from None
+    """The class of the backend ``settings.store`` names (its ``shared``, ``label``), building nothing.
+
+    The settings keep ``--store`` as given; this is where it is parsed: an unknown scheme (or a
+    scheme's name without ``://``) is a :class:`~akrelay.settings.SettingsError` naming the value and
+    the forms that are served."""
+    store = (getattr(settings, "store", "") or "").strip()
+    scheme = scheme_of(store)
+    cls = BACKENDS.get(scheme)
+    if cls is None or (scheme not in ("", "sqlite") and "://" not in store):
+        raise SettingsError(f"--store {store!r}: no backend serves it (use {known_stores()})")
+    return cls
 
 
 def backend_for(settings: Settings) -> Backend:

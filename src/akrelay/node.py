@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
 
-from akrelay.backend import Backend, backend_for, relay_config
+from akrelay.backend import Backend, backend_class, backend_for, relay_config
 from akrelay.relay.core import Relay
 from akrelay.settings import Settings, defaults
 from akrelay.store.base import BackgroundStore
@@ -272,6 +272,7 @@ def check_components(settings: Settings, names: Collection[str] | None = None, *
     A :class:`~akrelay.settings.SettingsError` naming the option and the entry;
     run once before anything starts (``akrelay serve``, ``akrelay sync``), not in every worker.
     """
+    backend_class(settings)  # a --store that no backend serves: the same SettingsError, before anything opens
     if names is None:
         names = () if settings.core_only else registry.names
     registry.check(settings, names)

@@ -49,13 +49,9 @@ def load_option_modules() -> None:
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
 def _store_url(text: Any) -> str:
-    """``""``/``sqlite`` (the embedded store in ``--data``) or ``redis://`` / ``rediss://`` / ``unix://`` URL."""
-    value = _str(text).strip()
-    if value in ("", "sqlite"):
-        return ""
-    if not value.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError("must be empty, 'sqlite', or a redis://HOST:PORT/DB (rediss://, unix://) URL")
-    return value
+    """The ``--store`` value as given (stripped): :func:`akrelay.backend.backend_class` parses it against
+    the backend registry, which knows the schemes (``""``/``sqlite``: the embedded store in ``--data``)."""
+    return _str(text).strip()
 
 
 option("store", _store_url, "",

@@ -3,7 +3,7 @@
 Each peer is a :class:`~tests.federation.hostile.HostilePeer` on a real TLS socket
 that advertises a stream and then abuses it: garbage frames, one endless line,
 an endless flood of announcements its query never backs, a slow drip. The sync
-loop runs in this process (``SyncEngine.run_forever``) with a poll interval of an
+loop runs in this process (``SyncScheduler.run``) with a poll interval of an
 hour, so every query request the peer sees after the first pass was caused by
 its stream. The parser itself is checked on byte-level edge cases first.
 """
@@ -19,6 +19,7 @@ import pytest
 
 from akrelay.federation.peers import Peer
 from akrelay.federation.push import MAX_LINE, SseParser, StreamError, announced_seq
+from akrelay.federation.scheduler import SyncScheduler
 from akrelay.federation.state import FederationState
 from akrelay.federation.sync import SyncEngine
 from akrelay.tls import ensure_self_signed
@@ -100,15 +101,15 @@ def stream_peer(tls: tuple[str, str], answer: Callable[[HostilePeer, Conn, Reque
 
 
 class Loop:
-    """``SyncEngine.run_forever`` over one peer in a thread, polling once an hour."""
+    """The sync scheduler (``SyncScheduler``) over one peer in a thread, polling once an hour."""
 
     def __init__(self, peer: HostilePeer, cert: str) -> None:
         self.relay = make_relay()
         self.peer = Peer(origin=peer.origin, ca_file=cert, allow_private=True, interval=3600.0, read_timeout=10.0)
         self.engine = SyncEngine(self.relay, FederationState(), [self.peer])
         self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.engine.run_forever, args=(self.stop_event,),
-                                       kwargs={"tick": 0.1}, daemon=True)
+        self.thread = threading.Thread(target=SyncScheduler(self.engine, tick=0.1).run, args=(self.stop_event,),
+                                       daemon=True)
 
     def __enter__(self) -> "Loop":
         self.thread.start()

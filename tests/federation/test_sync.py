@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import email.utils
 import json
+import threading
 
 import httpx
 
 from akrelay.federation.peers import Peer
+from akrelay.federation.scheduler import SyncScheduler
 from akrelay.federation.state import FederationState
 
 from .conftest import Author, Clock, FakePeer, local_ids, make_engine, make_relay
@@ -41,6 +43,36 @@ def test_full_pass_copies_every_event_with_local_seq_and_accepted_at(router) -> 
     # Cursors were followed with the original parameters repeated.
     assert [c.get("after_seq") for c in fake.query_calls] == ["0", "0", "0"]
     assert "cursor" not in fake.query_calls[0] and "cursor" in fake.query_calls[2]
+
+
+def test_a_pass_without_fetch_ahead_starts_no_thread(router, monkeypatch) -> None:
+    """The pass is a plain call (issue 25): every thread belongs to the scheduler, or to fetch-ahead."""
+    fake, events = seeded(router, 7)
+    local = make_relay()
+    engine = make_engine(local, [peer(page_limit=3)], fetch_ahead=False)
+    started = []
+    monkeypatch.setattr(threading.Thread, "start", lambda self: started.append(self.name))
+    [result] = engine.run_once()
+    assert result.ok and result.accepted == 7 and result.pages == 3
+    assert local_ids(local) == [e["hash"] for e in events]
+    assert started == []
+    engine.close()
+
+
+def test_fetch_ahead_is_the_one_thread_a_pass_starts(router, monkeypatch) -> None:
+    seeded(router, 7)
+    engine = make_engine(make_relay(), [peer(page_limit=3)])
+    real = threading.Thread.start
+    started = []
+
+    def spy(self: threading.Thread) -> None:
+        started.append(self.name)
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", spy)
+    [result] = engine.run_once()
+    assert result.ok and started and all(name.startswith("akrelay-sync-fetch") for name in started)
+    engine.close()
 
 
 def test_next_pass_starts_at_the_persisted_checkpoint_and_adds_only_new_events(router) -> None:
@@ -450,7 +482,7 @@ def test_a_hanging_peer_does_not_stall_the_others_in_the_loop(router) -> None:
     local = make_relay()
     engine = make_engine(local, [peer(interval=0.1), peer("https://peer-b.example", interval=0.1)])
     stop = threading.Event()
-    loop = threading.Thread(target=engine.run_forever, args=(stop,), kwargs={"tick": 0.05})
+    loop = threading.Thread(target=SyncScheduler(engine, tick=0.05).run, args=(stop,))
     loop.start()
     try:
         deadline = time.monotonic() + 120

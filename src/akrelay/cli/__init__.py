@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         (parser if command is None else build_parser("")).print_help()
         return 0
     # after parsing: --help and usage errors exit above without loading the store
+    from akrelay.settings import SettingsError
     from akrelay.store.base import StoreRefused, StoreUnavailable
     from akrelay.store.schema import SchemaVersionError
 
@@ -131,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (SchemaVersionError, StoreRefused, StoreUnavailable) as exc:
-        # a data file from a newer akrelay, a Redis too weak or unreachable: say which, not a traceback
+    except (SchemaVersionError, StoreRefused, StoreUnavailable, SettingsError) as exc:
+        # a data file from a newer akrelay, a Redis too weak or unreachable, a --store no backend serves
+        # (found when the backend is chosen): say which, not a traceback
         print(f"akrelay: {exc}", file=sys.stderr)
         return 2
     return int(result or 0)

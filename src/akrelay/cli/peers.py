@@ -8,7 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.backend import Backend
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,16 +93,16 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
                              "default akrelay]")
 
 
-def _redis_state(args: argparse.Namespace) -> object | None:
-    """The deployment's federation state (no lease: reads, and ``clear``'s compare-and-set), or ``None``."""
-    store = getattr(args, "store", None) or os.environ.get("AKRELAY_STORE", "")
-    if not store or store == "sqlite":
-        return None
-    from akrelay.federation.redis_state import RedisFederationState
-    from akrelay.store.redis.client import shared_prefix
+def _backend(args: argparse.Namespace) -> Backend:
+    """The node's backend for ``--data``/``--store``/``--store-namespace`` (and their ``AKRELAY_*`` variables):
+    it keeps the federation state (a data directory's file, or a deployment's Redis); built, nothing opened."""
+    from akrelay.backend import backend_for
+    from akrelay.settings import load_settings
 
-    namespace = args.store_namespace or os.environ.get("AKRELAY_STORE_NAMESPACE")
-    return RedisFederationState.connect(store, prefix=shared_prefix(namespace, "sync"))
+    given = {name: getattr(args, name) for name in ("data", "store", "store_namespace")
+             if getattr(args, name, None) is not None}
+    env = {name: os.environ[name] for name in ("AKRELAY_STORE", "AKRELAY_STORE_NAMESPACE") if name in os.environ}
+    return backend_for(load_settings(given, env))
 
 
 def _need_file(args: argparse.Namespace) -> Path:
@@ -182,18 +185,19 @@ def _when(ms: int | None) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from akrelay.federation.peers import PeerConfigError, load_peers
-    from akrelay.federation.state import STATE_FILE, FederationState, PeerState, StateStore
+    from akrelay.federation.state import FederationState, PeerState, StateStore
+    from akrelay.settings import SettingsError
     from akrelay.store.base import StoreUnavailable
 
-    data = Path(args.data)
-    state: StateStore
-    redis_state = _redis_state(args)
-    if redis_state is not None:  # the deployment's state, read only
-        state = redis_state  # type: ignore[assignment]
-    elif not (data / STATE_FILE).is_file() and not args.file:
-        return _fail(f"no sync state in {data} (has the relay synced yet?)")
-    else:
-        state = FederationState.open_in(data) if (data / STATE_FILE).is_file() else FederationState()
+    try:
+        backend = _backend(args)
+    except SettingsError as exc:
+        return _fail(str(exc))
+    kept = backend.federation_state()  # None: a data directory that has not synced yet
+    if kept is None and not args.file:
+        backend.close()
+        return _fail(f"no sync state in {args.data} (has the relay synced yet?)")
+    state: StateStore = kept if kept is not None else FederationState()
     try:
         states = {s.origin: s for s in state.all()}
         if args.file:
@@ -207,6 +211,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     finally:
         state.close()
+        backend.close()
     if args.json:
         print(json.dumps([s.to_json() | {"pending": pending[o]} for o, s in sorted(states.items())], indent=2))
         return 0
@@ -238,17 +243,19 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    from akrelay.federation.state import STATE_FILE, FederationState, StateStore
+    from akrelay.federation.state import StateStore
+    from akrelay.settings import SettingsError
     from akrelay.store.base import StoreUnavailable
 
-    state: StateStore
-    redis_state = _redis_state(args)
-    if redis_state is not None:
-        state = redis_state  # type: ignore[assignment]
-    elif not (Path(args.data) / STATE_FILE).is_file():
+    try:
+        backend = _backend(args)
+    except SettingsError as exc:
+        return _fail(str(exc))
+    kept = backend.federation_state()
+    if kept is None:
+        backend.close()
         return _fail(f"no sync state in {args.data} (has the relay synced yet?)")
-    else:
-        state = FederationState.open_in(args.data)
+    state: StateStore = kept
     try:
         known = {s.origin: s for s in state.all()}
         origin = args.origin.rstrip("/")
@@ -261,6 +268,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     finally:
         state.close()
+        backend.close()
     if cleared is None:
         print(f"akrelay peers: {origin} is not marked misbehaving: nothing to clear", file=sys.stderr)
         return 1

@@ -68,15 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
+    from akrelay.backend import backend_class
     from akrelay.settings import SettingsError, load_settings
 
     try:
         settings = load_settings({"data": args.data, "store": args.to, "store_namespace": args.store_namespace,
                                   "accept_weak_durability": args.accept_weak_durability})
+        shared = backend_class(settings).shared
     except SettingsError as exc:
         print(f"akrelay store migrate: {exc}", file=sys.stderr)
         return 2
-    if not settings.store:
+    if not shared:
         print("akrelay store migrate: --to must be a redis:// URL", file=sys.stderr)
         return 2
     source_path = settings.data_dir / "relay.sqlite3"

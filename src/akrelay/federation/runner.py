@@ -1,4 +1,7 @@
-"""Running the sync engine: one pass over the peers, and the background loop.
+"""Running the sync engine as the leader: one pass over the peers (``sync --once``), and the background loop.
+
+The pass is :mod:`akrelay.federation.sync`; the threads and timers that repeat it are
+:mod:`akrelay.federation.scheduler`; this module adds leadership around them.
 
 Only the leader runs them (who leads, on one data directory or across a deployment, and
 how a stalled leader is fenced: :mod:`akrelay.federation.leadership`).
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from akrelay.federation.peers import PeerFile, load_peers
+from akrelay.federation.scheduler import SyncScheduler
 from akrelay.federation.state import FederationState, StateStore
 from akrelay.federation.sync import PassResult, PeerMisbehaved, SyncEngine, SyncOptions
 from akrelay.federation.leadership import LEASE_TTL, LOCK_FILE, Leadership, federation_lock
@@ -206,7 +210,7 @@ class BackgroundSync(threading.Thread):
             log.info("akrelay sync: leading %s with %d peer(s)%s", self.leadership.where, len(engine.peers),
                      f" (fencing token {token})" if token is not None else "")
             try:
-                engine.run_forever(term)
+                SyncScheduler(engine).run(term)
             finally:
                 engine.close()
                 engine.state.close()

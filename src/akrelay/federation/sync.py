@@ -15,16 +15,20 @@ the enumeration carries on. A misbehaving peer costs at most its own pass: any
 failure is recorded in its state, backs it off, and leaves the other peers and
 the store untouched. What a failed pass did verify is kept: the ``seq`` of its
 last fully processed page is saved, and the next enumeration resumes after it.
+
+This module is the pass: :meth:`SyncEngine.sync_peer` and :meth:`SyncEngine.run_once` run in the
+caller's thread and, with ``SyncOptions(fetch_ahead=False)``, start no thread at all. What runs
+passes again and again (a thread per peer, intervals, back-off, push wake-ups) is the scheduler,
+:class:`akrelay.federation.scheduler.SyncScheduler`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -104,6 +108,9 @@ class SyncOptions:
     #: events we hold and it lacks, at most ``offer_max`` per pass (:func:`akrelay.federation.reconcile.offer`).
     offer: bool = True
     offer_max: int = 1000
+    #: Fetch a small page's successor in a helper thread while the page is ingested; ``False``: every
+    #: page is fetched in the pass's own thread, so a pass starts no thread.
+    fetch_ahead: bool = True
 
 
 @dataclass(slots=True)
@@ -133,6 +140,21 @@ class _Budget:
         self.events -= events
         self.nbytes -= nbytes
         return self.events >= 0 and self.nbytes >= 0
+
+
+class _Inline:
+    """An executor that runs each call at once in the calling thread (a pass without fetch-ahead)."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future, as a pool would
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing runs in the background."""
 
 
 class SyncEngine:
@@ -170,7 +192,7 @@ class SyncEngine:
         #: origin -> (peer, hop) for hinted peers (only with ``follow_hints``).
         self.hinted: dict[str, tuple[Peer, int]] = {}
         #: origin -> the push stream its discovery advertises (None: it has none), and the subscriptions
-        #: that :meth:`run_forever` holds to them (:mod:`akrelay.federation.push`)
+        #: that the scheduler holds to them (:mod:`akrelay.federation.push`, :mod:`akrelay.federation.scheduler`)
         self.streams: dict[str, str | None] = {}
         self.push = PushHub(transport_factory)
         #: origin -> what its discovery says of reconciliation: offers, filters, envelope limit (issue 26)
@@ -190,42 +212,6 @@ class SyncEngine:
                 done.add(peer.origin)
                 results.append(self.sync_peer(peer, force=force, hop=hop))
         return results
-
-    def run_forever(self, stop: threading.Event, *, tick: float = 0.5) -> None:
-        """One thread per peer so that a slow peer delays nobody else; returns when ``stop`` is set."""
-        threads: dict[str, threading.Thread] = {}
-
-        def loop(peer: Peer, hop: int) -> None:
-            while not stop.is_set():
-                wait = peer.interval
-                try:
-                    result = self.sync_peer(peer, hop=hop)
-                    st = self.state.get(peer.origin)
-                    wait_ms = max(st.retry_at - self._clock_ms(), 0) if st.retry_at else 0
-                    wait = max(peer.interval, wait_ms / 1000.0)
-                    # a push-capable peer is subscribed to: its announcements end the wait below
-                    self.push.after_pass(peer, self.streams.get(peer.origin), max(st.checkpoint, st.resume_seq),
-                                         st.peer_checkpoint, result.ok)
-                except LeadershipLost:
-                    return  # another node leads now: its owner stops this loop (see federation.runner)
-                except StoreUnavailable as exc:  # an outage, not a bug: no traceback, try again later
-                    log.warning("sync %s: %s (next try in %.1fs)", peer.origin, exc, wait)
-                except Exception:  # never let one peer's bug end its loop silently
-                    log.exception("sync pass for %s crashed", peer.origin)
-                # an announcement pulls at once, unless the peer is backing off (then it waits its turn)
-                self.push.wait(peer.origin, stop, wait, wakeable=wait <= peer.interval)
-
-        while not stop.is_set():
-            wanted = [(p, 0) for p in self.peers if p.enabled] + list(self.hinted.values())
-            for peer, hop in wanted:
-                if peer.origin not in threads:
-                    t = threading.Thread(target=loop, args=(peer, hop), name=f"akrelay-sync {peer.origin}", daemon=True)
-                    threads[peer.origin] = t
-                    t.start()
-            stop.wait(tick)
-        self.push.close()
-        for t in threads.values():
-            t.join(timeout=5.0)
 
     def sync_peer(self, peer: Peer, *, force: bool = False, hop: int = 0) -> PassResult:
         """One complete pass over ``peer``: discovery, pending retries, enumeration, checkpoint."""
@@ -338,7 +324,8 @@ class SyncEngine:
         last_seq = after_seq
         empty_run = 0
         pages = 0
-        fetcher = ThreadPoolExecutor(1, thread_name_prefix="akrelay-sync-fetch")
+        fetcher: ThreadPoolExecutor | _Inline = (ThreadPoolExecutor(1, thread_name_prefix="akrelay-sync-fetch")
+                                                 if self.options.fetch_ahead else _Inline())
         query = endpoints["query"]
         #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
         pulled: dict[int, str] | None = {} if peer.log_key else None
