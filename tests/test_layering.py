@@ -22,7 +22,7 @@ PACKAGE = SRC / "akrelay"
 #: Lowest first. The KIP runtime (requests, files, followers) sits above the pure KIP core and KQL;
 #: ``=name`` is that module only (``akrelay.kip``'s ``__init__`` re-exports the runtime's configuration).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("protocol", ("akrelay", "akrelay.protocol", "akrelay.lazy")),
+    ("protocol", ("akrelay", "akrelay.protocol", "akrelay.lazy", "akrelay.jsontypes")),
     ("kip core", ("akrelay.kip",)),
     ("kql", ("akrelay.kip.kql",)),
     ("store", ("akrelay.store", "akrelay.leader")),
