@@ -106,8 +106,8 @@ class Envelope:
         return cls(data[-146:-103].decode("ascii"), event, data[-88:-2].decode("ascii"), event_jcs)
 
 
-def event_hash(event: dict[str, Any]) -> str:
-    """The event ID: base64url(SHA3-256(JCS(event))) (Identity §5.2)."""
+def event_hash(event: object) -> str:
+    """The event ID: base64url(SHA3-256(JCS(event))) (Identity §5.2); ``JCSError`` if ``event`` is not JSON."""
     return b64encode(hashlib.sha3_256(canonicalize(event)).digest())
 
 
