@@ -182,8 +182,8 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _when(ms: int | None) -> str:
-    if not ms:
+def _when(ms: object) -> str:
+    if not ms or not isinstance(ms, (int, float)):
         return "never"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 

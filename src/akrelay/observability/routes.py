@@ -30,7 +30,7 @@ def scrape(relay: Any, settings: Any, sources: Sources | None = None) -> tuple[b
     own = metrics().registry
     registry = CollectorRegistry()
     if os.environ.get(MULTIPROC_ENV):
-        MultiProcessCollector(registry)  # every worker's files, this one's included
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream; every worker's files, this one's included
     else:
         registry.register(own)
     registry.register(RelayCollector(relay, settings, sources if sources is not None else Sources()))
