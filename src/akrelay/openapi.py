@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+# Any: the OpenAPI document is nested literals built and edited by key path (doc["paths"][p]["get"]);
+# as JSON every step would need an isinstance, and the document is checked whole by tests/test_openapi.py.
 from typing import Any
 
 import msgspec
@@ -24,7 +26,8 @@ DOCS_PATH = "/docs"
 
 
 def agent_knowledge_schema() -> dict[str, Any]:
-    return json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
+    schema: dict[str, Any] = json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
+    return schema
 
 
 def _rebase(node: Any) -> Any:
@@ -101,7 +104,7 @@ OWN_SCHEMAS.update({
 })
 
 KNOWQL_ERROR = _json(ref("ErrorBody"), "Refused (seed 000 §9.4 error body)")
-SSE = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
+SSE: dict[str, Any] = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
        "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 
 
