@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-# Any: the OpenAPI document is nested literals built and edited by key path (doc["paths"][p]["get"]);
+# Loose types: the OpenAPI document is nested literals built and edited by key path (doc["paths"][p]["get"]);
 # as JSON every step would need an isinstance, and the document is checked whole by tests/test_openapi.py.
 from typing import Any
 

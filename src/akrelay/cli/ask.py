@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-# Any: a KnowQL turn document or stream event as the relay sent it; the printers read optional
+# Loose types: a KnowQL turn document or stream event as the relay sent it; the printers read optional
 # members with .get() and show them as text, so nothing is narrowed first.
 from typing import Any
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-# Any: the KIP response envelope as a relay (or the local runtime) wrote it. The printer reads
+# Loose types: the KIP response envelope as a relay (or the local runtime) wrote it. The printer reads
 # optional members with .get() and prints whatever JSON it finds, so nothing is narrowed first.
 from typing import Any
 

@@ -75,7 +75,7 @@ def build_request(text: str, mode: str, filters: list[str], limit: int | None) -
     return body
 
 
-def format_page(page: dict[str, Any]) -> str:  # Any: a page already checked by the client (validate_search_response)
+def format_page(page: dict[str, Any]) -> str:  # Loose types: a page already checked by the client (validate_search_response)
     """A listing: one header with ranking and coverage, then one line per hit."""
     coverage = page["coverage"]
     state = "exhaustive" if coverage["exhaustive"] else "NOT exhaustive (" + ", ".join(coverage["reasons"]) + ")"

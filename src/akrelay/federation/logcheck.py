@@ -96,7 +96,7 @@ def check_pass(peer: Peer, transport: PeerTransport, st: PeerState, pulled: dict
                monotonic: Callable[[], float] = time.monotonic) -> int:
     """Verify the peer's log for this pass; return the seq up to which the pass is verified.
 
-    (``batch`` returns a batch page already checked by ``validate_batch_response``: hence ``Any``.)
+    (``batch`` returns a batch page already checked by ``validate_batch_response``: hence loosely typed.)
 
     ``pulled`` maps the seq of every record the enumeration returned to its
     event hash (base64url); ``pass_start`` is the seq the enumeration started

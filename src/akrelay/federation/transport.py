@@ -107,7 +107,7 @@ class _CheckedBackend(httpcore.SyncBackend):
         self._check = check
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:  # Any: httpcore names no public type
+                    socket_options: Any = None) -> httpcore.NetworkStream:  # Loose types: httpcore names no public type
         try:
             addresses = self._check(host, port)
         except PeerFetchError as exc:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import re
+# Loose types: the json module's decoder hooks (object_pairs_hook, parse_float) receive and return untyped
+# values; the public functions return JSON.
 from typing import Any
 
 from akrelay.jsontypes import JSON
