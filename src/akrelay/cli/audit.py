@@ -178,7 +178,8 @@ def cmd_witness(args: argparse.Namespace) -> int:
     return 0
 
 
-def prove(client: RelayClient, record: dict[str, Any], *, wait: float = 15.0) -> str:  # Loose types: a record as the client checked it
+# Loose types: a record as the client checked it (validate_record), read by key
+def prove(client: RelayClient, record: dict[str, Any], *, wait: float = 15.0) -> str:
     """``get/submit --prove``: wait (up to ``wait`` s) for a checkpoint covering ``record``, verify its inclusion.
 
     Returns a one-line summary; raises :class:`akrelay.relay.audit.AuditFailure` on a mismatch.

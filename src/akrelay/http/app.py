@@ -16,11 +16,13 @@ then the store the node opened). Handlers that write mark themselves with
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import anyio
 import msgspec
 from litestar import Litestar, Request, asgi, get, post
+from litestar.datastructures import State
+from litestar.enums import ScopeType
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -44,7 +46,7 @@ def _json(body: bytes) -> ASGIResponse:
     return ASGIResponse(body=body, status_code=200, media_type=JSON)
 
 
-def _require_json(request: Request) -> None:
+def _require_json(request: Request[object, object, State]) -> None:
     """POST bodies are JSON (Knowledge §9.1); anything else is ``invalid_request``."""
     check_content_type(request.headers.get("content-type"))
 
@@ -55,6 +57,8 @@ class Node(Protocol):
     relay: Relay
     settings: Settings
 
+    @property
+    def components(self) -> Sequence[object]: ...
     def routes(self) -> list[Any]: ...
     def discovery(self) -> dict[str, Any]: ...
     def rate_limits(self) -> RateLimits: ...
@@ -79,15 +83,15 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
         await submitter(scope, receive, send)
 
     @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=offload)
-    def lookup(request: Request) -> ASGIResponse:
+    def lookup(request: Request[object, object, State]) -> ASGIResponse:
         return _json(relay.get(request.path_params["event_id"].lstrip("/")).to_json())
 
     @get("/v1/knowledge/query", sync_to_thread=offload)
-    def query(request: Request) -> ASGIResponse:
+    def query(request: Request[object, object, State]) -> ASGIResponse:
         return _json(relay.query(query_pairs(request.scope["query_string"])).to_json())
 
     @post("/v1/knowledge/batch", status_code=200)
-    async def batch(request: Request) -> ASGIResponse:
+    async def batch(request: Request[object, object, State]) -> ASGIResponse:
         _require_json(request)
         body = await request.body()
         if offload:
@@ -106,7 +110,7 @@ def rate_limit_middleware(buckets: dict[str, TokenBucket]) -> Callable[[ASGIApp]
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
+            if scope["type"] == ScopeType.HTTP:
                 handler = scope.get("route_handler")
                 kind = handler.opt.get("rate", "read") if handler is not None else "read"
                 bucket = buckets.get(kind)

@@ -17,6 +17,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
+from litestar.datastructures import State
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
@@ -31,7 +32,7 @@ def routes(handle: Callable[[bytes, str | None], tuple[int, dict[str, Any]]]) ->
     limiter = anyio.CapacityLimiter(KIP_THREADS)
 
     @post(KIP_PATH, status_code=200)
-    async def kip(request: Request) -> Response[bytes]:
+    async def kip(request: Request[object, object, State]) -> Response[bytes]:
         body = await request.body()
         status, envelope = await anyio.to_thread.run_sync(handle, body, request.headers.get("content-type"),
                                                           limiter=limiter)

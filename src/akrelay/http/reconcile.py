@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from litestar import Request, post
+from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, parse_filter, respond
@@ -38,7 +39,7 @@ def routes(relay: Relay, settings: Settings) -> list[Any]:
     assert index is not None
 
     @post(RECONCILE_PATH, status_code=200)
-    async def reconcile(request: Request) -> ASGIResponse:
+    async def reconcile(request: Request[object, object, State]) -> ASGIResponse:
         from akrelay.http.querystring import query_pairs
 
         media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()

@@ -40,6 +40,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, get
+from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 from litestar.response.streaming import ASGIStreamingResponse
 
@@ -286,7 +287,7 @@ class PushStream:
         hub, relay = self.hub, self.relay
 
         @get(STREAM_PATH, media_type=JSON)
-        async def stream(request: Request[Any, Any, Any]) -> ASGIResponse:
+        async def stream(request: Request[object, object, State]) -> ASGIResponse:
             try:
                 pairs = request.query_params
                 unknown = sorted(set(pairs) - {"after_seq"})
