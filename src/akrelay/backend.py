@@ -86,6 +86,10 @@ class Backend:
         """The federation state for reading (status, ``/metrics``, witnessed checkpoints); ``None``: none kept yet."""
         raise NotImplementedError
 
+    def witness_state(self) -> WitnessState:
+        """Where this node keeps the checkpoints it cosigned as a witness (the log component's)."""
+        raise NotImplementedError
+
     def rate_limits(self) -> RateLimits:
         """One worker's token buckets (``write``, ``read``, ``knowql``); closed by the app's shutdown."""
         raise NotImplementedError
