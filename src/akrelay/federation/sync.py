@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -38,7 +38,7 @@ from akrelay.leader import LeadershipLost
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.records import check_batch_shape, check_query_shape, check_same_scope
-from akrelay.store.base import StoreUnavailable
+from akrelay.store.base import Record, StoreUnavailable
 
 log = logging.getLogger("akrelay.federation")
 
@@ -343,8 +343,9 @@ class SyncEngine:
         #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
         pulled: dict[int, str] | None = {} if peer.log_key else None
         try:
-            future = fetcher.submit(transport.get_json_sized, query, dict(base))
+            future: Future[tuple[Any, int]] | None = fetcher.submit(transport.get_json_sized, query, dict(base))
             while True:
+                assert future is not None  # submitted before the loop and at the end of every page
                 page, size = future.result()
                 future = None
                 pages += 1
@@ -481,7 +482,8 @@ class SyncEngine:
                 admitted.clear()
 
         for i, envelope in enumerate(envelopes):
-            event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+            claimed = envelope.get("hash")
+            event_id = claimed if isinstance(claimed, str) else "?"
             try:
                 raw = encode_json(envelope)
             except (ProtocolError, TypeError, ValueError) as exc:
@@ -538,8 +540,9 @@ class SyncEngine:
 
     # -- ingestion ----------------------------------------------------------
 
-    def _submit(self, raw: bytes) -> tuple[Any, bool]:
-        return self.relay.submit(raw, source="sync")
+    def _submit(self, raw: bytes) -> tuple[Record, bool]:
+        record, created = self.relay.submit(raw, source="sync")
+        return record, created
 
     def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, Any],
                 st: PeerState, result: PassResult) -> None:
@@ -548,7 +551,8 @@ class SyncEngine:
         except (ProtocolError, TypeError, ValueError) as exc:
             self._rejected(st, result, str(envelope.get("hash")), f"invalid_event: {exc}")
             return
-        event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+        claimed = envelope.get("hash")
+        event_id = claimed if isinstance(claimed, str) else "?"
         outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, raw, st, result)
         if outcome == "accepted":
             result.accepted += 1
