@@ -24,6 +24,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.kip.follower import KipFollower
     from akrelay.kip.runtime import KipRuntime
     from akrelay.relay.core import Relay
@@ -161,10 +162,10 @@ class KipComponent:
             raise RuntimeError("only a relay with a data directory has a KIP nexus file")
         return reindex(self.relay.store, self.gateway.data_dir, origin=self.relay.config.origin)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return kip_http.routes(self.gateway.handle)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """The extension member advertising the KIP endpoint (clients ignore unknown members)."""
         origin = self.relay.config.origin
         return {"kip": {

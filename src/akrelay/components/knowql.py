@@ -21,6 +21,7 @@ from akrelay.knowql.service import KnowqlService
 from akrelay.settings import Settings, SettingsError
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.knowql.store import TurnStore
     from akrelay.relay.core import Relay
 
@@ -95,8 +96,8 @@ class KnowqlComponent:
         if service is not None:
             service.close()
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         return discovery(self.relay, self.settings)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return knowql_http.routes(self)

@@ -16,6 +16,7 @@ from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -84,9 +85,9 @@ class SearchComponent:
             raise RuntimeError("only a relay with a data directory has a search index to rebuild")
         return reindex(self.relay, data_dir)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return search_http.routes(self.relay.config.search_path, lambda: self.service)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
         return discovery_members(self.relay.config)
