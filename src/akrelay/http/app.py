@@ -67,7 +67,7 @@ class Node(Protocol):
     def stop(self) -> None: ...
 
 
-def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
+def core_routes(node: Node, submitter: SubmitEndpoint) -> list[BaseRouteHandler]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
     relay = node.relay
     discovery_body = msgspec.json.encode(node.discovery())
@@ -141,6 +141,7 @@ class RelayApp(Litestar):
     read_body: "BodyReader | None" = None  # set by build_app
     observer: "RequestObserver | None" = None  # set by build_app: latency metrics, JSON access log
 
+    # Loose types: Litestar's own __call__ takes any ASGI scope (lifespan too), and this override dispatches on it
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.observer is not None:
             await self.observer(self._serve, scope, receive, send)

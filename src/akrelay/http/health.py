@@ -29,6 +29,7 @@ from akrelay.http.errors import JSON, error_body
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.http")
@@ -112,7 +113,7 @@ class Readiness:
         self._pool.shutdown(wait=False)
 
 
-def health_routes(readiness: Readiness) -> list[Any]:
+def health_routes(readiness: Readiness) -> list[BaseRouteHandler]:
     """``/healthz`` (the process answers) and ``/readyz`` (started, and the store answers); HEAD too."""
 
     @get("/healthz", sync_to_thread=False, opt={"rate": "none"})

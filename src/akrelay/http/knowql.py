@@ -35,6 +35,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
 
 JSON = "application/json"
@@ -117,7 +118,7 @@ def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
         "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
 
 
-def routes(component: KnowqlHost) -> list[Any]:
+def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
     def current() -> KnowqlService:
         return component.service
 

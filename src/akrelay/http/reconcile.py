@@ -10,7 +10,7 @@ between rounds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from litestar import Request, post
@@ -23,6 +23,7 @@ __all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -32,7 +33,7 @@ def enabled(relay: Relay, settings: Settings) -> bool:
     return not getattr(settings, "no_reconcile", False) and index_of(relay.store) is not None
 
 
-def routes(relay: Relay, settings: Settings) -> list[Any]:
+def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
     if not enabled(relay, settings):
         return []
     index = index_of(relay.store)

@@ -7,7 +7,7 @@ component that opens the service is :class:`akrelay.components.search.SearchComp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import anyio.to_thread
 from litestar import Request, post
@@ -17,10 +17,11 @@ from litestar.response.base import ASGIResponse
 from akrelay.http.errors import JSON
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.search import SearchService
 
 
-def routes(path: str, service: Callable[[], SearchService]) -> list[Any]:
+def routes(path: str, service: Callable[[], SearchService]) -> list[BaseRouteHandler]:
     """The search route at ``path``; ``service`` is the running service (503 before start or after stop)."""
 
     @post(path, status_code=200)

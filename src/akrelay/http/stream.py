@@ -52,6 +52,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -276,12 +277,12 @@ class PushStream:
                              total=getattr(settings, "push_streams", 256),
                              poll=getattr(settings, "push_poll", 0.1) if fallback else SAFETY_POLL)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         if not self.enabled:
             return {}
         return {"features": [PUSH], "endpoints": {"stream": self.relay.config.origin + STREAM_PATH}}
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         if not self.enabled:
             return []
         hub, relay = self.hub, self.relay

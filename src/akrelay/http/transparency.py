@@ -23,13 +23,14 @@ from akrelay.relay.transparency import WITNESS_PATH
 from akrelay.relay.witnessing import ADD_CHECKPOINT_PATH
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.transparency import TransparencyLog
 
 TEXT = "text/plain"  # Litestar appends "; charset=utf-8"
 
 
 def routes(tlog: TransparencyLog, *, offload: bool, cosigned: Callable[[str], str | None],
-           add_checkpoint: Callable[[bytes], str]) -> list[Any]:
+           add_checkpoint: Callable[[bytes], str]) -> list[BaseRouteHandler]:
     """The log's routes. ``offload``: the store blocks (run reads in a thread); ``cosigned(origin)``: the
     cosigned checkpoint of that log, if any; ``add_checkpoint(body)``: the witness's cosignature lines."""
 
