@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
@@ -52,7 +52,7 @@ class Gateway:
         self._follower: KipFollower | None = None
         self._lock = threading.Lock()
         self._opener: threading.Thread | None = None
-        self._unlisten: Any = None
+        self._unlisten: Callable[[], None] | None = None
         self._running = False
         self.data_dir = relay.data_dir
         preload()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.http import search as search_http
 from akrelay.http.lifecycle import NotRunning
@@ -49,7 +49,7 @@ class SearchComponent:
         self.follow = follow
         self._service: SearchService | None = None
         self._create = threading.Lock()
-        self._unlisten: Any = None
+        self._unlisten: Callable[[], None] | None = None
 
     @property
     def service(self) -> SearchService:

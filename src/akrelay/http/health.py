@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from litestar import get
 from litestar.response.base import ASGIResponse
@@ -55,7 +55,7 @@ class Readiness:
         self.opening = opening
         self._checked = float("-inf")
         self._problem: str | None = None
-        self._probe: asyncio.Future[Any] | None = None
+        self._probe: asyncio.Future[None] | None = None
         self._probe_started = 0.0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="akrelay-readyz")
 

@@ -361,7 +361,7 @@ class Relay:
         return record
 
     @staticmethod
-    def _check_id(event_id: Any) -> None:
+    def _check_id(event_id: object) -> None:
         b64decode_canonical(event_id, length=32, code="invalid_request", what="event ID")
 
     # -- query (§9.3) ----------------------------------------------------------
