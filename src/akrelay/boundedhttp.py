@@ -13,6 +13,7 @@ from __future__ import annotations
 import ssl
 import threading
 from contextlib import contextmanager
+# Loose types: httpcore's get_extra_info and socket options are untyped upstream.
 from typing import Any, Callable, Iterator
 
 import httpcore

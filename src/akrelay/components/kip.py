@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import threading
+# Loose types: the KIP response envelope and the reindex summary as the KIP runtime returns them.
 from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS

@@ -7,6 +7,7 @@ routes, ``POST /query`` and its companions, are :mod:`akrelay.http.knowql`.
 from __future__ import annotations
 
 import threading
+# Loose types: the search service seen by KnowQL (an optional component) and its callables.
 from typing import TYPE_CHECKING, Any, Callable
 
 import anyio

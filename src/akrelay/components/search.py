@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+# Loose types: the search service's options by keyword, as SearchService takes them.
 from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.http import search as search_http

@@ -11,6 +11,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+# Loose types: Peer field values by keyword (make_peer, with_changes), checked by Peer itself.
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 

@@ -33,6 +33,8 @@ import base64
 import logging
 import time
 from dataclasses import dataclass, field
+# Loose types: the sync options and pass result of the engine seam (a Protocol here: no import cycle),
+# a store probed for the reconciliation index, and the discovery member built here.
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError

@@ -23,6 +23,7 @@ and ``<p>token`` (:class:`~akrelay.leader.RedisLease`):
 from __future__ import annotations
 
 import json
+# Loose types: redis-py connection options and replies.
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from akrelay.federation.state import PeerState, PendingEntry

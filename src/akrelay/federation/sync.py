@@ -26,6 +26,8 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+# Loose types: records and envelopes of a peer's page after check_query_shape / check_batch_shape
+# checked their shape (validated again by the relay's acceptance), and the transport's parsed pages.
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import msgspec

@@ -77,7 +77,7 @@ def is_public_address(address: str) -> bool:
 def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Resolver) -> list[str]:
     """The addresses of ``host``, refusing any non-public one unless the peer allows it.
 
-    Any single private answer is enough to refuse: a name that mixes public and
+    A single private answer is enough to refuse: a name that mixes public and
     private addresses is the usual shape of a rebinding attempt.
     """
     try:

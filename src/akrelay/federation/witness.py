@@ -20,6 +20,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
+# Loose types: a witnessed checkpoint record as kept in SQLite or Redis (JSON).
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError

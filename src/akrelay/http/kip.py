@@ -11,6 +11,7 @@ budget (``--kip-budget-ms``) never stalls the event loop or other routes.
 
 from __future__ import annotations
 
+# Loose types: the KIP response envelope as the runtime returns it.
 from typing import TYPE_CHECKING, Any, Callable
 
 import anyio

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+# Loose types: KnowQL documents (requests, turns, SSE frames) are checked by akrelay.knowql's own
+# models; the HTTP layer only encodes what they return.
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import anyio

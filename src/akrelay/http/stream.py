@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 from collections import Counter
+# Loose types: ``call`` runs any blocking function of the relay in a thread and returns its result.
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import anyio

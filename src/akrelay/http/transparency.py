@@ -9,6 +9,7 @@ and runs its signer is :class:`akrelay.components.log.LogComponent`.
 
 from __future__ import annotations
 
+# Loose types: the log's JSON answers as akrelay.relay.transparency builds them.
 from typing import TYPE_CHECKING, Any, Callable
 
 import anyio

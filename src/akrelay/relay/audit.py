@@ -9,7 +9,7 @@ What is checked, each step with the sans-I/O core (:mod:`akrelay.protocol.merkle
 3. with ``full``: the root recomputed from every entry of ``/v1/knowledge/log``, and
    every record that is not withheld fetched (by batches) and matched to its entry.
 
-Any mismatch raises :class:`AuditFailure` saying what and where; the state file
+Every mismatch raises :class:`AuditFailure` saying what and where; the state file
 is written only after every check passed.
 """
 
@@ -21,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+# Loose types: a relay's JSON answers as the client returns them, each member checked where read.
 from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.protocol import merkle
