@@ -37,6 +37,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
+    from akrelay import jsontypes
     from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
 
@@ -70,7 +71,7 @@ def resolve_version(value: str | None) -> str:
                       f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
 
 
-def parse_body(raw: bytes) -> Any:
+def parse_body(raw: bytes) -> jsontypes.JSON:
     """The request document under the strict JSON rules of every other endpoint (I-JSON, RFC 7493).
 
     ``akrelay.protocol.ijson.parse_strict``, as ``POST /v1/knowledge/events`` and the
@@ -86,7 +87,7 @@ def parse_body(raw: bytes) -> Any:
         raise bad_request(f"the body is not strict JSON: {exc.message}") from None
 
 
-def _json_response(body: Any, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
+def _json_response(body: object, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
     return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
                         headers={VERSION_HEADER: version, **(headers or {})})
 
@@ -263,7 +264,7 @@ def _with(doc: Any, **changes: Any) -> Any:
     return replace(doc, **changes)
 
 
-def discovery(relay: Relay, settings: Settings) -> dict[str, Any]:
+def discovery(relay: Relay, settings: Settings) -> dict[str, object]:
     """The ``knowql`` member: version, endpoint, API versions and contexts."""
     origin = relay.config.origin
     registry = ContextRegistry.load(origin, getattr(settings, "knowql_contexts", None) or None)
