@@ -15,8 +15,7 @@ Building a backend does no I/O: a Redis client connects on its first command.
 from __future__ import annotations
 
 from pathlib import Path
-import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from akrelay.federation.leadership import LEASE_TTL, Leadership, federation_lock
 from akrelay.federation.state import STATE_FILE, FederationState, StateStore
@@ -39,14 +38,12 @@ def relay_config(settings: Settings) -> RelayConfig:
     Operator options of other areas (search, peers, KIP) stay in ``Settings``;
     they reach discovery through the components, not through here.
     """
-    candidates: dict[str, Any] = dict(
+    return RelayConfig(
         origin=settings.origin,
         max_envelope_bytes=settings.max_envelope_bytes,
         options=ValidationOptions(allow_legacy_retract=not settings.refuse_legacy_retract),
         licence_allowlist=licence_allow_list(settings),
     )
-    fields = {f.name for f in dataclasses.fields(RelayConfig)}
-    return RelayConfig(**{k: v for k, v in candidates.items() if k in fields})
 
 
 class Backend:
@@ -87,6 +84,10 @@ class Backend:
 
     def federation_state(self) -> StateStore | None:
         """The federation state for reading (status, ``/metrics``, witnessed checkpoints); ``None``: none kept yet."""
+        raise NotImplementedError
+
+    def witness_state(self) -> WitnessState:
+        """Where this node keeps the checkpoints it cosigned as a witness (the log component's)."""
         raise NotImplementedError
 
     def rate_limits(self) -> RateLimits:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ssl
 import threading
 from contextlib import contextmanager
+# Loose types: httpcore's get_extra_info and socket options are untyped upstream.
 from typing import Any, Callable, Iterator
 
 import httpcore
@@ -24,10 +25,11 @@ request_deadline = threading.local()
 
 def budget(timeout: float | None, error: type[Exception]) -> float | None:
     """``timeout`` cut to what is left of this thread's request deadline; ``error`` once it has passed."""
-    at = getattr(request_deadline, "at", None)
+    at: float | None = getattr(request_deadline, "at", None)
     if at is None:
         return timeout
-    left = at - request_deadline.clock()
+    clock: Callable[[], float] = request_deadline.clock
+    left = at - clock()
     if left <= 0:
         raise error("the request deadline has passed")
     return left if timeout is None else min(timeout, left)

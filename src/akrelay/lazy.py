@@ -10,9 +10,11 @@ import importlib
 from typing import Any, Callable
 
 
-def lazy_exports(package: str, namespace: dict[str, Any], exports: dict[str, str]) -> Callable[[str], Any]:
+def lazy_exports(package: str, namespace: dict[str, object], exports: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package``: ``exports`` maps a name to the submodule defining it."""
 
+    # Loose types: a module ``__getattr__`` hands back whatever the submodule defines (mypy types the names
+    # from the package's own imports, so object here would only hide them)
     def attribute(name: str) -> Any:
         module = exports.get(name)
         if module is None:

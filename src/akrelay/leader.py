@@ -22,9 +22,12 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.store.leader_lock import LeaderLock
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["LEASE_KEY", "TOKEN_KEY", "LeaderLock", "LeadershipLost", "LeaseKeeper", "RedisLease"]
 
@@ -78,7 +81,7 @@ class RedisLease:
     hands it over at once. The same ``acquire`` / ``held`` / ``release`` as :class:`LeaderLock`.
     """
 
-    def __init__(self, client: Any, prefix: str, *, ttl: float = 15.0, holder: str | None = None) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, *, ttl: float = 15.0, holder: str | None = None) -> None:
         self.client = client
         self.key, self.token_key = prefix + LEASE_KEY, prefix + TOKEN_KEY
         self.ttl = ttl
@@ -127,7 +130,7 @@ class RedisLease:
     def current(self) -> tuple[int, str] | None:
         """The lease's holder and token as Redis has them (for status and logs), or ``None``."""
         value = self.client.get(self.key)
-        if not value or b" " not in value:
+        if not isinstance(value, bytes) or b" " not in value:  # the client does not decode replies
             return None
         token, holder = value.decode().split(" ", 1)
         return int(token), holder

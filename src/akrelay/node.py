@@ -29,6 +29,7 @@ from akrelay.store.base import BackgroundStore
 from akrelay.store.follow import set_max_defer
 
 if TYPE_CHECKING:  # the component modules are imported when a node builds one (issue 25: start-up time)
+    from litestar.handlers import BaseRouteHandler
     from akrelay.components.kip import KipComponent
     from akrelay.components.knowql import KnowqlComponent
     from akrelay.components.sync import SyncComponent
@@ -52,11 +53,11 @@ class Component(Protocol):
     #: the settings (``akrelay.settings.OPTIONS`` names) it reads
     options: tuple[str, ...]
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         """Litestar route handlers to mount (none for a background-only component)."""
         ...
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """Members merged into the §9.2 document (see :func:`merge_discovery`)."""
         ...
 
@@ -84,10 +85,10 @@ class StoreComponent:
         self.relay = relay
         self.background = background
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return []
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         return {}
 
     def start(self) -> None:
@@ -290,6 +291,7 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     return registry.build(assembly, names)
 
 
+# Loose types: discovery documents are merged member by member, each kind (list, map, value) as found.
 def merge_discovery(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """Merge a component's members: lists and maps extend the relay's, other members are set."""
     for key, value in extra.items():
@@ -400,11 +402,11 @@ class RelayNode:
 
         return self.component("knowql", KnowqlComponent)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         """Every component's routes (the core §9.1 routes are the HTTP app's own)."""
         return [route for component in self.components for route in component.routes()]
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """The relay's §9.2 document plus every component's members."""
         doc = dict(self.relay.discovery())
         for component in self.components:
@@ -457,7 +459,7 @@ class RelayNode:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

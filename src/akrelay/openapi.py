@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+# Loose types: the OpenAPI document is nested literals built and edited by key path (doc["paths"][p]["get"]);
+# as JSON every step would need an isinstance, and the document is checked whole by tests/test_openapi.py.
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from litestar import get
 from litestar.response.base import ASGIResponse
+
+if TYPE_CHECKING:
+    from litestar.handlers import HTTPRouteHandler
+
+    from akrelay.relay.core import Relay
+    from akrelay.settings import Settings
 
 SCHEMA_FILE = "agent-knowledge-1.0.schema.json"
 OPENAPI_PATH = "/openapi.json"
@@ -24,7 +32,8 @@ DOCS_PATH = "/docs"
 
 
 def agent_knowledge_schema() -> dict[str, Any]:
-    return json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
+    schema: dict[str, Any] = json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
+    return schema
 
 
 def _rebase(node: Any) -> Any:
@@ -101,7 +110,7 @@ OWN_SCHEMAS.update({
 })
 
 KNOWQL_ERROR = _json(ref("ErrorBody"), "Refused (seed 000 §9.4 error body)")
-SSE = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
+SSE: dict[str, Any] = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
        "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 
 
@@ -119,7 +128,7 @@ def _query_params() -> list[dict[str, Any]]:
     return params
 
 
-def openapi_document(relay: Any, settings: Any, present: dict[str, bool] | None = None) -> dict[str, Any]:
+def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] | None = None) -> dict[str, Any]:
     """The document for this relay's configuration (extension routes only when they are served)."""
     source = agent_knowledge_schema()
     schemas = {name: _rebase(schema) for name, schema in source["$defs"].items()}
@@ -355,7 +364,7 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return target.rsplit("/", 1)[-1] if target else str(schema.get("type", "any"))
 
 
-def routes(relay: Any, settings: Any, present: dict[str, bool] | None = None) -> list[Any]:
+def routes(relay: Relay, settings: Settings, present: dict[str, bool] | None = None) -> list[HTTPRouteHandler]:
     from akrelay.explorer.html import SECURITY_HEADERS
 
     doc = openapi_document(relay, settings, present)

@@ -6,11 +6,13 @@ Reads the node's search, KIP and KnowQL components and its federation state thro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from akrelay.observability.sources import Sources
 
 if TYPE_CHECKING:  # annotations only
+    from litestar import Response
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -26,7 +28,7 @@ class WebComponent:
         self.present = {"search": self.sources.search is not None, "kip": self.sources.kip is not None,
                         "knowql": self.sources.knowql is not None, "log": log}
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         from akrelay import openapi
         from akrelay.explorer import routes as explorer
         from akrelay.observability import routes as metrics
@@ -35,7 +37,7 @@ class WebComponent:
                 + metrics.routes(self.relay, self.settings, self.sources)
                 + openapi.routes(self.relay, self.settings, self.present))
 
-    def error_page(self, path: str, status: int, allow: str | None) -> Any:
+    def error_page(self, path: str, status: int, allow: str | None) -> Response[bytes] | None:
         """The explorer's HTML page for a 404 or 405 under ``/explorer`` (see ``akrelay.http.errors``)."""
         if getattr(self.settings, "no_explorer", False):
             return None
@@ -43,7 +45,7 @@ class WebComponent:
 
         return error_page(path, status, allow)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         return {}
 
     def start(self) -> None:

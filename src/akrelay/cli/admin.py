@@ -18,7 +18,7 @@ from akrelay.cli.store import add_store_arguments, store_values
 from akrelay.protocol.errors import ProtocolError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, hidden, text in (
         ("withhold", True, "hide a retained event from public reads (lookup not_found, omitted from queries, "
                            "missing in batch) without deleting it"),

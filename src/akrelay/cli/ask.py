@@ -11,17 +11,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+# Loose types: a KnowQL turn document or stream event as the relay sent it; the printers read optional
+# members with .get() and show them as text, so nothing is narrowed first.
 from typing import Any
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.search import EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
 from akrelay.cli.terminal import dumps, printable
+from akrelay.jsontypes import JSONObject
 
 DEFAULT_SCOPE = "knowledge"
 EXIT_FAILED = 4
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "ask", help="ask the relay's knowledge a question (KnowQL POST /query); prints a cited answer",
         description="Run one KnowQL turn. The answer streams as it is composed, followed by its citations and "
@@ -38,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_ask)
 
 
-def build_document(args: argparse.Namespace) -> dict[str, Any]:
-    doc: dict[str, Any] = {"ask": args.question}
+def build_document(args: argparse.Namespace) -> JSONObject:
+    doc: JSONObject = {"ask": args.question}
     if args.session:
         doc["session_id"] = args.session
     else:

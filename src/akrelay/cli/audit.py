@@ -11,7 +11,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from akrelay.client import RelayClient
 
 EXIT_MISMATCH, EXIT_USAGE = 1, 2
 
@@ -21,7 +24,7 @@ def default_state() -> Path:
     return Path(base) / "akrelay" / "audit.json"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "audit", help="verify a relay's signed Merkle log: signature, consistency, and (--full) every record",
         description="Fetch the relay's checkpoint, verify its signature (discovery's key or --key), check it is "
@@ -175,7 +178,8 @@ def cmd_witness(args: argparse.Namespace) -> int:
     return 0
 
 
-def prove(client: Any, record: dict[str, Any], *, wait: float = 15.0) -> str:
+# Loose types: a record as the client checked it (validate_record), read by key
+def prove(client: RelayClient, record: dict[str, Any], *, wait: float = 15.0) -> str:
     """``get/submit --prove``: wait (up to ``wait`` s) for a checkpoint covering ``record``, verify its inclusion.
 
     Returns a one-line summary; raises :class:`akrelay.relay.audit.AuditFailure` on a mismatch.

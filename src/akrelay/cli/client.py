@@ -20,6 +20,8 @@ from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
     from akrelay.client import RelayClient
+    from akrelay.jsontypes import JSON, JSONObject
+    from akrelay.protocol.signer import NonceClock, Signer
 
 DEFAULT_RELAY = "https://localhost:8443"
 EVENT_TYPES = ("publish", "assess", "retract")
@@ -109,7 +111,7 @@ def relay_args(parser: argparse.ArgumentParser) -> None:
                         help="PEM certificate to trust, e.g. the relay's self-signed tls-cert.pem [env AKRELAY_CACERT]")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("keygen", help="create an Ed25519 agent key file",
                               description="Create an Ed25519 key file (JSON, mode 0600) and print its Agent ID.")
     p.add_argument("key", metavar="KEY_FILE", help="path of the key file to create")
@@ -201,7 +203,7 @@ def _write_private(path: Path, text: str, force: bool) -> None:
         fh.write(text)
 
 
-def load_signer(path: str | os.PathLike[str]) -> Any:
+def load_signer(path: str | os.PathLike[str]) -> Signer:
     from akrelay.protocol.b64 import b64decode_canonical
     from akrelay.protocol.signer import Signer
 
@@ -234,7 +236,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_json_file(name: str) -> Any:
+def _read_json_file(name: str) -> JSON:
     from akrelay.protocol.ijson import parse_strict
 
     try:
@@ -246,7 +248,7 @@ def _read_json_file(name: str) -> Any:
         raise SystemExit(_fail(f"{name} is not strict JSON: {exc.message}"))
 
 
-def _nonce_clock(key: str) -> tuple[Any, Path]:
+def _nonce_clock(key: str) -> tuple[NonceClock, Path]:
     """The key's nonce clock, resumed from ``KEY_FILE.nonce`` beside it."""
     from akrelay.protocol.signer import NonceClock
 
@@ -259,13 +261,13 @@ def _nonce_clock(key: str) -> tuple[Any, Path]:
         raise SystemExit(_fail(f"cannot read nonce state {state}: {exc}"))
 
 
-def _save_nonce(clock: Any, state: Path) -> None:
+def _save_nonce(clock: NonceClock, state: Path) -> None:
     tmp = state.with_suffix(".nonce.tmp")
     tmp.write_text(str(clock.peek()), encoding="ascii")
     os.replace(tmp, state)
 
 
-def _apply_target(args: argparse.Namespace, payload: dict[str, Any]) -> None:
+def _apply_target(args: argparse.Namespace, payload: JSONObject) -> None:
     """``--target`` fills the event ID an assessment or retraction points at."""
     from akrelay.protocol.payload import is_canonical_id
 
@@ -315,7 +317,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
 # -- relay operations --------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> RelayClient:
     from akrelay.client import RelayClient
 
     return RelayClient(args.relay, cacert=args.cacert)
@@ -345,7 +347,7 @@ def _run(args: argparse.Namespace, action: Callable[[RelayClient], int]) -> int:
         return EXIT_USAGE
 
 
-def _print(value: Any) -> None:
+def _print(value: object) -> None:
     """One JSON value on one line, every non-printable character escaped (records come from a relay)."""
     from akrelay.cli.terminal import dumps
 
@@ -429,7 +431,11 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    return _run(args, lambda client: (_print(client.batch(args.event_ids)), 0)[1])
+    def batch(client: RelayClient) -> int:
+        _print(client.batch(args.event_ids))
+        return 0
+
+    return _run(args, batch)
 
 
 def _fail(message: str) -> int:

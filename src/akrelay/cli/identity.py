@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from akrelay.protocol.agent_id import agent_id_from_public_key
 from akrelay.protocol.b64 import b64decode_canonical
@@ -22,7 +22,7 @@ from akrelay.protocol.ijson import parse_strict
 # loads none of their dependencies; issue 25).
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "identity",
         help="Agent Identity tools: JCS bytes, event IDs, envelope checks, Agent IDs",
@@ -61,7 +61,7 @@ def _fail(code: str, message: str) -> int:
     return 1
 
 
-def _load(name: str) -> Any:
+def _load(name: str) -> object:
     try:
         data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
@@ -69,7 +69,7 @@ def _load(name: str) -> Any:
     return parse_strict(data)
 
 
-def _canonical_output(produce: Any) -> int:
+def _canonical_output(produce: Callable[[], object]) -> int:
     """Run ``produce()`` (which prints), mapping the core's refusals to exit code 1."""
     from akrelay.protocol.jcs import JCSError
 

@@ -13,16 +13,20 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
 from akrelay.cli.terminal import dumps
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
+from akrelay.jsontypes import JSON, JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    from akrelay.node import RelayNode
 
 DEFAULT_DATA = "./akrelay-data"
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("kip", help="run a KIP META/KQL command against the relay's nexus",
                               description="Run one KIP command (read-only) and print the response envelope.")
     p.add_argument("command_text", metavar="COMMAND", help="e.g. 'DESCRIBE PRIMER' or 'SEARCH CONCEPT \"cache\"'")
@@ -63,7 +67,8 @@ def register(subparsers: Any) -> None:
         def reindex_either(args: argparse.Namespace) -> int:
             if args.kip:
                 return run_reindex(args)
-            return search_handler(args)
+            status: int = search_handler(args)
+            return status
 
         existing.set_defaults(handler=reindex_either)
     else:
@@ -75,7 +80,7 @@ def register(subparsers: Any) -> None:
         rr.set_defaults(handler=run_reindex)
 
 
-def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> Any:
+def open_node(data: str, args: argparse.Namespace, command: str = "akrelay") -> RelayNode:
     """The data directory's relay with only its KIP component, or a clear exit if there is no store.
 
     The KIP Space id embeds the relay's origin, so the origin is ``--origin`` or the one
@@ -111,7 +116,7 @@ def run_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_params(items: list[str], command: str = "akrelay kip") -> dict[str, Any]:
+def parse_params(items: list[str], command: str = "akrelay kip") -> JSONObject:
     """``NAME=VALUE`` bindings: VALUE is strict I-JSON, or else taken as a bare string.
 
     A value that starts like a JSON array, object or string but is not I-JSON
@@ -120,7 +125,7 @@ def parse_params(items: list[str], command: str = "akrelay kip") -> dict[str, An
     from akrelay.protocol.errors import ProtocolError
     from akrelay.protocol.ijson import parse_strict
 
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for item in items:
         name, sep, value = item.partition("=")
         name = name.lstrip(":")
@@ -160,7 +165,7 @@ def _budget_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: float = 60.0) -> tuple[int, Any]:
+def post_kip(args: argparse.Namespace, request: JSONMapping, *, timeout: float = 60.0) -> tuple[int, JSON]:
     """POST a KIP request envelope to ``--relay``; ``(HTTP status, decoded body or None)``."""
     import httpx
 
@@ -183,7 +188,7 @@ def post_kip(args: argparse.Namespace, request: dict[str, Any], *, timeout: floa
 
 
 def run_kip(args: argparse.Namespace) -> int:
-    request = {"kip": "2.0", "operations": [{"command": args.command_text, "parameters": parse_params(args.param)}]}
+    request: JSONObject = {"kip": "2.0", "operations": [{"command": args.command_text, "parameters": parse_params(args.param)}]}
     if args.relay:
         status, body = post_kip(args, request, timeout=30)
         if not isinstance(body, dict):
@@ -200,7 +205,7 @@ def run_kip(args: argparse.Namespace) -> int:
         runtime = node.kip.gateway.read_once()
         if args.belief:
             try:
-                out: Any = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
+                out: object = runtime.project_capsule(args.command_text, policy=args.policy, as_of=args.as_of)
                 status = 0
             except KipError as exc:
                 out, status = {"error": exc.to_wire()}, 1

@@ -11,14 +11,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 # The checks are imported by the command that runs them (``akrelay --help`` loads none; issue 25).
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("knowledge", help="offline Agent Knowledge checks (validate, view, evidence, terms)",
                                    description="Offline Agent Knowledge checks with the relay's own protocol core.")
     sub = parser.add_subparsers(dest="knowledge_command", metavar="SUBCOMMAND", required=True)
@@ -48,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _error_line(name: str, exc: ProtocolError) -> str:
-    body: dict[str, Any] = {"file": name, "code": exc.code, "message": exc.message}
+    body: dict[str, object] = {"file": name, "code": exc.code, "message": exc.message}
     if exc.data is not None:
         body["data"] = exc.data
     return json.dumps(body, ensure_ascii=False)
@@ -63,7 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from akrelay.protocol.timestamps import check_created_at
 
     options = ValidationOptions(allow_legacy_retract=not args.strict_retract)
-    known: dict[str, Any] = {}
+    known: dict[str, Envelope] = {}
     failures = 0
     for name in args.files:
         try:

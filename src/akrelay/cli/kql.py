@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+# Loose types: the KIP response envelope as a relay (or the local runtime) wrote it. The printer reads
+# optional members with .get() and prints whatever JSON it finds, so nothing is narrowed first.
 from typing import Any
 
 from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_node, parse_params, post_kip
 from akrelay.cli.terminal import dumps, printable
+from akrelay.jsontypes import JSONObject
 
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("kql", help="run a KIP KQL query against the relay's nexus",
                               description="Run one read-only KQL query and print its rows.")
     p.add_argument("query", metavar="QUERY", help="e.g. 'FIND(?c.name) WHERE { ?c {type: \"KnowledgeCapsule\"} }'")
@@ -31,12 +34,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run_kql)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     """A compact table cell, one line, shown as stored (no control character reaches the terminal)."""
     return printable(_cell_text(value), keep="")
 
 
-def _cell_text(value: Any) -> str:
+def _cell_text(value: object) -> str:
     """Elements by kind and id, beliefs by status, JSON otherwise."""
     if value is None:
         return "null"
@@ -93,21 +96,24 @@ def _emit(entry: dict[str, Any], as_json: bool) -> int:
 
 def run_kql(args: argparse.Namespace) -> int:
     params = parse_params(args.param, "akrelay kql")
-    request = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
+    envelope: JSONObject
+    request: JSONObject = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
     if args.relay:
-        status, envelope = post_kip(args, request)
-        if not isinstance(envelope, dict):
+        status, body = post_kip(args, request)
+        if not isinstance(body, dict):
             if status:
                 print(f"akrelay kql: {args.relay} answered HTTP {status} without a KIP response envelope",
                       file=sys.stderr)
             return 1
+        envelope = body
     else:
         node = open_node(args.data or DEFAULT_DATA, args, "akrelay kql")
         try:
             _, envelope = node.kip.gateway.read_once().execute(request)
         finally:
             node.stop()
-    if envelope.get("results"):
-        return _emit(envelope["results"][0], args.json)
-    _print_error(envelope.get("error") or {"code": "InternalError", "message": "no result"})
+    results, error = envelope.get("results"), envelope.get("error")
+    if isinstance(results, list) and results and isinstance(results[0], dict):
+        return _emit(results[0], args.json)
+    _print_error(error if isinstance(error, dict) and error else {"code": "InternalError", "message": "no result"})
     return 1

@@ -8,13 +8,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.backend import Backend
+    from akrelay.node import RelayNode
+    from akrelay.settings import Settings
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     peers = subparsers.add_parser(
         "peers", help="edit the peer configuration file and show per-peer sync status",
         description="Edit a peer file (TOML, see peers/README.md) or show the sync state kept in a data directory.")
@@ -57,7 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     clear.add_argument("origin", metavar="ORIGIN", help="the peer's origin, as `peers status` shows it")
     _state_arguments(clear)
     clear.set_defaults(handler=cmd_clear)
-    peers.set_defaults(handler=lambda args: (peers.print_help(), 0)[1])
+    def usage(args: argparse.Namespace) -> int:
+        peers.print_help()
+        return 0
+
+    peers.set_defaults(handler=usage)
 
     from akrelay.settings import add_arguments
 
@@ -177,8 +184,8 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _when(ms: int | None) -> str:
-    if not ms:
+def _when(ms: object) -> str:
+    if not ms or not isinstance(ms, (int, float)):
         return "never"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
@@ -282,7 +289,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reconcile(settings: Any, node: Any, only: str | None, args: argparse.Namespace | None = None) -> int:
+def _reconcile(settings: Settings, node: RelayNode, only: str | None, args: argparse.Namespace | None = None) -> int:
     """``akrelay sync --reconcile``: progress on stderr, one summary line per peer on stdout."""
     from akrelay.federation.peers import PeerConfigError
     from akrelay.federation.reconcile import ReconcileResult, parse_filter

@@ -17,6 +17,7 @@ from typing import Any
 from akrelay.cli.client import relay_args
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
 from akrelay.cli.terminal import dumps, printable
+from akrelay.jsontypes import JSONObject
 from akrelay.protocol.errors import ProtocolError
 
 # Exit codes, as for the other client commands: 1 refused, 2 usage/local error, 3 bad response.
@@ -24,7 +25,7 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_RESPONSE = 1, 2, 3
 _INTEGER_FILTERS = ("created_from", "created_before")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "search", help="ranked search on a relay (Knowledge §9.5); prints hits and coverage",
         description="Run one ranked search and print the hits in relevance order with the coverage the relay "
@@ -51,10 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_reindex)
 
 
-def build_request(text: str, mode: str, filters: list[str], limit: int | None) -> dict[str, Any]:
+def build_request(text: str, mode: str, filters: list[str], limit: int | None) -> JSONObject:
     """The JSON request body from command-line values (validation is the relay's job)."""
-    body: dict[str, Any] = {"text": text, "mode": mode}
-    parsed: dict[str, Any] = {}
+    body: JSONObject = {"text": text, "mode": mode}
+    parsed: JSONObject = {}
     for item in filters:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -74,7 +75,7 @@ def build_request(text: str, mode: str, filters: list[str], limit: int | None) -
     return body
 
 
-def format_page(page: dict[str, Any]) -> str:
+def format_page(page: dict[str, Any]) -> str:  # Loose types: a page already checked by the client (validate_search_response)
     """A listing: one header with ranking and coverage, then one line per hit."""
     coverage = page["coverage"]
     state = "exhaustive" if coverage["exhaustive"] else "NOT exhaustive (" + ", ".join(coverage["reasons"]) + ")"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from akrelay.settings import ENV_PREFIX, SettingsError, add_arguments, load_settings
+from akrelay.optionkit import ENV_PREFIX
+from akrelay.settings import SettingsError, add_arguments, load_settings
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the relay (HTTPS, SQLite store in the data directory)",

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from akrelay.settings import Settings
 
 #: The settings (``akrelay.settings.OPTIONS``) that say where the log is.
 STORE_OPTIONS = ("store", "store_namespace", "accept_weak_durability")
@@ -21,7 +25,7 @@ MIGRATE_PAGE = 500
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     """``--store``, ``--store-namespace`` and ``--accept-weak-durability``, as ``akrelay serve`` has them."""
-    from akrelay.settings import OPTIONS
+    from akrelay.optionkit import OPTIONS
 
     for name in STORE_OPTIONS:
         opt = OPTIONS[name]
@@ -32,12 +36,12 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(opt.flag, dest=name, default=None, metavar=opt.metavar, help=help_text)
 
 
-def store_values(args: argparse.Namespace) -> dict[str, Any]:
+def store_values(args: argparse.Namespace) -> dict[str, object]:
     """The store flags given on the command line, for ``load_settings``."""
     return {name: getattr(args, name, None) for name in STORE_OPTIONS}
 
 
-def missing_log(settings: Any) -> str | None:
+def missing_log(settings: Settings) -> str | None:
     """Why there is no acceptance log to open, or ``None`` (a Redis log is opened, and checked, as it is)."""
     from akrelay.backend import backend_class
 
@@ -47,7 +51,7 @@ def missing_log(settings: Any) -> str | None:
     return None if path.is_file() else f"no relay store in {settings.data_dir} (expected {path}, or give --store)"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("store", help="operate on the acceptance log (move it into Redis)",
                                    description="Operations on the relay's acceptance log.")
     sub = parser.add_subparsers(dest="store_command", metavar="ACTION", required=True)
@@ -99,7 +103,8 @@ class MigrationRefused(RuntimeError):
     """The target is not empty, or the source changed while it was copied."""
 
 
-def migrate(source_path: Any, url: str, *, namespace: str = "akrelay", accept_weak_durability: bool = False) -> dict[str, Any]:
+def migrate(source_path: str | os.PathLike[str], url: str, *, namespace: str = "akrelay",
+            accept_weak_durability: bool = False) -> dict[str, str | int]:
     """Copy the SQLite log at ``source_path`` into the empty Redis namespace; a summary of what was copied."""
     from akrelay.relay.core import CURSOR_SECRET_KEY
     from akrelay.store.redis.store import RedisStore, check_durability

@@ -13,7 +13,6 @@ the way ``repr`` shows it; only newline and tab pass, where text has lines.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 
 def _escape(ch: str) -> str:
@@ -27,14 +26,14 @@ def printable(text: str, *, keep: str = "\n\t") -> str:
     return "".join(ch if ch.isprintable() or ch in keep else _escape(ch) for ch in text)
 
 
-def dumps(value: Any, **options: Any) -> str:
+def dumps(value: object, *, indent: int | None = None, separators: tuple[str, str] | None = None) -> str:
     """JSON (``ensure_ascii=False``) in which every non-printable character is a ``\\uXXXX`` escape.
 
     The result is the same JSON value: JSON already escapes C0 controls inside
     strings, and the rest are escaped here the JSON way. Newlines outside strings
     (``indent``) are the layout, so they stay.
     """
-    text = json.dumps(value, ensure_ascii=False, **options)
+    text = json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
     if text.isprintable():
         return text
     out = []

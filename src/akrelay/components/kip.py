@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+# Loose types: the KIP response envelope and the reindex summary as the KIP runtime returns them.
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
@@ -24,6 +25,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.kip.follower import KipFollower
     from akrelay.kip.runtime import KipRuntime
     from akrelay.relay.core import Relay
@@ -51,7 +53,7 @@ class Gateway:
         self._follower: KipFollower | None = None
         self._lock = threading.Lock()
         self._opener: threading.Thread | None = None
-        self._unlisten: Any = None
+        self._unlisten: Callable[[], None] | None = None
         self._running = False
         self.data_dir = relay.data_dir
         preload()
@@ -161,10 +163,10 @@ class KipComponent:
             raise RuntimeError("only a relay with a data directory has a KIP nexus file")
         return reindex(self.relay.store, self.gateway.data_dir, origin=self.relay.config.origin)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return kip_http.routes(self.gateway.handle)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """The extension member advertising the KIP endpoint (clients ignore unknown members)."""
         origin = self.relay.config.origin
         return {"kip": {

@@ -7,6 +7,7 @@ routes, ``POST /query`` and its companions, are :mod:`akrelay.http.knowql`.
 from __future__ import annotations
 
 import threading
+# Loose types: the search service seen by KnowQL (an optional component) and its callables.
 from typing import TYPE_CHECKING, Any, Callable
 
 import anyio
@@ -21,6 +22,7 @@ from akrelay.knowql.service import KnowqlService
 from akrelay.settings import Settings, SettingsError
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.knowql.store import TurnStore
     from akrelay.relay.core import Relay
 
@@ -95,8 +97,8 @@ class KnowqlComponent:
         if service is not None:
             service.close()
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         return discovery(self.relay, self.settings)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return knowql_http.routes(self)

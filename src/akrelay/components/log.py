@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.http import transparency as log_http
 from akrelay.protocol.errors import ProtocolError
 from akrelay.relay.transparency import KEY_NAME, Ticker, TransparencyLog, load_or_create_key
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.federation.state import StateStore
     from akrelay.federation.witness import WitnessState
     from akrelay.relay.core import Relay
@@ -78,10 +79,10 @@ class LogComponent:
         if ticker is not None:
             ticker.stop()
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         return self.tlog.discovery(self.relay.config.origin) if self.tlog is not None else {}
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         if self.tlog is None:
             return []
         return log_http.routes(self.tlog, offload=bool(getattr(self.relay.store, "blocking_io", False)),

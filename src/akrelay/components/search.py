@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+# Loose types: the search service's options by keyword, as SearchService takes them.
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.http import search as search_http
 from akrelay.http.lifecycle import NotRunning
@@ -16,6 +17,7 @@ from akrelay.search import Budget, SearchService
 from akrelay.search.service import discovery_members, reindex
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -48,7 +50,7 @@ class SearchComponent:
         self.follow = follow
         self._service: SearchService | None = None
         self._create = threading.Lock()
-        self._unlisten: Any = None
+        self._unlisten: Callable[[], None] | None = None
 
     @property
     def service(self) -> SearchService:
@@ -84,9 +86,9 @@ class SearchComponent:
             raise RuntimeError("only a relay with a data directory has a search index to rebuild")
         return reindex(self.relay, data_dir)
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         return search_http.routes(self.relay.config.search_path, lambda: self.service)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
         return discovery_members(self.relay.config)

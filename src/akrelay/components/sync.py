@@ -10,13 +10,14 @@ endpoints are served either way: the push stream that peers subscribe to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.federation.peers import canonical_https_origin, distinct_origins, load_peers
 from akrelay.http.stream import PushStream
 from akrelay.settings import SettingsError
 
 if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) loads when it runs (issue 25)
+    from litestar.handlers import BaseRouteHandler
     from akrelay.federation.leadership import Leadership
     from akrelay.federation.runner import BackgroundSync
     from akrelay.federation.sync import PassResult
@@ -88,13 +89,13 @@ class SyncComponent:
             return []
         return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         """The push stream and ``POST /v1/knowledge/reconcile`` (issue 26), served with or without peers."""
         from akrelay.http import reconcile
 
         return self.push.routes() + reconcile.routes(self.relay, self.settings)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """The push stream, the reconcile endpoint, and up to 32 enabled peer origins (canonical, distinct,
         never our own)."""
         from akrelay.federation.reconcile import discovery

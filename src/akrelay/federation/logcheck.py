@@ -24,11 +24,17 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import Checkpoint, NoteError, open_checkpoint, parse_vkey
 from akrelay.store.tlog import leaf_of
+
+if TYPE_CHECKING:
+    from akrelay.federation.peers import Peer
+    from akrelay.federation.state import PeerState
+    from akrelay.federation.transport import PeerTransport
+    from akrelay.jsontypes import JSON
 
 CHECKPOINT_PATH = "/v1/knowledge/checkpoint"
 LOG_PATH = "/v1/knowledge/log"
@@ -39,18 +45,20 @@ COVER_WAIT = 3.0
 
 
 class LogMisbehaved(Exception):
-    def __init__(self, reason: str, evidence: dict[str, Any]) -> None:
+    def __init__(self, reason: str, evidence: dict[str, object]) -> None:
         super().__init__(reason)
         self.reason = reason
         self.evidence = evidence
 
 
-def _hash(text: Any, size: int, what: str) -> bytes:
+def _hash(text: object, size: int, what: str) -> bytes:
+    if not isinstance(text, str):
+        raise LogMisbehaved(f"{what} is not base64", {})
     try:
         raw = base64.urlsafe_b64decode(text + "=") if size == 43 else base64.b64decode(text, validate=True)
     except (binascii.Error, TypeError, ValueError):
         raise LogMisbehaved(f"{what} is not base64", {}) from None
-    if not isinstance(text, str) or len(raw) != 32:
+    if len(raw) != 32:
         raise LogMisbehaved(f"{what} is not a 32-byte hash", {})
     return raw
 
@@ -60,14 +68,14 @@ def log_name(origin: str) -> str:
 
 
 class _Fetch:
-    def __init__(self, transport: Any, origin: str) -> None:
+    def __init__(self, transport: PeerTransport, origin: str) -> None:
         self.transport = transport
         self.origin = origin
 
     def checkpoint(self) -> str:
         return str(self.transport.get_text(self.origin + CHECKPOINT_PATH))
 
-    def entries(self, start: int, limit: int) -> list[Any]:
+    def entries(self, start: int, limit: int) -> list[JSON]:
         page = self.transport.get_json(self.origin + LOG_PATH, {"start": str(start), "limit": str(limit)})
         entries = page.get("entries") if isinstance(page, dict) else None
         if not isinstance(entries, list):
@@ -83,10 +91,12 @@ class _Fetch:
         return [h for h in hashes if isinstance(h, str)] if isinstance(hashes, list) else []
 
 
-def check_pass(peer: Any, transport: Any, st: Any, pulled: dict[int, str], pass_start: int, snapshot: int,
+def check_pass(peer: Peer, transport: PeerTransport, st: PeerState, pulled: dict[int, str], pass_start: int, snapshot: int,
                batch: Callable[[list[str]], dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep,
                monotonic: Callable[[], float] = time.monotonic) -> int:
     """Verify the peer's log for this pass; return the seq up to which the pass is verified.
+
+    (``batch`` returns a batch page already checked by ``validate_batch_response``: hence loosely typed.)
 
     ``pulled`` maps the seq of every record the enumeration returned to its
     event hash (base64url); ``pass_start`` is the seq the enumeration started
@@ -95,6 +105,8 @@ def check_pass(peer: Any, transport: Any, st: Any, pulled: dict[int, str], pass_
     does not cover yet is pulled and checked again by the next pass.
     """
     fetch = _Fetch(transport, peer.origin)
+    if peer.log_key is None:
+        raise ValueError(f"{peer.origin} has no log key to check its log with")
     verifier = parse_vkey(peer.log_key)
     name = log_name(peer.origin)
     old: Checkpoint | None = None
@@ -103,8 +115,9 @@ def check_pass(peer: Any, transport: Any, st: Any, pulled: dict[int, str], pass_
     covered = pass_start
     if old is not None and old.size:  # records up to the last verified entry were matched by an earlier pass
         last = fetch.entries(old.size - 1, 1)
-        if last and isinstance(last[0], dict) and type(last[0].get("seq")) is int:
-            covered = max(covered, last[0]["seq"])
+        last_seq = last[0].get("seq") if last and isinstance(last[0], dict) else None
+        if type(last_seq) is int:
+            covered = max(covered, last_seq)
     for seq in [s for s in pulled if s <= covered]:
         del pulled[seq]
     after_snapshot: list[tuple[int, int, str]] = []
@@ -116,7 +129,7 @@ def check_pass(peer: Any, transport: Any, st: Any, pulled: dict[int, str], pass_
         except NoteError as exc:
             raise LogMisbehaved(f"the peer's checkpoint does not verify with its pinned key: {exc}",
                                 {"old": st.log_note, "new": note}) from None
-        evidence = {"old": st.log_note, "new": note}
+        evidence: dict[str, object] = {"old": st.log_note, "new": note}
         if old is not None and new.size < old.size:
             raise LogMisbehaved(f"the peer's log shrank from {old.size} to {new.size} entries (a rewrite)", evidence)
         if old is not None and new.size == old.size and new.root != old.root:
@@ -129,9 +142,12 @@ def check_pass(peer: Any, transport: Any, st: Any, pulled: dict[int, str], pass_
                                     evidence)
             for entry in entries[: new.size - frontier.size]:
                 index = frontier.size
-                if not isinstance(entry, dict) or entry.get("index") != index or type(entry.get("seq")) is not int:
+                raw_seq = entry.get("seq") if isinstance(entry, dict) else None
+                if not isinstance(entry, dict) or entry.get("index") != index or type(raw_seq) is not int:
                     raise LogMisbehaved(f"the peer's log entry {index} is malformed", evidence)
-                seq, text = entry["seq"], entry.get("hash")
+                seq, text = raw_seq, entry.get("hash")
+                if not isinstance(text, str):
+                    raise LogMisbehaved(f"the hash of log entry {index} is not base64", {})
                 frontier.append(leaf_of(seq, _hash(text, 43, f"the hash of log entry {index}")))
                 withheld = entry.get("withheld") is True
                 if seq in pulled:

@@ -11,6 +11,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+# Loose types: Peer field values by keyword (make_peer, with_changes), checked by Peer itself.
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
@@ -117,11 +118,11 @@ class Peer:
             raise PeerConfigError(f"{self.origin}: ca_file must be a path")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_bool(name: str, value: Any) -> None:
+def _check_bool(name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise PeerConfigError(f"{name} must be true or false")
 
@@ -210,7 +211,7 @@ def load_peers(path: str | os.PathLike[str], *, missing_ok: bool = False) -> Pee
     return parse_peers(text, base_dir=path.parent, source=f"peer file {path}")
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from akrelay.federation.peers import Peer
 from akrelay.federation.transport import PeerFetchError, PeerTransport, parse_retry_after
@@ -239,7 +239,7 @@ class PushHub:
         entry.judged = entry.announced
         return woke
 
-    def transport(self, peer: Peer) -> Any:
+    def transport(self, peer: Peer) -> PeerTransport | _Kept:
         """The context manager a pass of ``peer`` reads through: while pushed, one transport kept across passes.
 
         Passes of one peer run one at a time (its loop thread), so the kept transport is never shared.

@@ -33,6 +33,8 @@ import base64
 import logging
 import time
 from dataclasses import dataclass, field
+# Loose types: the sync options and pass result of the engine seam (a Protocol here: no import cycle),
+# a store probed for the reconciliation index, and the discovery member built here.
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError
@@ -259,7 +261,7 @@ def capabilities(doc: Any, origin: str, events_url: str | None) -> Capabilities:
                         size if type(size) is int and size > 0 else None)
 
 
-def advertised_endpoint(doc: Any, origin: str) -> str | None:
+def advertised_endpoint(doc: object, origin: str) -> str | None:
     """The reconcile endpoint a peer's discovery document advertises on its own origin, else ``None``."""
     member = doc.get("reconcile") if isinstance(doc, dict) else None
     if not isinstance(member, dict) or member.get("protocol") != PROTOCOL_NAME:

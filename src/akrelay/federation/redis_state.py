@@ -23,11 +23,16 @@ and ``<p>token`` (:class:`~akrelay.leader.RedisLease`):
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator
+# Loose types: redis-py connection options and replies.
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from akrelay.federation.state import PeerState, PendingEntry
 from akrelay.leader import TOKEN_KEY, LeadershipLost
 from akrelay.store.redis.client import connect, unavailable
+
+if TYPE_CHECKING:
+    import redis
+    from redis.commands.core import Script
 
 KEY_PREFIX = "akrelay:sync:"
 
@@ -117,7 +122,7 @@ class RedisFederationState:
     so the owner can stop its loop.
     """
 
-    def __init__(self, client: Any, *, token: int | None = None, prefix: str = KEY_PREFIX,
+    def __init__(self, client: redis.Redis, *, token: int | None = None, prefix: str = KEY_PREFIX,
                  max_pending: int = 10_000, max_pending_bytes: int = 64 * 1024 * 1024,
                  on_fenced: Callable[[], None] | None = None, owns_client: bool = False) -> None:
         self._r = client
@@ -163,7 +168,7 @@ class RedisFederationState:
     def _order(self, origin: str) -> str:
         return f"{self.prefix}pending-order:{origin}"
 
-    def _fenced(self, script: Any, keys: list[str], args: list[Any]) -> int:
+    def _fenced(self, script: Script, keys: list[str], args: list[str | int | bytes]) -> int:
         """Run a write script with our token first; a refusal stops us (:class:`LeadershipLost`)."""
         if self.token is None:
             raise LeadershipLost("this process holds no sync lease: the federation state is read only here")
@@ -255,4 +260,4 @@ class RedisFederationState:
 
     @_outage_is_503
     def iter_origins_with_pending(self) -> Iterator[str]:
-        return iter(sorted(o.decode() for o in self._r.smembers(self._origins)))
+        return iter(sorted(o.decode() if isinstance(o, bytes) else o for o in self._r.smembers(self._origins)))

@@ -13,7 +13,7 @@ import logging
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from akrelay.federation.peers import PeerFile, load_peers
 from akrelay.federation.scheduler import SyncScheduler
@@ -22,6 +22,12 @@ from akrelay.federation.sync import PassResult, PeerMisbehaved, SyncEngine, Sync
 from akrelay.federation.leadership import LEASE_TTL, LOCK_FILE, Leadership, federation_lock
 
 if TYPE_CHECKING:
+    from akrelay.settings import Settings
+    from akrelay.relay.core import Relay
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from akrelay.federation.peers import Peer
+    from akrelay.federation.reconcile import Filter, ReconcileResult
     from akrelay.federation.witness import WitnessState
 
 log = logging.getLogger("akrelay.federation")
@@ -29,7 +35,7 @@ log = logging.getLogger("akrelay.federation")
 __all__ = ["LEASE_TTL", "LOCK_FILE", "BackgroundSync", "Leadership", "build_engine", "federation_lock", "sync_once"]
 
 
-def sync_options(settings: Any) -> SyncOptions:
+def sync_options(settings: Settings) -> SyncOptions:
     return SyncOptions(
         own_origin=settings.origin,
         follow_hints=bool(settings.follow_hints),
@@ -42,7 +48,7 @@ def sync_options(settings: Any) -> SyncOptions:
     )
 
 
-def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
+def build_engine(settings: Settings, relay: Relay, peer_file: PeerFile | None = None,
                  state: StateStore | None = None, *, shared: bool = False,
                  open_witness: Callable[[], WitnessState] | None = None) -> SyncEngine:
     """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's).
@@ -60,7 +66,7 @@ def build_engine(settings: Any, relay: Any, peer_file: PeerFile | None = None,
     return engine
 
 
-def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str, Any] | None:
+def witness_for(settings: Settings, relay: Relay, *, shared: bool = False) -> tuple[str, Ed25519PrivateKey] | None:
     """Our log name and key, to cosign verified peer checkpoints; ``None`` when this node has no log key yet.
 
     ``shared`` (nodes over one store): no key in one node's data directory, only ``--log-key``."""
@@ -68,8 +74,9 @@ def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str
     from akrelay.relay.transparency import KEY_NAME, load_or_create_key, log_name
 
     key_file = getattr(settings, "log_key", None)
-    if not key_file and not shared and getattr(relay, "data_dir", None) is not None:
-        key_file = str(Path(relay.data_dir) / KEY_NAME)
+    data_dir = getattr(relay, "data_dir", None)
+    if not key_file and not shared and data_dir is not None:
+        key_file = str(Path(data_dir) / KEY_NAME)
     if not key_file or not Path(key_file).exists():
         return None
     try:
@@ -79,7 +86,7 @@ def witness_for(settings: Any, relay: Any, *, shared: bool = False) -> tuple[str
         return None
 
 
-def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool = True) -> list[PassResult]:
+def sync_once(settings: Settings, relay: Relay, leadership: Leadership, *, force: bool = True) -> list[PassResult]:
     """One pass over every enabled peer into ``relay``, as the leader (of the data directory or deployment).
 
     Raises ``RuntimeError`` when another process (a running ``serve``) leads. Closes ``leadership``.
@@ -89,7 +96,7 @@ def sync_once(settings: Any, relay: Any, leadership: Leadership, *, force: bool 
 
 
 @contextmanager
-def _as_leader(settings: Any, relay: Any, peer_file: PeerFile, leadership: Leadership) -> Iterator[SyncEngine]:
+def _as_leader(settings: Settings, relay: Relay, peer_file: PeerFile, leadership: Leadership) -> Iterator[SyncEngine]:
     """An engine for one command (``sync --once``, ``sync --reconcile``) while we lead; all closed after."""
     try:
         if not leadership.acquire():
@@ -106,8 +113,8 @@ def _as_leader(settings: Any, relay: Any, peer_file: PeerFile, leadership: Leade
         leadership.close()
 
 
-def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None] | None = None, *,
-                  window: Any = None) -> Any:
+def reconcile_now(engine: SyncEngine, peer: Peer, progress: Callable[[ReconcileResult], None] | None = None, *,
+                  window: Filter | None = None) -> ReconcileResult:
     """One reconciliation with ``peer`` on demand (``akrelay sync --reconcile``), narrowed by ``window``
     (a :class:`akrelay.federation.reconcile.Filter`); the state is saved."""
     from akrelay.federation.reconcile import ReconcileResult, maybe_reconcile
@@ -130,8 +137,9 @@ def reconcile_now(engine: SyncEngine, peer: Any, progress: Callable[[Any], None]
     return result
 
 
-def reconcile_once(settings: Any, relay: Any, leadership: Leadership, *, only: str | None = None,
-                   progress: Callable[[Any], None] | None = None, window: Any = None) -> list[Any]:
+def reconcile_once(settings: Settings, relay: Relay, leadership: Leadership, *, only: str | None = None,
+                   progress: Callable[[ReconcileResult], None] | None = None,
+                   window: Filter | None = None) -> list[ReconcileResult]:
     """Reconcile with every enabled peer (or the one ``only`` names) as the leader; their results.
 
     ``akrelay sync --reconcile``: what each peer has that we lack is fetched and verified
@@ -160,7 +168,7 @@ class BackgroundSync(threading.Thread):
     syncing and goes back to waiting for the lease.
     """
 
-    def __init__(self, settings: Any, relay: Any, leadership: Leadership, *, retry: float = 2.0) -> None:
+    def __init__(self, settings: Settings, relay: Relay, leadership: Leadership, *, retry: float = 2.0) -> None:
         super().__init__(name="akrelay-sync", daemon=True)
         self.settings = settings
         self.relay = relay

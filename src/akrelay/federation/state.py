@@ -11,10 +11,11 @@ resubmits envelopes, which the store answers as exact resubmissions.
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -58,7 +59,7 @@ class PeerState:
     #: Why the peer's log did not verify (a fork, a rewrite, a missing record); no more pulls until cleared.
     misbehaving: str | None = None
     #: What proves it: both checkpoints and the proof or entry that failed.
-    evidence: dict | None = None
+    evidence: dict[str, object] | None = None
     #: Unix ms of the last set reconciliation with the peer (issue 26), and what it did or why there is none.
     last_reconcile: int | None = None
     reconcile_note: str | None = None
@@ -66,7 +67,7 @@ class PeerState:
     cosigned: str | None = None
     #: Misbehaviour an operator cleared (``akrelay peers clear``), oldest first: each keeps the
     #: reason, the evidence and what had been verified, so clearing never loses the proof.
-    cleared: list[dict] = field(default_factory=list)
+    cleared: list[dict[str, object]] = field(default_factory=list)
     #: How its news reaches us: ``pushed`` (subscribed to its stream) or ``polled (why)`` (``peers status``).
     push: str | None = None
     #: Events the peer refused when offered after a reconciliation (4xx), newest last, at most 1,000:
@@ -82,7 +83,7 @@ class PeerState:
     def bump(self, counter: str, by: int = 1) -> None:
         self.counts[counter] = self.counts.get(counter, 0) + by
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["lag"] = self.lag
         return data
@@ -95,14 +96,11 @@ class PeerState:
         seq 0 (no sync checkpoint), so each entry is matched to a record once more. Records
         already stored come back as duplicates. Counters and the error history stay.
         """
-        archive = {"cleared_at": now_ms, "misbehaving": self.misbehaving, "evidence": self.evidence,
+        archive: dict[str, object] = {"cleared_at": now_ms, "misbehaving": self.misbehaving, "evidence": self.evidence,
                    "log_note": self.log_note, "checkpoint": self.checkpoint}
-        data = self.to_json()
-        data.pop("lag")
-        data.update(misbehaving=None, evidence=None, log_note=None, log_frontier=[], cosigned=None,
-                    checkpoint=0, resume_seq=0, retry_at=0, consecutive_failures=0,
-                    cleared=[*self.cleared, archive])
-        return PeerState(**data)
+        return replace(copy.deepcopy(self), misbehaving=None, evidence=None, log_note=None, log_frontier=[],
+                       cosigned=None, checkpoint=0, resume_seq=0, retry_at=0, consecutive_failures=0,
+                       cleared=[*copy.deepcopy(self.cleared), archive])
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "PeerState":
@@ -245,7 +243,7 @@ class FederationState:
         """Oldest first, so long-waiting events are retried before new ones."""
         sql = ("SELECT origin, event_id, raw, missing, added_at, attempts, retry_at FROM pending "
                "WHERE origin = ? ORDER BY ord")
-        args: tuple = (origin,)
+        args: tuple[str | int, ...] = (origin,)
         if limit is not None:
             sql += " LIMIT ?"
             args += (limit,)
@@ -256,8 +254,11 @@ class FederationState:
     def pending_count(self, origin: str | None = None) -> int:
         with self._lock:
             if origin is None:
-                return self._db.execute("SELECT COUNT(*) FROM pending").fetchone()[0]
-            return self._db.execute("SELECT COUNT(*) FROM pending WHERE origin = ?", (origin,)).fetchone()[0]
+                row = self._db.execute("SELECT COUNT(*) FROM pending").fetchone()
+            else:
+                row = self._db.execute("SELECT COUNT(*) FROM pending WHERE origin = ?", (origin,)).fetchone()
+        count: int = row[0]
+        return count
 
     def add_pending(self, origin: str, event_id: str, raw: bytes, missing: list[str] | tuple[str, ...],
                     now_ms: int, retry_at: int = 0) -> int:

@@ -30,7 +30,9 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+# Loose types: records and envelopes of a peer's page after check_query_shape / check_batch_shape
+# checked their shape (validated again by the relay's acceptance), and the transport's parsed pages.
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import msgspec
 
@@ -42,7 +44,13 @@ from akrelay.leader import LeadershipLost
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.records import check_batch_shape, check_query_shape, check_same_scope
-from akrelay.store.base import StoreUnavailable
+from akrelay.store.base import Record, StoreUnavailable
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from akrelay.federation.witness import Witness
+    from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.federation")
 
@@ -59,7 +67,7 @@ RECENT_CURSORS = 64
 PREFETCH_BELOW = 4
 
 
-def encode_json(value: Any) -> bytes:
+def encode_json(value: object) -> bytes:
     """Bytes to submit for an envelope parsed from a peer's page.
 
     The page was parsed as strict I-JSON, so plain re-encoding preserves every
@@ -160,17 +168,17 @@ class _Inline:
 class SyncEngine:
     """Replicates from a set of peers into one relay."""
 
-    def __init__(self, relay: Any, state: StateStore, peers: Iterable[Peer],
+    def __init__(self, relay: Relay, state: StateStore, peers: Iterable[Peer],
                  options: SyncOptions | None = None, *,
                  transport_factory: Callable[[Peer], PeerTransport] = PeerTransport,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 witness: tuple[str, Any] | None = None) -> None:
+                 witness: tuple[str, Ed25519PrivateKey] | None = None) -> None:
         self.relay = relay
         #: (our log name, our Ed25519 log key): cosign each peer checkpoint we verified (issue 23)
         self.witness = witness
         #: Where the witness records the latest checkpoint it cosigned per log (federation.witness); set by
         #: build_engine, so a verified checkpoint is cosigned only if consistent with what was cosigned before.
-        self.witness_log: Any = None
+        self.witness_log: Witness | None = None
         self.state = state
         self.options = options or SyncOptions()
         self._transport_factory = transport_factory
@@ -288,7 +296,7 @@ class SyncEngine:
         self.streams[peer.origin] = discovery.stream if peer.push else None
         return endpoints
 
-    def _note_hints(self, hints: Any, hop: int) -> None:
+    def _note_hints(self, hints: object, hop: int) -> None:
         """Remember hinted origins, bounded by count and hops; they get default, public-only settings."""
         if not isinstance(hints, list):
             return
@@ -330,8 +338,9 @@ class SyncEngine:
         #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
         pulled: dict[int, str] | None = {} if peer.log_key else None
         try:
-            future = fetcher.submit(transport.get_json_sized, query, dict(base))
+            future: Future[tuple[Any, int]] | None = fetcher.submit(transport.get_json_sized, query, dict(base))
             while True:
+                assert future is not None  # submitted before the loop and at the end of every page
                 page, size = future.result()
                 future = None
                 pages += 1
@@ -468,7 +477,8 @@ class SyncEngine:
                 admitted.clear()
 
         for i, envelope in enumerate(envelopes):
-            event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+            claimed = envelope.get("hash")
+            event_id = claimed if isinstance(claimed, str) else "?"
             try:
                 raw = encode_json(envelope)
             except (ProtocolError, TypeError, ValueError) as exc:
@@ -503,7 +513,7 @@ class SyncEngine:
         if self.witness_log is not None:
             self.witness_log.state.close()
 
-    def _check_page(self, peer: Peer, page: Any, scope: tuple[int, int] | None, after_seq: int,
+    def _check_page(self, peer: Peer, page: object, scope: tuple[int, int] | None, after_seq: int,
                     last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
         """The §9.3.2 response rules a client can check; anything else is peer misbehaviour.
 
@@ -512,6 +522,8 @@ class SyncEngine:
         """
         try:
             records, nxt = check_query_shape(page, peer.origin, after_seq=last_seq, limit=peer.page_limit)
+            if not isinstance(page, dict):  # check_query_shape refused anything else already
+                raise ProtocolError("invalid_response", "response must be an object")
             check_same_scope(scope, page)
         except ProtocolError as exc:
             raise PeerMisbehaved(f"invalid query page: {exc.message}") from None
@@ -525,8 +537,9 @@ class SyncEngine:
 
     # -- ingestion ----------------------------------------------------------
 
-    def _submit(self, raw: bytes) -> tuple[Any, bool]:
-        return self.relay.submit(raw, source="sync")
+    def _submit(self, raw: bytes) -> tuple[Record, bool]:
+        record, created = self.relay.submit(raw, source="sync")
+        return record, created
 
     def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, Any],
                 st: PeerState, result: PassResult) -> None:
@@ -535,7 +548,8 @@ class SyncEngine:
         except (ProtocolError, TypeError, ValueError) as exc:
             self._rejected(st, result, str(envelope.get("hash")), f"invalid_event: {exc}")
             return
-        event_id = envelope.get("hash") if isinstance(envelope.get("hash"), str) else "?"
+        claimed = envelope.get("hash")
+        event_id = claimed if isinstance(claimed, str) else "?"
         outcome, missing, error = self._ingest_with_dependencies(peer, transport, batch_url, raw, st, result)
         if outcome == "accepted":
             result.accepted += 1

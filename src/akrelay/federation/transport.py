@@ -63,7 +63,7 @@ def system_resolver(host: str, port: int) -> list[str]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise PeerFetchError("network", f"cannot resolve {host}: {exc.strerror or exc}") from None
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})
 
 
 def is_public_address(address: str) -> bool:
@@ -77,7 +77,7 @@ def is_public_address(address: str) -> bool:
 def check_addresses(host: str, port: int, *, allow_private: bool, resolver: Resolver) -> list[str]:
     """The addresses of ``host``, refusing any non-public one unless the peer allows it.
 
-    Any single private answer is enough to refuse: a name that mixes public and
+    A single private answer is enough to refuse: a name that mixes public and
     private addresses is the usual shape of a rebinding attempt.
     """
     try:
@@ -107,7 +107,7 @@ class _CheckedBackend(httpcore.SyncBackend):
         self._check = check
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
+                    socket_options: Any = None) -> httpcore.NetworkStream:  # Loose types: httpcore names no public type
         try:
             addresses = self._check(host, port)
         except PeerFetchError as exc:
@@ -327,7 +327,7 @@ class PeerTransport:
                               "(connection, headers and body)", status=status)
 
 
-def _socket_abort(network_stream: Any) -> Callable[[], None]:
+def _socket_abort(network_stream: httpcore.NetworkStream) -> Callable[[], None]:
     """A function that ends a blocked read on ``network_stream`` from another thread (shutdown)."""
     def abort() -> None:
         try:
@@ -374,7 +374,8 @@ def _error_code(data: bytes) -> str | None:
     """The Identity §8.1 error code of a failure body, if it has one (best effort, for messages)."""
     try:
         value = parse_strict(data[:4096], code="invalid_request")
-        code = value["error"]["code"]
+        error = value.get("error") if isinstance(value, dict) else None
+        code = error.get("code") if isinstance(error, dict) else None
         return code if isinstance(code, str) and len(code) <= 64 else None
     except (ProtocolError, TypeError, KeyError, IndexError, ValueError):  # not an error body of ours
         return None

@@ -20,13 +20,20 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Protocol
+# Loose types: a witnessed checkpoint record as kept in SQLite or Redis (JSON).
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, cosign, parse_checkpoint, parse_note, parse_vkey
 from akrelay.protocol.witness import AddCheckpoint, check_consistency, check_signature, parse_add_checkpoint
 from akrelay.store.redis.client import unavailable
 from akrelay.store.schema import Schema, ensure_schema, script
+
+if TYPE_CHECKING:
+    import redis
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from akrelay.federation.peers import Peer
 
 STATE_FILE = "witness.sqlite3"
 SCHEMA = Schema("witness state", {0: script(
@@ -102,7 +109,7 @@ _redis_outage = unavailable("the witness state (Redis)")
 class RedisWitnessState:
     """The deployment's witness records in one Redis hash; ``update`` is a compare-and-set, retried."""
 
-    def __init__(self, client: Any, prefix: str, *, owns_client: bool = False) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, *, owns_client: bool = False) -> None:
         self._r = client
         self._key = prefix + "latest"
         self._swap = client.register_script(_SWAP)
@@ -130,12 +137,13 @@ class RedisWitnessState:
             self._r.close()
 
 
-def known_logs(peers: Any) -> dict[str, Verifier]:
+def known_logs(peers: Iterable[Peer]) -> dict[str, Verifier]:
     """Log origin line -> pinned key, for every peer with a ``log_key``: the only logs this relay witnesses."""
     out: dict[str, Verifier] = {}
     for peer in peers:
-        if getattr(peer, "log_key", None):
-            verifier = parse_vkey(peer.log_key)
+        log_key = getattr(peer, "log_key", None)
+        if log_key:
+            verifier = parse_vkey(log_key)
             out[verifier.name] = verifier
     return out
 
@@ -147,7 +155,7 @@ def _checkpoint_of(record: Record) -> Checkpoint:
 class Witness:
     """Cosigns checkpoints of the logs in ``verifiers`` with ``key`` as ``name``, recorded in ``state``."""
 
-    def __init__(self, name: str, key: Any, verifiers: dict[str, Verifier], state: WitnessState,
+    def __init__(self, name: str, key: Ed25519PrivateKey, verifiers: dict[str, Verifier], state: WitnessState,
                  clock: Callable[[], float] | None = None) -> None:
         import time
 

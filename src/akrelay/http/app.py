@@ -16,11 +16,13 @@ then the store the node opened). Handlers that write mark themselves with
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import anyio
 import msgspec
 from litestar import Litestar, Request, asgi, get, post
+from litestar.datastructures import State
+from litestar.enums import ScopeType
 from litestar.response.base import ASGIResponse
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -35,6 +37,7 @@ from akrelay.observability.requests import RequestObserver
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.http")
@@ -44,7 +47,7 @@ def _json(body: bytes) -> ASGIResponse:
     return ASGIResponse(body=body, status_code=200, media_type=JSON)
 
 
-def _require_json(request: Request) -> None:
+def _require_json(request: Request[object, object, State]) -> None:
     """POST bodies are JSON (Knowledge §9.1); anything else is ``invalid_request``."""
     check_content_type(request.headers.get("content-type"))
 
@@ -55,14 +58,16 @@ class Node(Protocol):
     relay: Relay
     settings: Settings
 
-    def routes(self) -> list[Any]: ...
-    def discovery(self) -> dict[str, Any]: ...
+    @property
+    def components(self) -> Sequence[object]: ...
+    def routes(self) -> list[BaseRouteHandler]: ...
+    def discovery(self) -> dict[str, object]: ...
     def rate_limits(self) -> RateLimits: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
 
 
-def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
+def core_routes(node: Node, submitter: SubmitEndpoint) -> list[BaseRouteHandler]:
     """The Knowledge §9.1 endpoints (``submitter`` is shared with :class:`IngestFastPath`)."""
     relay = node.relay
     discovery_body = msgspec.json.encode(node.discovery())
@@ -79,15 +84,15 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
         await submitter(scope, receive, send)
 
     @get("/v1/knowledge/events/{event_id:path}", sync_to_thread=offload)
-    def lookup(request: Request) -> ASGIResponse:
+    def lookup(request: Request[object, object, State]) -> ASGIResponse:
         return _json(relay.get(request.path_params["event_id"].lstrip("/")).to_json())
 
     @get("/v1/knowledge/query", sync_to_thread=offload)
-    def query(request: Request) -> ASGIResponse:
+    def query(request: Request[object, object, State]) -> ASGIResponse:
         return _json(relay.query(query_pairs(request.scope["query_string"])).to_json())
 
     @post("/v1/knowledge/batch", status_code=200)
-    async def batch(request: Request) -> ASGIResponse:
+    async def batch(request: Request[object, object, State]) -> ASGIResponse:
         _require_json(request)
         body = await request.body()
         if offload:
@@ -106,7 +111,7 @@ def rate_limit_middleware(buckets: dict[str, TokenBucket]) -> Callable[[ASGIApp]
 
     def factory(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
+            if scope["type"] == ScopeType.HTTP:
                 handler = scope.get("route_handler")
                 kind = handler.opt.get("rate", "read") if handler is not None else "read"
                 bucket = buckets.get(kind)
@@ -149,6 +154,7 @@ class RelayApp(Litestar):
 
         return [*plugins, MsgspecDIPlugin()]
 
+    # Loose types: Litestar's own __call__ takes any ASGI scope (lifespan too), and this override dispatches on it
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and self.observer is not None:
             await self.observer(self._serve, scope, receive, send)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import enum
+from typing import Final, Literal
 
 import msgspec
 
-from litestar.types import Message, Receive, Scope, Send
+from litestar.types import Receive, ReceiveMessage, Scope, Send
 
 from akrelay.http.errors import send_json
 from akrelay.protocol.errors import ProtocolError
@@ -41,8 +42,12 @@ BODYLESS_METHODS = frozenset({"GET", "HEAD"})
 _TOO_LARGE = ProtocolError("payload_too_large", "The request body exceeds the published max_envelope_bytes limit.")
 _INCOMPLETE = ProtocolError("invalid_request", "The request body is incomplete or its chunked framing is malformed.")
 _CLOSE = [(b"connection", b"close")]
+class _Past(enum.Enum):
+    OVERSIZED = "oversized"
+
+
 #: What ``_collect`` returns once the body is past ``max_body``.
-_OVERSIZED: Any = object()
+_OVERSIZED: Final = _Past.OVERSIZED
 
 
 class BodyReader:
@@ -85,7 +90,7 @@ class BodyReader:
             return None
         return body
 
-    async def _collect(self, receive: Receive) -> Any:
+    async def _collect(self, receive: Receive) -> bytes | Literal[_Past.OVERSIZED] | None:
         """The body; ``_OVERSIZED`` once it ended past ``max_body`` (the excess read and
         dropped, up to :data:`DISCARD_LIMIT`); ``None`` if it ended early within the limit."""
         message = await receive()
@@ -144,7 +149,7 @@ class Buffered:
         self._receive = receive
         self._pending = True
 
-    async def __call__(self) -> Message:
+    async def __call__(self) -> ReceiveMessage:
         if self._pending:
             self._pending = False
             return {"type": "http.request", "body": self.body, "more_body": False}

@@ -15,8 +15,9 @@ from typing import Callable
 
 import msgspec
 from litestar import Request, Response
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException
-from litestar.types import Send
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Send
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
@@ -45,11 +46,11 @@ _FRAMEWORK_CODES = {
 }
 
 
-def handle_protocol_error(request: Request, exc: ProtocolError) -> Response[bytes]:
+def handle_protocol_error(request: Request[object, object, State], exc: ProtocolError) -> Response[bytes]:
     return error_response(exc)
 
 
-def handle_http_exception(request: Request, exc: HTTPException) -> Response[bytes]:
+def handle_http_exception(request: Request[object, object, State], exc: HTTPException) -> Response[bytes]:
     status = exc.status_code
     if status >= 500:
         return handle_unexpected(request, exc)
@@ -68,8 +69,9 @@ async def send_json(send: Send, status: int, body: bytes, extra: list[tuple[byte
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if extra:
         headers += extra
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    start: HTTPResponseStartEvent = {"type": "http.response.start", "status": status, "headers": headers}
+    await send(start)
+    await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))  # False: the ASGI default
 
 
 def internal_error_body() -> bytes:
@@ -120,14 +122,14 @@ class OutageLog:
 log_outage = OutageLog()
 
 
-def handle_store_unavailable(request: Request, exc: StoreUnavailable) -> Response[bytes]:
+def handle_store_unavailable(request: Request[object, object, State], exc: StoreUnavailable) -> Response[bytes]:
     """An outage of the shared store, not a bug: 503 with ``Retry-After``, logged once (:class:`OutageLog`)."""
     log_outage(f"{request.method} {request.url.path}", exc)
     body, headers = unavailable_body(exc)
     return Response(content=body, status_code=503, media_type=JSON, headers=headers)
 
 
-def handle_unexpected(request: Request, exc: Exception) -> Response[bytes]:
+def handle_unexpected(request: Request[object, object, State], exc: Exception) -> Response[bytes]:
     """A bug, not bad input: log it with the request line and answer 500."""
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return Response(content=internal_error_body(), status_code=500, media_type=JSON)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from litestar import get
 from litestar.response.base import ASGIResponse
@@ -29,6 +29,7 @@ from akrelay.http.errors import JSON, error_body
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.http")
@@ -54,7 +55,7 @@ class Readiness:
         self.opening = opening
         self._checked = float("-inf")
         self._problem: str | None = None
-        self._probe: asyncio.Future[Any] | None = None
+        self._probe: asyncio.Future[None] | None = None
         self._probe_started = 0.0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="akrelay-readyz")
 
@@ -112,7 +113,7 @@ class Readiness:
         self._pool.shutdown(wait=False)
 
 
-def health_routes(readiness: Readiness) -> list[Any]:
+def health_routes(readiness: Readiness) -> list[BaseRouteHandler]:
     """``/healthz`` (the process answers) and ``/readyz`` (started, and the store answers); HEAD too."""
 
     @get("/healthz", sync_to_thread=False, opt={"rate": "none"})

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
-from litestar.types import Receive, Scope, Send
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from akrelay.http.body import BodyReader
 from akrelay.http.errors import JSON, error_body, internal_error_body, log_outage, send_json, unavailable_body
@@ -24,7 +24,9 @@ from akrelay.relay.core import PendingCheck
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
+    from akrelay.protocol.envelope import Envelope
     from akrelay.relay.core import Relay
+    from akrelay.store.base import Record
 
 log = logging.getLogger("akrelay.http")
 
@@ -90,7 +92,7 @@ class SubmitEndpoint:
     def __init__(self, relay: Relay, read_body: BodyReader) -> None:
         self.relay = relay
         self.read_body = read_body
-        self._queue: list[tuple[Any, int, asyncio.Future]] = []
+        self._queue: list[tuple[Envelope, int, asyncio.Future[tuple[Record, bool]]]] = []
         self._draining = False
         #: a store on the network (Redis) commits on threads always, several groups at once (:meth:`_dispatch`):
         #: the loop keeps verifying meanwhile
@@ -104,11 +106,12 @@ class SubmitEndpoint:
         self._pool.shutdown(wait=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        method = scope["method"]
+        method = scope.get("method")  # an HTTP scope (the app routes no websocket here)
         if method != "POST":
             if method == "OPTIONS":
-                await send({"type": "http.response.start", "status": 204, "headers": [(b"allow", _ALLOW.encode())]})
-                await send({"type": "http.response.body", "body": b""})
+                await send(HTTPResponseStartEvent(type="http.response.start", status=204,
+                                                  headers=[(b"allow", _ALLOW.encode())]))
+                await send(HTTPResponseBodyEvent(type="http.response.body", body=b"", more_body=False))
                 return
             body = error_body("invalid_request", "Method not allowed on this resource.")
             await send_json(send, 405, body, [(b"allow", _ALLOW.encode())])
@@ -129,7 +132,8 @@ class SubmitEndpoint:
             return
         created = False
         try:
-            outcome = self.relay.check_local(raw)  # steps 1-6 as far as they need no store: CPU, on the loop
+            # steps 1-6 as far as they need no store: CPU, on the loop
+            outcome: tuple[Record | None, Envelope, int] | PendingCheck = self.relay.check_local(raw)
             if isinstance(outcome, PendingCheck):  # targets to resolve, or a refusal that step 2 may overrule
                 if self._offload:  # off the loop, so that an unreachable Redis stalls no one else
                     outcome = await asyncio.get_running_loop().run_in_executor(
@@ -168,7 +172,7 @@ class SubmitEndpoint:
         extra = [(b"akrelay-log-index", b"%d" % existing.log_index)] if created and existing.log_index is not None else None
         await send_json(send, 200, existing.to_json(), extra)
 
-    def _commit(self, envelope: Any, accepted_at: int) -> asyncio.Future:
+    def _commit(self, envelope: Envelope, accepted_at: int) -> asyncio.Future[tuple[Record, bool]]:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._queue.append((envelope, accepted_at, future))
@@ -212,7 +216,8 @@ class SubmitEndpoint:
         finally:
             self._draining = False
 
-    def _dispatch(self, loop: asyncio.AbstractEventLoop, group: list[tuple[Any, int, asyncio.Future]]) -> None:
+    def _dispatch(self, loop: asyncio.AbstractEventLoop,
+                  group: list[tuple[Envelope, int, asyncio.Future[tuple[Record, bool]]]]) -> None:
         """Commit ``group`` on a thread without waiting for it (a network store: several groups in flight).
 
         A store on the network spends a commit waiting for the reply (and its fsync);
@@ -223,7 +228,7 @@ class SubmitEndpoint:
         items = [(envelope, accepted_at) for envelope, accepted_at, _ in group]
         done = loop.run_in_executor(self._pool, self.relay.commit_admitted, items)
 
-        def finished(future: asyncio.Future) -> None:
+        def finished(future: asyncio.Future[list[tuple[Record, bool]]]) -> None:
             self._inflight -= 1
             error = future.exception() if not future.cancelled() else asyncio.CancelledError()
             for index, (_, _, waiter) in enumerate(group):
@@ -263,7 +268,7 @@ class IngestFastPath:
             return
         started = False
 
-        async def tracked(message: Any) -> None:
+        async def tracked(message: Message) -> None:
             nonlocal started
             started = True
             await send(message)

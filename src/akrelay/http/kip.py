@@ -11,12 +11,17 @@ budget (``--kip-budget-ms``) never stalls the event loop or other routes.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+# Loose types: the KIP response envelope as the runtime returns it.
+from typing import TYPE_CHECKING, Any, Callable
 
 import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, post
+from litestar.datastructures import State
+
+if TYPE_CHECKING:
+    from litestar.handlers import BaseRouteHandler
 
 KIP_PATH = "/v1/kip"
 JSON = "application/json"
@@ -26,12 +31,12 @@ JSON = "application/json"
 KIP_THREADS = 4
 
 
-def routes(handle: Callable[[bytes, str | None], tuple[int, dict[str, Any]]]) -> list[Any]:
+def routes(handle: Callable[[bytes, str | None], tuple[int, dict[str, Any]]]) -> list[BaseRouteHandler]:
     """The KIP route; ``handle(body, content_type)`` answers ``(status, envelope)``."""
     limiter = anyio.CapacityLimiter(KIP_THREADS)
 
     @post(KIP_PATH, status_code=200)
-    async def kip(request: Request) -> Response[bytes]:
+    async def kip(request: Request[object, object, State]) -> Response[bytes]:
         body = await request.body()
         status, envelope = await anyio.to_thread.run_sync(handle, body, request.headers.get("content-type"),
                                                           limiter=limiter)

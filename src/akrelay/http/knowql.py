@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+# Loose types: KnowQL documents (requests, turns, SSE frames) are checked by akrelay.knowql's own
+# models; the HTTP layer only encodes what they return.
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, delete, get, post
+from litestar.datastructures import State
+from litestar.handlers import HTTPRouteHandler
 from litestar.response.base import ASGIResponse
 from litestar.exceptions import HTTPException
 from litestar.response.streaming import ASGIStreamingResponse
@@ -33,6 +37,8 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
 
 if TYPE_CHECKING:  # annotations only
+    from akrelay import jsontypes
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
 
 JSON = "application/json"
@@ -65,7 +71,7 @@ def resolve_version(value: str | None) -> str:
                       f"X-Pinecone-Api-Version {value[:64]!r} is not served; use one of {', '.join(API_VERSIONS)}")
 
 
-def parse_body(raw: bytes) -> Any:
+def parse_body(raw: bytes) -> jsontypes.JSON:
     """The request document under the strict JSON rules of every other endpoint (I-JSON, RFC 7493).
 
     ``akrelay.protocol.ijson.parse_strict``, as ``POST /v1/knowledge/events`` and the
@@ -81,12 +87,12 @@ def parse_body(raw: bytes) -> Any:
         raise bad_request(f"the body is not strict JSON: {exc.message}") from None
 
 
-def _json_response(body: Any, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
+def _json_response(body: object, status: int, version: str, headers: dict[str, str] | None = None) -> ASGIResponse:
     return ASGIResponse(body=msgspec.json.encode(body), status_code=status, media_type=JSON,
                         headers={VERSION_HEADER: version, **(headers or {})})
 
 
-async def _answer(request: Request, work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
+async def _answer(request: Request[object, object, State], work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
     """Run ``work(version)``; refusals become seed 000 §9.4 bodies; the version is echoed."""
     version = API_VERSIONS[0]
     try:
@@ -115,14 +121,14 @@ def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
         "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
 
 
-def routes(component: KnowqlHost) -> list[Any]:
+def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
     def current() -> KnowqlService:
         return component.service
 
     # The turn's own token bucket (``knowql``, per client; shared in Redis with --store), charged
     # by the rate-limit middleware instead of the read bucket.
     @post(QUERY_PATH, status_code=200, opt={"rate": "knowql"})
-    async def query(request: Request) -> ASGIResponse:
+    async def query(request: Request[object, object, State]) -> ASGIResponse:
         async def work(version: str) -> Any:
             from akrelay.http.ingest import check_content_type
 
@@ -162,7 +168,7 @@ def routes(component: KnowqlHost) -> list[Any]:
         return await _answer(request, work)
 
     @get("/queries/{query_id:str}/events")
-    async def query_events(request: Request) -> ASGIResponse:
+    async def query_events(request: Request[object, object, State]) -> ASGIResponse:
         query_id = request.path_params["query_id"]
 
         async def work(version: str) -> Any:
@@ -186,7 +192,7 @@ def routes(component: KnowqlHost) -> list[Any]:
     ]
 
     @get("/sessions/{id:str}", status_code=200, name="knowql get /sessions/{id:str}")
-    async def session(request: Request) -> ASGIResponse:
+    async def session(request: Request[object, object, State]) -> ASGIResponse:
         session_id = request.path_params["id"]
 
         async def work(version: str) -> Any:
@@ -227,7 +233,7 @@ async def _counted_tail(slot: _TailSlot, frames: AsyncIterator[bytes]) -> AsyncI
         slot.release()
 
 
-def _page_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+def _page_param(request: Request[object, object, State], name: str, default: int, low: int, high: int | None) -> int:
     """A paging query parameter: ASCII digits within ``low``..``high``, else 400."""
     raw = request.query_params.get(name)
     if raw is None:
@@ -238,13 +244,13 @@ def _page_param(request: Request, name: str, default: int, low: int, high: int |
     return int(raw)
 
 
-def _resource(method: Any, path: str, call: Callable[..., Any]) -> Any:
+def _resource(method: Callable[..., HTTPRouteHandler], path: str, call: Callable[..., object]) -> HTTPRouteHandler:
     """A JSON resource route: ``call(id)`` (or ``call()`` without ``{id}``) in a thread, answered 200."""
     @method(path, status_code=200, name=f"knowql {method.__name__} {path}")
-    async def resource(request: Request) -> ASGIResponse:
+    async def resource(request: Request[object, object, State]) -> ASGIResponse:
         args = [request.path_params["id"]] if "id" in request.path_params else []
 
-        async def work(version: str) -> Any:
+        async def work(version: str) -> tuple[int, object]:
             return 200, await anyio.to_thread.run_sync(call, *args)
 
         return await _answer(request, work)
@@ -258,7 +264,7 @@ def _with(doc: Any, **changes: Any) -> Any:
     return replace(doc, **changes)
 
 
-def discovery(relay: Relay, settings: Settings) -> dict[str, Any]:
+def discovery(relay: Relay, settings: Settings) -> dict[str, object]:
     """The ``knowql`` member: version, endpoint, API versions and contexts."""
     origin = relay.config.origin
     registry = ContextRegistry.load(origin, getattr(settings, "knowql_contexts", None) or None)

@@ -27,11 +27,12 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.observability.metrics import metrics
 
 if TYPE_CHECKING:  # annotations only
+    from akrelay.settings import Settings
     import redis
 
 log = logging.getLogger("akrelay.http")
@@ -281,7 +282,7 @@ def limiter_client(url: str) -> "redis.Redis":
     return connect(url, reply_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=0)
 
 
-def rate_limit_budgets(settings: Any) -> dict[str, tuple[float, int]]:
+def rate_limit_budgets(settings: Settings) -> dict[str, tuple[float, int]]:
     """``kind -> (rate, burst)`` of the ``write``, ``read`` and ``knowql`` buckets (the backend builds them)."""
     return {"write": (settings.write_rate, settings.write_burst),
             "read": (settings.read_rate, settings.read_burst),

@@ -10,10 +10,11 @@ between rounds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from litestar import Request, post
+from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 
 from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, parse_filter, respond
@@ -22,6 +23,7 @@ __all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -31,14 +33,14 @@ def enabled(relay: Relay, settings: Settings) -> bool:
     return not getattr(settings, "no_reconcile", False) and index_of(relay.store) is not None
 
 
-def routes(relay: Relay, settings: Settings) -> list[Any]:
+def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
     if not enabled(relay, settings):
         return []
     index = index_of(relay.store)
     assert index is not None
 
     @post(RECONCILE_PATH, status_code=200)
-    async def reconcile(request: Request) -> ASGIResponse:
+    async def reconcile(request: Request[object, object, State]) -> ASGIResponse:
         from akrelay.http.querystring import query_pairs
 
         media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()

@@ -7,23 +7,25 @@ component that opens the service is :class:`akrelay.components.search.SearchComp
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import anyio.to_thread
 from litestar import Request, post
+from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 
 from akrelay.http.errors import JSON
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.search import SearchService
 
 
-def routes(path: str, service: Callable[[], SearchService]) -> list[Any]:
+def routes(path: str, service: Callable[[], SearchService]) -> list[BaseRouteHandler]:
     """The search route at ``path``; ``service`` is the running service (503 before start or after stop)."""
 
     @post(path, status_code=200)
-    async def search(request: Request) -> ASGIResponse:
+    async def search(request: Request[object, object, State]) -> ASGIResponse:
         from akrelay.http.ingest import check_content_type
 
         check_content_type(request.headers.get("content-type"))

@@ -34,12 +34,14 @@ import logging
 import threading
 import time
 from collections import Counter
+# Loose types: ``call`` runs any blocking function of the relay in a thread and returns its result.
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 import anyio
 import anyio.to_thread
 import msgspec
 from litestar import Request, get
+from litestar.datastructures import State
 from litestar.response.base import ASGIResponse
 from litestar.response.streaming import ASGIStreamingResponse
 
@@ -51,6 +53,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
 
 if TYPE_CHECKING:  # annotations only
+    from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
 
@@ -275,18 +278,18 @@ class PushStream:
                              total=getattr(settings, "push_streams", 256),
                              poll=getattr(settings, "push_poll", 0.1) if fallback else SAFETY_POLL)
 
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         if not self.enabled:
             return {}
         return {"features": [PUSH], "endpoints": {"stream": self.relay.config.origin + STREAM_PATH}}
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRouteHandler]:
         if not self.enabled:
             return []
         hub, relay = self.hub, self.relay
 
         @get(STREAM_PATH, media_type=JSON)
-        async def stream(request: Request[Any, Any, Any]) -> ASGIResponse:
+        async def stream(request: Request[object, object, State]) -> ASGIResponse:
             try:
                 pairs = request.query_params
                 unknown = sorted(set(pairs) - {"after_seq"})

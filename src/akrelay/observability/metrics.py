@@ -20,7 +20,10 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 METRICS_DIR = "metrics"
@@ -52,7 +55,7 @@ class _Metrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 
-        disable_created_metrics()  # *_created series would double the exposition for no alerting use
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated; *_created series would double the exposition for no alerting use
         self.registry = registry = CollectorRegistry()
         self.accepted = Counter("akrelay_events_accepted", "Events newly accepted (committed with a new seq), by type",
                                 ["type"], registry=registry)
@@ -73,10 +76,10 @@ class _Metrics:
         self.rate_local = Counter("akrelay_rate_limit_local_decisions",
                                   "Tokens decided by a worker's own bucket while Redis was unreachable or refused writes",
                                   ["bucket"], registry=registry)
-        self._accepted: dict[str, Any] = {}
-        self._store_calls: dict[str, Any] = {}
-        self._refused: dict[str, Any] = {}
-        self._requests: dict[tuple[str, str, int], Any] = {}
+        self._accepted: dict[str, Counter] = {}
+        self._store_calls: dict[str, Histogram] = {}
+        self._refused: dict[str, Counter] = {}
+        self._requests: dict[tuple[str, str, int], Histogram] = {}
 
     def accept(self, event_type: str) -> None:
         child = self._accepted.get(event_type)

@@ -14,9 +14,12 @@ import logging
 import sys
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from akrelay.observability.metrics import metrics
+
+if TYPE_CHECKING:
+    from litestar.types import Message, Receive, Scope, Send
 
 access_log = logging.getLogger("akrelay.access")
 
@@ -32,7 +35,7 @@ def method_label(method: str) -> str:
     return method if method in METHODS else "other"
 
 
-def _route(scope: dict[str, Any], fast_path: str) -> str:
+def _route(scope: Scope, fast_path: str) -> str:
     template = scope.get("path_template")
     if template:
         return str(template)
@@ -59,12 +62,13 @@ class RequestObserver:
         if log_json:
             json_access_log()
 
-    async def __call__(self, call: Callable[..., Awaitable[None]], scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, call: Callable[[Scope, Receive, Send], Awaitable[None]], scope: Scope, receive: Receive,
+                       send: Send) -> None:
         started = time.perf_counter()
-        method = scope.get("method", "")  # before HEAD is served as GET
+        method = str(scope.get("method", ""))  # before HEAD is served as GET (a websocket scope has none)
         status = 0
 
-        async def tracked(message: Any) -> None:
+        async def tracked(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

@@ -7,7 +7,7 @@ from the relay at scrape time by :class:`RelayCollector`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Iterator
 
 import anyio.to_thread
 from litestar import get
@@ -19,10 +19,17 @@ from akrelay.observability.status import relay_status
 from akrelay.observability.metrics import MULTIPROC_ENV, metrics
 from akrelay.store.base import StoreUnavailable
 
+if TYPE_CHECKING:
+    from litestar.handlers import HTTPRouteHandler
+    from prometheus_client import Metric
+
+    from akrelay.relay.core import Relay
+    from akrelay.settings import Settings
+
 METRICS_PATH = "/metrics"
 
 
-def scrape(relay: Any, settings: Any, sources: Sources | None = None) -> tuple[bytes, str]:
+def scrape(relay: Relay, settings: Settings, sources: Sources | None = None) -> tuple[bytes, str]:
     """The text exposition of every worker's counters plus the relay's current state."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
@@ -30,7 +37,7 @@ def scrape(relay: Any, settings: Any, sources: Sources | None = None) -> tuple[b
     own = metrics().registry
     registry = CollectorRegistry()
     if os.environ.get(MULTIPROC_ENV):
-        MultiProcessCollector(registry)  # every worker's files, this one's included
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream; every worker's files, this one's included
     else:
         registry.register(own)
     registry.register(RelayCollector(relay, settings, sources if sources is not None else Sources()))
@@ -40,12 +47,12 @@ def scrape(relay: Any, settings: Any, sources: Sources | None = None) -> tuple[b
 class RelayCollector:
     """Gauges read from the relay at scrape time (one snapshot of :func:`relay_status`)."""
 
-    def __init__(self, relay: Any, settings: Any, sources: Sources) -> None:
+    def __init__(self, relay: Relay, settings: Settings, sources: Sources) -> None:
         self.relay = relay
         self.settings = settings
         self.sources = sources
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         try:
@@ -108,7 +115,7 @@ def _knowql_counts(sources: Sources) -> dict[str, int] | None:
         return None
 
 
-def routes(relay: Any, settings: Any, sources: Sources) -> list[Any]:
+def routes(relay: Relay, settings: Settings, sources: Sources) -> list[HTTPRouteHandler]:
     @get(METRICS_PATH, include_in_schema=False)
     async def metrics_page() -> ASGIResponse:
         body, content_type = await anyio.to_thread.run_sync(scrape, relay, settings, sources)

@@ -9,17 +9,25 @@ not given reads as absent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from akrelay.components.kip import KipComponent
+    from akrelay.components.knowql import KnowqlComponent
+    from akrelay.components.search import SearchComponent
+    from akrelay.federation.state import StateStore
+    from akrelay.knowql.service import KnowqlService
 
 
 @dataclass(frozen=True, slots=True)
 class Sources:
-    search: Any = None
-    kip: Any = None
-    knowql: Any = None
+    search: SearchComponent | None = None
+    kip: KipComponent | None = None
+    knowql: KnowqlComponent | None = None
     #: the backend's federation state for reading (``None`` from it: no state kept yet)
-    federation_state: Callable[[], Any] | None = None
+    federation_state: Callable[[], StateStore | None] | None = None
 
+    # Loose types: the explorer reads the runtime's elements without narrowing their kinds
     def kip_runtime(self) -> Any:
         """The node's running KIP runtime (caught up); raises without KIP or while it is not running."""
         if self.kip is None:
@@ -38,7 +46,7 @@ class Sources:
         """The search index position (the last indexed ``seq``), ``None`` without the search component."""
         return int(self.search.service.index_seq()) if self.search is not None else None
 
-    def knowql_service(self) -> Any:
+    def knowql_service(self) -> KnowqlService:
         if self.knowql is None:
             raise LookupError("this relay runs no KnowQL component")
         return self.knowql.service
@@ -47,6 +55,6 @@ class Sources:
         """Turns per status in the shared turn store, ``None`` without KnowQL."""
         return self.knowql.service.store.status_counts() if self.knowql is not None else None
 
-    def open_federation_state(self) -> Any:
+    def open_federation_state(self) -> StateStore | None:
         """The federation state for reading, or ``None`` (none kept, or no backend given)."""
         return self.federation_state() if self.federation_state is not None else None

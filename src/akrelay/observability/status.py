@@ -9,9 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.observability.sources import Sources
+
+if TYPE_CHECKING:
+    from akrelay.relay.core import Relay
+    from akrelay.settings import Settings
 
 #: The per-peer counters of offers after reconciliation (``akrelay.federation.state.COUNTERS`` names them too).
 OFFER_COUNTERS = ("offered", "offers_accepted", "offers_refused", "offers_deferred")
@@ -54,7 +58,7 @@ class RelayStatus:
         return None if self.kip_head is None else max(0, self.checkpoint - self.kip_head)
 
 
-def _data_dir(relay: Any) -> Path | None:
+def _data_dir(relay: Relay) -> Path | None:
     """The node's data directory (also with a Redis store, where it holds only derived state)."""
     data_dir = getattr(relay, "data_dir", None)
     if data_dir is not None:
@@ -63,7 +67,7 @@ def _data_dir(relay: Any) -> Path | None:
     return Path(path).parent if path is not None else None
 
 
-def _store_bytes(relay: Any) -> int | None:
+def _store_bytes(relay: Relay) -> int | None:
     path = getattr(relay.store, "path", None)
     if path is None:
         return None
@@ -76,7 +80,7 @@ def _store_bytes(relay: Any) -> int | None:
     return total
 
 
-def _store_memory(relay: Any) -> tuple[int, int] | None:
+def _store_memory(relay: Relay) -> tuple[int, int] | None:
     memory = getattr(relay.store, "memory", None)
     if memory is None:
         return None
@@ -86,7 +90,7 @@ def _store_memory(relay: Any) -> tuple[int, int] | None:
         return None
 
 
-def _text_index_lag(relay: Any) -> int | None:
+def _text_index_lag(relay: Relay) -> int | None:
     lag = getattr(relay.store, "text_index_lag", None)
     if lag is None:
         return None
@@ -110,7 +114,7 @@ def _kip_head(sources: Sources) -> int | None:
         return None
 
 
-def _peers(settings: Any, sources: Sources) -> list[PeerStatus]:
+def _peers(settings: Settings, sources: Sources) -> list[PeerStatus]:
     if not getattr(settings, "peers", None):
         return []
     try:
@@ -128,7 +132,7 @@ def _peers(settings: Any, sources: Sources) -> list[PeerStatus]:
         return []
 
 
-def relay_status(relay: Any, settings: Any, sources: Sources | None = None) -> RelayStatus:
+def relay_status(relay: Relay, settings: Settings, sources: Sources | None = None) -> RelayStatus:
     """The checkpoint, index and KIP positions, store size and peers of ``relay``, now (``sources``: the
     node's components and federation state, as :class:`akrelay.web.WebComponent` has them)."""
     sources = sources if sources is not None else Sources()

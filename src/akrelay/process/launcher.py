@@ -109,7 +109,8 @@ def check_address_free(host: str, port: int) -> None:
     except socket.gaierror as exc:
         raise SettingsError(f"--host {host!r} cannot be resolved: {exc.strerror}") from None
     family, kind, proto, _, address = infos[0]
-    shown = f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
+    ip, bound_port = str(address[0]), str(address[1])  # an IP address and port (AF_INET or AF_INET6)
+    shown = f"[{ip}]:{bound_port}" if family == socket.AF_INET6 else f"{ip}:{bound_port}"
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -7,14 +7,18 @@ node's lifespan, :mod:`akrelay.node` only owns the relay and its components.
 from __future__ import annotations
 
 import os
-from typing import Any, Collection, Sequence
+from typing import TYPE_CHECKING, Collection, Sequence
 
 from akrelay.http.app import RelayApp, build_app
 from akrelay.node import Component, RelayNode
 from akrelay.settings import Settings, defaults, from_resolved_env
 
+if TYPE_CHECKING:
+    from akrelay.relay.core import Relay
 
-def create_app(target: Any, settings: Settings | None = None, *, components: Collection[str] | None = None,
+
+def create_app(target: RelayNode | Settings | Relay, settings: Settings | None = None, *,
+               components: Collection[str] | None = None,
                extra: Sequence[Component] = ()) -> RelayApp:
     """The app over a node, or over one built here.
 

@@ -21,7 +21,7 @@ import hmac
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -57,7 +57,7 @@ class Sealer:
     def seal(self, body: bytes, bound: bytes = b"") -> str:
         return base64.urlsafe_b64encode(body + self._tag(body, bound)).rstrip(b"=").decode("ascii")
 
-    def unseal(self, token: Any, bound: bytes = b"", *, body_size: int | None = None, max_chars: int = 4096) -> bytes:
+    def unseal(self, token: object, bound: bytes = b"", *, body_size: int | None = None, max_chars: int = 4096) -> bytes:
         """The body of a token sealed here for ``bound``, else :class:`SealError`.
 
         Only the canonical (unpadded) encoding is accepted; ``body_size`` fixes
@@ -86,7 +86,7 @@ class CursorState:
     last_seq: int
 
 
-def binding_digest(binding: Mapping[str, Any]) -> bytes:
+def binding_digest(binding: Mapping[str, object]) -> bytes:
     """SHA-256 over a canonical serialization of the request binding (order-independent)."""
     text = json.dumps(dict(binding), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).digest()
@@ -106,7 +106,7 @@ class CursorCodec:
             raise ValueError("cursor secret must be at least 16 bytes")
         self._sealer = Sealer(secret)
 
-    def encode(self, binding: Mapping[str, Any], state: CursorState) -> str:
+    def encode(self, binding: Mapping[str, object], state: CursorState) -> str:
         for name in ("checkpoint", "as_of", "last_seq"):
             value = getattr(state, name)
             if type(value) is not int or not 0 <= value <= _MAX_SAFE:
@@ -116,8 +116,8 @@ class CursorCodec:
 
     def decode(
         self,
-        token: Any,
-        binding: Mapping[str, Any],
+        token: object,
+        binding: Mapping[str, object],
         *,
         current_checkpoint: int | None = None,
         now_ms: int | None = None,

@@ -6,10 +6,13 @@ included), so the same rules serve the relay, the sync loop and clients.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 #: Relationships that may also point at an assessment (never at a retraction).
 ASSESSMENT_TARGET_RELATIONS = frozenset(("derived_from", "supports", "contradicts"))
@@ -17,7 +20,7 @@ ASSESSMENT_TARGET_RELATIONS = frozenset(("derived_from", "supports", "contradict
 REQUIRED_TARGET_KIND = {"addresses": "question", "tests": "hypothesis"}
 
 
-def links(envelope: Any) -> list[tuple[str, str]]:
+def links(envelope: Envelope) -> list[tuple[str, str]]:
     """Outgoing ``(relation, target)`` pairs; assessments and retractions use their event type as relation."""
     event = envelope.event
     payload = event["payload"]
@@ -26,7 +29,7 @@ def links(envelope: Any) -> list[tuple[str, str]]:
     return [(event["type"], payload["target"])]
 
 
-def dependencies(envelope: Any) -> list[str]:
+def dependencies(envelope: Envelope) -> list[str]:
     """Distinct direct dependencies in ascending ASCII order."""
     return sorted({target for _, target in links(envelope)})
 
@@ -35,10 +38,10 @@ def _invalid(message: str, relation: str, target: str) -> ProtocolError:
     return ProtocolError("invalid_target", message, {"relation": relation, "target": target})
 
 
-def check_targets(envelope: Any, resolve: Callable[[str], Any | None]) -> None:
+def check_targets(envelope: Envelope, resolve: Callable[[str], Envelope | None]) -> None:
     """Raise ``missing_dependency`` (``data.missing`` sorted) or ``invalid_target``."""
     pairs = links(envelope)
-    resolved: dict[str, Any] = {}
+    resolved: dict[str, Envelope] = {}
     missing = []
     for target in sorted({t for _, t in pairs}):
         found = resolve(target)
@@ -54,18 +57,18 @@ def check_targets(envelope: Any, resolve: Callable[[str], Any | None]) -> None:
         )
     event = envelope.event
     for relation, target_id in pairs:
-        target = resolved[target_id].event
-        ttype = target["type"]
+        target_event = resolved[target_id].event
+        ttype = target_event["type"]
         if relation in (RETRACT, *ASSESSMENT_TARGET_RELATIONS):
             if ttype not in (PUBLISH, ASSESS):
                 raise _invalid(f"{relation} cannot target a {ttype} event", relation, target_id)
         elif ttype != PUBLISH:
             raise _invalid(f"{relation} must target a knowledge.publish event, not {ttype}", relation, target_id)
         kind = REQUIRED_TARGET_KIND.get(relation)
-        if kind is not None and target["payload"]["kind"] != kind:
+        if kind is not None and target_event["payload"]["kind"] != kind:
             raise _invalid(f"{relation} must target a {kind} publication", relation, target_id)
         if relation in ("supersedes", RETRACT):
-            if target["actor"] != event["actor"]:
+            if target_event["actor"] != event["actor"]:
                 raise _invalid(f"{relation} must target an event by the same actor", relation, target_id)
-            if not target["nonce"] < event["nonce"]:
+            if not target_event["nonce"] < event["nonce"]:
                 raise _invalid(f"{relation} must target an event with a strictly smaller nonce", relation, target_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+# Loose types: members of a discovery document, each checked by type where it is read.
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
@@ -61,7 +62,7 @@ def canonical_origin(url: str) -> str:
     return "https://" + host + (f":{port}" if port is not None and port != 443 else "")
 
 
-def is_canonical_origin(value: Any) -> bool:
+def is_canonical_origin(value: object) -> bool:
     """``value`` is exactly its own serialized origin (no path, no :443, lowercase)."""
     if type(value) is not str or _ORIGIN_RE.fullmatch(value) is None:
         return False
@@ -101,7 +102,7 @@ def _string_array(doc: Mapping[str, Any], key: str) -> list[str]:
     return value
 
 
-def validate_discovery(doc: Any, origin: str) -> Discovery:
+def validate_discovery(doc: object, origin: str) -> Discovery:
     """Check a discovery document fetched from ``origin`` (client side)."""
     if not is_canonical_origin(origin):
         raise _bad(f"requested origin {origin!r} is not a canonical HTTPS origin")

@@ -12,6 +12,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+# Loose types: a verified event's members. verify_envelope has checked the whole shape (closed objects,
+# every member's type), so readers index it directly instead of narrowing a JSON union at each step.
 from typing import Any, cast
 
 import msgspec
@@ -106,8 +108,8 @@ class Envelope:
         return cls(data[-146:-103].decode("ascii"), event, data[-88:-2].decode("ascii"), event_jcs)
 
 
-def event_hash(event: dict[str, Any]) -> str:
-    """The event ID: base64url(SHA3-256(JCS(event))) (Identity §5.2)."""
+def event_hash(event: object) -> str:
+    """The event ID: base64url(SHA3-256(JCS(event))) (Identity §5.2); ``JCSError`` if ``event`` is not JSON."""
     return b64encode(hashlib.sha3_256(canonicalize(event)).digest())
 
 
@@ -124,7 +126,7 @@ def _closed(obj: dict[str, Any], fields: tuple[str, ...], allowed: frozenset[str
             raise _fail(f"{where} has unknown field {name!r}")
 
 
-def _check_integer(value: Any, low: int, name: str) -> None:
+def _check_integer(value: object, low: int, name: str) -> None:
     # bool is a subclass of int in Python but not a JSON number.
     if type(value) is not int:
         raise _fail(f"event.{name} must be a JSON integer")
@@ -132,7 +134,7 @@ def _check_integer(value: Any, low: int, name: str) -> None:
         raise _fail(f"event.{name} must be in {low}..2^53-1")
 
 
-def _load(raw: Any) -> tuple[Any, bool]:
+def _load(raw: object) -> tuple[Any, bool]:
     if isinstance(raw, (bytes, bytearray, memoryview, str)):
         return parse_strict_for_jcs(raw, code="invalid_event")
     if isinstance(raw, dict):
@@ -145,7 +147,7 @@ def _load(raw: Any) -> tuple[Any, bool]:
     raise _fail("envelope must be JSON text (bytes or str) or a JSON object")
 
 
-def verify_envelope(raw: Any, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Envelope:
+def verify_envelope(raw: object, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Envelope:
     """Agent Knowledge §8.1 step 1 (Identity §6.1 steps 1–5) over one submission.
 
     Strict I-JSON, the closed envelope and event shape, the schema-level payload
@@ -220,7 +222,7 @@ def _check_payload_structure(event_type: str, payload: dict[str, Any], options: 
 # -- the identity layer, for events of any Agent Protocol ----------------------
 
 
-def validate_event_fields(event: Any, extra_fields: tuple[str, ...] | list[str] = ()) -> None:
+def validate_event_fields(event: object, extra_fields: tuple[str, ...] | list[str] = ()) -> None:
     """The closed event object of Identity §5.1 for any protocol.
 
     ``extra_fields`` are the top-level fields the event's own protocol defines
@@ -243,7 +245,7 @@ def validate_event_fields(event: Any, extra_fields: tuple[str, ...] | list[str] 
         raise _fail("event.payload must be an object")
 
 
-def verify_hash_and_signature(envelope: Any) -> str:
+def verify_hash_and_signature(envelope: object) -> str:
     """Identity §6.1 steps 2–5 on an envelope object ``{hash, event, signature}``.
 
     Returns the event ID. Raises ``invalid_event`` (shape, an actor that is not

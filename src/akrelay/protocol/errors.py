@@ -7,7 +7,7 @@ map it to the wire in one place instead of guessing from exception types.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping
 
 #: Recommended HTTP status for each code (Identity §8.1, Knowledge §9.7).
 HTTP_STATUS: dict[str, int] = {
@@ -42,7 +42,7 @@ class ProtocolError(Exception):
 
     __slots__ = ("code", "message", "data")
 
-    def __init__(self, code: str, message: str, data: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: str, message: str, data: Mapping[str, object] | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
@@ -52,9 +52,9 @@ class ProtocolError(Exception):
     def http_status(self) -> int:
         return HTTP_STATUS.get(self.code, 400)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, dict[str, object]]:
         """The Identity §8.1 error body."""
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        body: dict[str, object] = {"code": self.code, "message": self.message}
         if self.data is not None:
             body["data"] = self.data
         return {"error": body}

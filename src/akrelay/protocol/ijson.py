@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import re
+# Loose types: the json module's decoder hooks (object_pairs_hook, parse_float) receive and return untyped
+# values; the public functions return JSON.
 from typing import Any
 
+from akrelay.jsontypes import JSON
 from akrelay.protocol.errors import ProtocolError
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -130,9 +133,9 @@ def _text(data: Any, code: str) -> str:
     return text
 
 
-def _decode(decoder: json.JSONDecoder, text: str, code: str) -> Any:
+def _decode(decoder: json.JSONDecoder, text: str, code: str) -> JSON:
     try:
-        value = decoder.decode(text)
+        value: JSON = decoder.decode(text)
     except _Reject as exc:
         raise ProtocolError(code, f"invalid JSON: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -146,12 +149,12 @@ def _decode(decoder: json.JSONDecoder, text: str, code: str) -> Any:
     return value
 
 
-def parse_strict(data: bytes | bytearray | memoryview | str, *, code: str = "invalid_event") -> Any:
+def parse_strict(data: bytes | bytearray | memoryview | str, *, code: str = "invalid_event") -> JSON:
     """Parse one strict I-JSON text; any defect raises ``ProtocolError(code)``."""
     return _decode(_DECODER, _text(data, code), code)
 
 
-def parse_strict_for_jcs(data: bytes | bytearray | memoryview | str, *, code: str = "invalid_event") -> tuple[Any, bool]:
+def parse_strict_for_jcs(data: bytes | bytearray | memoryview | str, *, code: str = "invalid_event") -> tuple[JSON, bool]:
     """Like :func:`parse_strict`, and also tell whether a sorted plain dump is already JCS.
 
     The flag is true when the value holds no non-integral number and no astral

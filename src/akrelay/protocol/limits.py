@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +51,11 @@ def _too_large(limit: str, maximum: int, actual: int, what: str) -> ProtocolErro
     )
 
 
-def _extra_bytes(value: Any) -> int:
+def _extra_bytes(value: object) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8"))
 
 
-def check_limits(envelope: Any, limits: Limits = DEFAULT_LIMITS, *, envelope_bytes: int | None = None) -> None:
+def check_limits(envelope: Envelope, limits: Limits = DEFAULT_LIMITS, *, envelope_bytes: int | None = None) -> None:
     """Raise ``payload_too_large`` if ``envelope`` exceeds a service limit.
 
     ``envelope_bytes`` is the size of the submitted UTF-8 bytes when known;

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, cast
+# Loose types: payload members after ``_closed`` has checked an object's keys; each member is checked by the
+# function it is handed to, which narrows it (``type(v) is str``) before use.
+from typing import Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 from akrelay.protocol.errors import ProtocolError
@@ -74,43 +76,43 @@ _BAD_URL_CHAR_RE = re.compile(r"[\x00-\x20\x7f\\]")
 _BAD_HOST_RE = re.compile(r"[\x00-\x20\x7f#%/:<>?@\[\\\]^|]")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise ProtocolError("invalid_event", message)
 
 
 # -- shared value checks ----------------------------------------------------
 
-def is_hash_shape(value: Any) -> bool:
+def is_hash_shape(value: object) -> bool:
     """The schema's ``eventHash`` pattern: 43 base64url characters."""
     return type(value) is str and _HASH_RE.fullmatch(value) is not None
 
 
-def is_canonical_id(value: Any) -> bool:
+def is_canonical_id(value: object) -> bool:
     """Canonical unpadded base64url of exactly 32 bytes (event IDs and digests)."""
     return type(value) is str and len(value) == 43 and value[-1] in _CANONICAL_LAST and _HASH_RE.fullmatch(value) is not None
 
 
-def is_canonical_agent_id(value: Any) -> bool:
+def is_canonical_agent_id(value: object) -> bool:
     """``did:agent:`` followed by a canonical 32-byte key encoding."""
     return type(value) is str and len(value) == 53 and value[-1] in _CANONICAL_LAST and _AGENT_RE.fullmatch(value) is not None
 
 
-def is_language(value: Any) -> bool:
+def is_language(value: object) -> bool:
     return type(value) is str and _LANGUAGE_RE.fullmatch(value) is not None
 
 
-def is_tag(value: Any) -> bool:
+def is_tag(value: object) -> bool:
     return type(value) is str and _TAG_RE.fullmatch(value) is not None
 
 
-def is_nonempty_text(value: Any) -> bool:
+def is_nonempty_text(value: object) -> bool:
     """A string with at least one Unicode scalar value (§2)."""
     if type(value) is not str or not value:
         return False
     return value.isascii() or _SURROGATE_RE.sub("", value) != ""
 
 
-def https_url_problem(value: Any) -> str | None:
+def https_url_problem(value: object) -> str | None:
     """Why ``value`` is not an absolute HTTPS URL with a host and no userinfo, or ``None``."""
     if type(value) is not str:
         return "URL must be a string"
@@ -162,7 +164,7 @@ def _url_problem(value: str) -> str | None:
 _cached_url_problem = lru_cache(maxsize=4096)(_url_problem)
 
 
-def _json_key(value: Any) -> Any:
+def _json_key(value: object) -> Any:
     """A hashable key under which two values are equal exactly when they are equal JSON values."""
     if isinstance(value, dict):
         return ("o", frozenset((k, _json_key(v)) for k, v in value.items()))
@@ -189,7 +191,7 @@ def _text(obj: dict[str, Any], key: str, where: str) -> None:
         _fail(f"{where}.{key} must be a non-empty string")
 
 
-def _closed(obj: Any, allowed: frozenset[str], required: tuple[str, ...], where: str) -> dict[str, Any]:
+def _closed(obj: object, allowed: frozenset[str], required: tuple[str, ...], where: str) -> dict[str, Any]:
     if type(obj) is not dict:
         _fail(f"{where} must be an object")
     if not allowed.issuperset(obj):
@@ -206,7 +208,7 @@ def _required_set(required: tuple[str, ...]) -> frozenset[str]:
     return frozenset(required)
 
 
-def _text_list(value: Any, where: str, *, unique: bool = True, min_items: int = 0) -> list[str]:
+def _text_list(value: object, where: str, *, unique: bool = True, min_items: int = 0) -> list[str]:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     if len(value) < min_items:
@@ -219,14 +221,14 @@ def _text_list(value: Any, where: str, *, unique: bool = True, min_items: int = 
     return cast("list[str]", value)
 
 
-def _context(value: Any, where: str) -> None:
+def _context(value: object, where: str) -> None:
     ctx = _closed(value, _CONTEXT_KEYS, ("scope", "conditions", "limitations"), where)
     _text(ctx, "scope", where)
     _text_list(ctx["conditions"], where + ".conditions")
     _text_list(ctx["limitations"], where + ".limitations")
 
 
-def _reproduction(value: Any, where: str) -> dict[str, Any]:
+def _reproduction(value: object, where: str) -> dict[str, Any]:
     rep = _closed(value, _REPRODUCTION_KEYS, ("environment", "steps", "expected"), where)
     _text(rep, "environment", where)
     _text_list(rep["steps"], where + ".steps", unique=False, min_items=1)  # ordered steps may repeat
@@ -236,7 +238,7 @@ def _reproduction(value: Any, where: str) -> dict[str, Any]:
     return rep
 
 
-def _evidence(value: Any, where: str) -> list[dict[str, Any]]:
+def _evidence(value: object, where: str) -> list[dict[str, Any]]:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     seen = set()
@@ -262,7 +264,7 @@ def _evidence(value: Any, where: str) -> list[dict[str, Any]]:
     return cast("list[dict[str, Any]]", value)
 
 
-def _relations(value: Any, where: str) -> list[dict[str, Any]]:
+def _relations(value: object, where: str) -> list[dict[str, Any]]:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     seen = set()
@@ -280,7 +282,7 @@ def _relations(value: Any, where: str) -> list[dict[str, Any]]:
     return cast("list[dict[str, Any]]", value)
 
 
-def _profiles(value: Any, where: str) -> None:
+def _profiles(value: object, where: str) -> None:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     digests = set()
@@ -392,7 +394,7 @@ def _retract(p: dict[str, Any], options: ValidationOptions) -> None:
     _extra(p, w)
 
 
-def check_payload_structure(event_type: str, payload: Any, options: ValidationOptions = DEFAULT_OPTIONS) -> None:
+def check_payload_structure(event_type: str, payload: object, options: ValidationOptions = DEFAULT_OPTIONS) -> None:
     """Schema-level shape of one payload; raises ``invalid_event``.
 
     With ``options.allow_legacy_retract`` a retraction may omit ``license``, as
@@ -424,6 +426,7 @@ def _digest(value: str, where: str) -> None:
         _fail(f"{where} must canonically encode exactly 32 bytes")
 
 
+# Loose types: an Envelope; envelope.py imports this module, so naming the class here would close a cycle.
 def check_payload_rules(envelope: Any, options: ValidationOptions = DEFAULT_OPTIONS) -> None:
     """Semantic payload checks of §8.1 step 3 on a structurally valid envelope.
 

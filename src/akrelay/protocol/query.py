@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, cast
+# Loose types: filter values (a string or an integer per filter name, see check_filter) and verified events.
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import (
@@ -21,6 +22,9 @@ from akrelay.protocol.payload import (
     is_canonical_agent_id, is_canonical_id, is_language, is_tag,
 )
 from akrelay.protocol.text import ascii_fold, distinct_terms, text_matches
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 MAX_SAFE_INTEGER = 2**53 - 1
 DEFAULT_LIMIT = 100
@@ -85,7 +89,7 @@ def _http_integer(name: str, value: str) -> int:
     return int(digits)
 
 
-def check_filter(name: str, value: Any) -> Any:
+def check_filter(name: str, value: object) -> Any:
     """Validate one exact filter value (already decoded to its JSON type); ``invalid_request``."""
     if name == "actor":
         ok = is_canonical_agent_id(value)
@@ -156,7 +160,7 @@ def _publication_relations(payload: dict[str, Any]) -> list[dict[str, str]]:
     return cast("list[dict[str, str]]", payload.get("relations", []))
 
 
-def query_matches(envelope: Any, request: QueryRequest) -> bool:
+def query_matches(envelope: Envelope, request: QueryRequest) -> bool:
     """The §9.3 predicate over one event; ``after_seq``, ``limit`` and ``cursor`` are not filters."""
     event = envelope.event
     payload = event["payload"]
@@ -202,7 +206,7 @@ def query_matches(envelope: Any, request: QueryRequest) -> bool:
     return True
 
 
-def index_terms(envelope: Any) -> list[tuple[str, str]]:
+def index_terms(envelope: Envelope) -> list[tuple[str, str]]:
     """The distinct exact-lookup facts of one event, sorted."""
     event = envelope.event
     payload = event["payload"]
@@ -244,7 +248,7 @@ def request_terms(request: QueryRequest) -> list[tuple[str, str]]:
     return sorted(terms)
 
 
-def in_time_range(envelope: Any, request: QueryRequest) -> bool:
+def in_time_range(envelope: Envelope, request: QueryRequest) -> bool:
     created_at = envelope.event["created_at"]
     return (request.created_from is None or created_at >= request.created_from) and (
         request.created_before is None or created_at < request.created_before

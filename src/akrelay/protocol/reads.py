@@ -9,8 +9,10 @@ service never silently substitutes a mode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+# Loose types: read-body members after ``parse_batch_request``/``parse_search_request`` checked their type.
 from typing import Any, Iterable
 
+from akrelay.jsontypes import JSON
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 from akrelay.protocol.payload import is_canonical_id
@@ -29,12 +31,12 @@ def _bad(message: str) -> ProtocolError:
     return ProtocolError("invalid_request", message)
 
 
-def parse_read_json(raw: bytes | str) -> Any:
+def parse_read_json(raw: bytes | str) -> JSON:
     """Strict I-JSON for read bodies; any defect is ``invalid_request``."""
     return parse_strict(raw, code="invalid_request")
 
 
-def parse_batch_request(value: Any) -> list[str]:
+def parse_batch_request(value: object) -> list[str]:
     """The requested IDs of a closed ``{"hashes": [...]}`` body, in caller order."""
     if type(value) is not dict:
         raise _bad("batch request must be an object")
@@ -62,7 +64,7 @@ class SearchRequest:
     limit: int = DEFAULT_SEARCH_LIMIT
 
 
-def _json_integer(value: Any) -> int | None:
+def _json_integer(value: object) -> int | None:
     """A JSON integer: ``int`` (not ``bool``) or an integral float such as ``1.0``."""
     if type(value) is int:
         return value
@@ -71,7 +73,7 @@ def _json_integer(value: Any) -> int | None:
     return None
 
 
-def parse_search_filters(value: Any) -> QueryRequest:
+def parse_search_filters(value: object) -> QueryRequest:
     if type(value) is not dict:
         raise _bad("filters must be an object")
     fields: dict[str, Any] = {}
@@ -88,7 +90,7 @@ def parse_search_filters(value: Any) -> QueryRequest:
     return QueryRequest(**fields)
 
 
-def parse_search_request(value: Any, modes: Iterable[str] = SEARCH_MODES) -> SearchRequest:
+def parse_search_request(value: object, modes: Iterable[str] = SEARCH_MODES) -> SearchRequest:
     """Validate a ranked-search body against the service's advertised ``modes``."""
     if type(value) is not dict:
         raise _bad("search request must be an object")

@@ -9,7 +9,9 @@ wire error.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+# Loose types: acceptance records and pages after their shape was checked here (check_record_shape,
+# check_list_shape), read by key without re-narrowing; unchecked input is ``object``.
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from akrelay.protocol.discovery import is_canonical_origin
 from akrelay.protocol.errors import ProtocolError
@@ -19,6 +21,9 @@ from akrelay.protocol.query import MAX_LIMIT, QueryRequest, query_matches
 from akrelay.protocol.reads import SEARCH_MODES, SearchRequest
 from akrelay.protocol.text import text_matches
 
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
+
 MAX_SAFE = 2**53 - 1
 COVERAGE_REASONS = frozenset(("candidate_limit", "index_lag", "approximate", "timeout"))
 
@@ -27,16 +32,16 @@ def _bad(message: str) -> ProtocolError:
     return ProtocolError("invalid_response", message)
 
 
-def _safe_int(value: Any, minimum: int) -> bool:
+def _safe_int(value: object, minimum: int) -> bool:
     return type(value) is int and minimum <= value <= MAX_SAFE
 
 
-def make_record(envelope: Any, accepted_at: int, seq: int) -> dict[str, Any]:
+def make_record(envelope: Envelope, accepted_at: int, seq: int) -> dict[str, Any]:
     """The wire form of an acceptance record."""
     return {"envelope": envelope.to_dict(), "accepted_at": accepted_at, "seq": seq}
 
 
-def check_record_shape(record: Any) -> dict[str, Any]:
+def check_record_shape(record: object) -> dict[str, Any]:
     """An acceptance record's shape, without verifying its envelope; returns the envelope object.
 
     Shared by clients that verify envelopes here (:func:`validate_record`) and by
@@ -53,7 +58,7 @@ def check_record_shape(record: Any) -> dict[str, Any]:
     return record["envelope"]
 
 
-def validate_record(record: Any, expected_id: str | None = None, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Any:
+def validate_record(record: object, expected_id: str | None = None, *, options: ValidationOptions = DEFAULT_OPTIONS) -> Envelope:
     """Check one acceptance record and verify its envelope; returns the ``Envelope``."""
     from akrelay.protocol import envelope as envelope_module  # the identity half's step-1 verifier
 
@@ -71,7 +76,7 @@ def validate_record(record: Any, expected_id: str | None = None, *, options: Val
     return verified
 
 
-def check_list_shape(response: Any, service: str, *, max_items: int, hits: bool = False) -> list[dict[str, Any]]:
+def check_list_shape(response: object, service: str, *, max_items: int, hits: bool = False) -> list[dict[str, Any]]:
     """Scope and shape of a list response (§9.3.2); returns its acceptance records, not yet verified.
 
     ``service`` must be the origin that was asked; every record has a valid shape
@@ -108,12 +113,12 @@ def check_list_shape(response: Any, service: str, *, max_items: int, hits: bool 
     return records
 
 
-def _scoped_records(response: Any, service: str, *, hits: bool, max_items: int) -> list[tuple[dict[str, Any], Any]]:
+def _scoped_records(response: object, service: str, *, hits: bool, max_items: int) -> list[tuple[dict[str, Any], Envelope]]:
     """:func:`check_list_shape`, then every envelope verified; returns (record, verified envelope) pairs."""
     return _verified(check_list_shape(response, service, max_items=max_items, hits=hits))
 
 
-def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Envelope]]:
     out = []
     seen = set()
     for record in records:
@@ -125,12 +130,14 @@ def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]
     return out
 
 
-def check_query_shape(response: Any, service: str, *, after_seq: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+def check_query_shape(response: object, service: str, *, after_seq: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
     """One query page's shape: at most ``limit`` records in ascending ``seq`` after ``after_seq``.
 
     Returns the records (not verified) and ``next_cursor`` (``None`` on the last page).
     """
     records = check_list_shape(response, service, hits=False, max_items=MAX_LIMIT)
+    if type(response) is not dict:
+        raise _bad("response must be an object")
     cursor = response.get("next_cursor")
     if "next_cursor" in response and not is_nonempty_text(cursor):
         raise _bad("next_cursor must be a non-empty string")
@@ -155,7 +162,7 @@ def check_same_scope(scope: tuple[int, int] | None, response: Mapping[str, Any])
     return current
 
 
-def validate_query_response(response: Any, request: QueryRequest, service: str) -> list[Any]:
+def validate_query_response(response: object, request: QueryRequest, service: str) -> list[Envelope]:
     """One query page: ascending ``seq`` after ``after_seq``, at most ``limit``, every record matching."""
     records, _ = check_query_shape(response, service, after_seq=request.after_seq, limit=request.limit)
     pairs = _verified(records)
@@ -165,13 +172,15 @@ def validate_query_response(response: Any, request: QueryRequest, service: str) 
     return [verified for _, verified in pairs]
 
 
-def check_batch_shape(response: Any, requested: Iterable[str], service: str) -> tuple[list[dict[str, Any]], list[str]]:
+def check_batch_shape(response: object, requested: Iterable[str], service: str) -> tuple[list[dict[str, Any]], list[str]]:
     """A batch answer's shape (§9.4): ``result`` and ``missing`` partition the requested IDs,
     each in request order, by the hashes the returned envelopes claim (not yet verified).
 
     Returns the records and the missing IDs.
     """
     records = check_list_shape(response, service, hits=False, max_items=100)
+    if type(response) is not dict:
+        raise _bad("response must be an object")
     if "next_cursor" in response:
         raise _bad("a batch response has no next_cursor")
     missing = response.get("missing")
@@ -191,15 +200,17 @@ def check_batch_shape(response: Any, requested: Iterable[str], service: str) -> 
     return records, missing
 
 
-def validate_batch_response(response: Any, requested: Iterable[str], service: str) -> list[Any]:
+def validate_batch_response(response: object, requested: Iterable[str], service: str) -> list[Envelope]:
     """A batch is an ordered, complete, disjoint partition of the requested IDs, every envelope verified."""
     records, _ = check_batch_shape(response, requested, service)
     return [validate_record(record, record["envelope"]["hash"]) for record in records]
 
 
-def validate_search_response(response: Any, request: SearchRequest, service: str) -> list[Any]:
+def validate_search_response(response: object, request: SearchRequest, service: str) -> list[Envelope]:
     """A single ranked page honouring the mode, exact filters, lexical text and coverage rules."""
     pairs = _scoped_records(response, service, hits=True, max_items=100)
+    if type(response) is not dict:
+        raise _bad("response must be an object")
     if "next_cursor" in response:
         raise _bad("search returns a single page (no next_cursor)")
     ranking, coverage = response.get("ranking"), response.get("coverage")
@@ -254,8 +265,10 @@ class PageTracker:
         self._last = 0
         self._next: str | None = None
 
-    def accept(self, request: QueryRequest, response: Any) -> list[Any]:
+    def accept(self, request: QueryRequest, response: object) -> list[Envelope]:
         envelopes = validate_query_response(response, request, self.service)
+        if type(response) is not dict:
+            raise _bad("response must be an object")
         binding = request.binding()
         scope = (response["service"], response["checkpoint"], response["as_of"])
         if self._binding is None:

@@ -7,7 +7,7 @@ produce envelopes through the same JCS and hash code the verifier uses.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -49,7 +49,7 @@ class Signer:
         """Signature text over raw 32 hash bytes. Prefer :meth:`sign`, which sees the event (§5.3)."""
         return b64encode(self._private.sign(event_hash))
 
-    def sign(self, event: dict[str, Any]) -> dict[str, Any]:
+    def sign(self, event: Mapping[str, object]) -> dict[str, object]:
         """The signed envelope ``{hash, event, signature}`` of ``event``."""
         digest = hashlib.sha3_256(canonicalize(event)).digest()
         return {"hash": b64encode(digest), "event": event, "signature": self.sign_hash(digest)}
@@ -58,7 +58,7 @@ class Signer:
         return f"Signer({self.agent_id})"
 
 
-def _event(event_type: str, actor: str, created_at: int, nonce: int, payload: dict[str, Any]) -> dict[str, Any]:
+def _event(event_type: str, actor: str, created_at: int, nonce: int, payload: Mapping[str, object]) -> dict[str, object]:
     return {
         "protocol": PROTOCOL,
         "type": event_type,
@@ -69,17 +69,17 @@ def _event(event_type: str, actor: str, created_at: int, nonce: int, payload: di
     }
 
 
-def publish_event(actor: str, created_at: int, nonce: int, payload: dict[str, Any]) -> dict[str, Any]:
+def publish_event(actor: str, created_at: int, nonce: int, payload: Mapping[str, object]) -> dict[str, object]:
     """An unsigned ``knowledge.publish`` event."""
     return _event("knowledge.publish", actor, created_at, nonce, payload)
 
 
-def assess_event(actor: str, created_at: int, nonce: int, payload: dict[str, Any]) -> dict[str, Any]:
+def assess_event(actor: str, created_at: int, nonce: int, payload: Mapping[str, object]) -> dict[str, object]:
     """An unsigned ``knowledge.assess`` event."""
     return _event("knowledge.assess", actor, created_at, nonce, payload)
 
 
-def retract_event(actor: str, created_at: int, nonce: int, payload: dict[str, Any]) -> dict[str, Any]:
+def retract_event(actor: str, created_at: int, nonce: int, payload: Mapping[str, object]) -> dict[str, object]:
     """An unsigned ``knowledge.retract`` event."""
     return _event("knowledge.retract", actor, created_at, nonce, payload)
 

@@ -7,10 +7,13 @@ or wildcards, so every service gives the same answer for the same ``q``.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import PUBLISH, RETRACT
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 MAX_TEXT_CHARS = 1024
 MAX_LEXICAL_TERMS = 16
@@ -26,7 +29,7 @@ def ascii_fold(value: str) -> str:
     return value.translate(_FOLD)
 
 
-def text_terms(text: Any, lexical: bool = True) -> list[str]:
+def text_terms(text: object, lexical: bool = True) -> list[str]:
     """Split ``text`` into folded terms, in order, repeats kept (as the vectors list them).
 
     ``invalid_request`` unless it has 1..1024 Unicode scalar values and 1..16
@@ -45,12 +48,12 @@ def text_terms(text: Any, lexical: bool = True) -> list[str]:
     return terms
 
 
-def distinct_terms(text: Any, lexical: bool = True) -> tuple[str, ...]:
+def distinct_terms(text: object, lexical: bool = True) -> tuple[str, ...]:
     """:func:`text_terms` without repeats, first occurrence first."""
     return tuple(dict.fromkeys(text_terms(text, lexical)))
 
 
-def eligible_fields(envelope: Any) -> list[str]:
+def eligible_fields(envelope: Envelope) -> list[str]:
     """The searchable fields of one event; each ``context`` item is its own field."""
     event = envelope.event
     payload = event["payload"]
@@ -68,7 +71,7 @@ def eligible_fields(envelope: Any) -> list[str]:
     return fields
 
 
-def search_text(envelope: Any) -> str:
+def search_text(envelope: Envelope) -> str:
     """Folded eligible fields joined by ``"\\n"``.
 
     A term never contains ASCII whitespace, so a substring hit in this text is
@@ -77,7 +80,7 @@ def search_text(envelope: Any) -> str:
     return "\n".join(ascii_fold(field) for field in eligible_fields(envelope))
 
 
-def text_matches(envelope: Any, terms: Iterable[str]) -> bool:
+def text_matches(envelope: Envelope, terms: Iterable[str]) -> bool:
     """Every (already folded) term occurs in some eligible field."""
     haystack = search_text(envelope)
     return all(term in haystack for term in terms)

@@ -7,14 +7,17 @@ The clock is the caller's (sans-I/O).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
 DEFAULT_SKEW_MS = 300_000
 
 
-def check_created_at(envelope: Any, now_ms: int, skew_ms: int = DEFAULT_SKEW_MS) -> None:
+def check_created_at(envelope: Envelope, now_ms: int, skew_ms: int = DEFAULT_SKEW_MS) -> None:
     """Raise ``timestamp_out_of_window`` when ``created_at > now_ms + skew_ms``."""
     created_at = envelope.event["created_at"]
     if created_at > now_ms + skew_ms:

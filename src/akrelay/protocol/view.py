@@ -6,12 +6,15 @@ arrival order gives the same facts. Event-ID sets are sorted ASCII.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
 
+if TYPE_CHECKING:
+    from akrelay.protocol.envelope import Envelope
 
-def materialize(envelopes: Iterable[Any]) -> dict[str, dict[str, Any]]:
+
+def materialize(envelopes: Iterable[Envelope]) -> dict[str, dict[str, str | list[str]]]:
     """Map each publication and assessment ID to its view.
 
     Publications get ``status``, ``successors``, ``assessments`` and
@@ -33,12 +36,12 @@ def materialize(envelopes: Iterable[Any]) -> dict[str, dict[str, Any]]:
             for relation in payload.get("relations", ()):
                 if relation["relation"] == "supersedes":
                     successors.setdefault(relation["target"], set()).add(event_id)
-    view: dict[str, dict[str, Any]] = {}
+    view: dict[str, dict[str, str | list[str]]] = {}
     for event_id in sorted(known):
         etype = known[event_id].event["type"]
         if etype == RETRACT:
             continue
-        entry: dict[str, Any] = {"status": "retracted" if event_id in retracted else "active"}
+        entry: dict[str, str | list[str]] = {"status": "retracted" if event_id in retracted else "active"}
         if etype == PUBLISH:
             reports = assessments.get(event_id, set())
             entry["successors"] = sorted(successors.get(event_id, ()))

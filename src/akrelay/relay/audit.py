@@ -9,7 +9,7 @@ What is checked, each step with the sans-I/O core (:mod:`akrelay.protocol.merkle
 3. with ``full``: the root recomputed from every entry of ``/v1/knowledge/log``, and
    every record that is not withheld fetched (by batches) and matched to its entry.
 
-Any mismatch raises :class:`AuditFailure` saying what and where; the state file
+Every mismatch raises :class:`AuditFailure` saying what and where; the state file
 is written only after every check passed.
 """
 
@@ -21,12 +21,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+# Loose types: a relay's JSON answers as the client returns them, each member checked where read.
+from typing import TYPE_CHECKING, Any, Callable
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, open_checkpoint, parse_vkey
 from akrelay.store.base import event_hash_bytes
 from akrelay.store.tlog import leaf_of
+
+if TYPE_CHECKING:
+    from akrelay.client import RelayClient
 
 CHECKPOINT_PATH = "/v1/knowledge/checkpoint"
 PAGE = 1000
@@ -53,7 +57,7 @@ class AuditResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _b64(text: Any, what: str) -> bytes:
+def _b64(text: object, what: str) -> bytes:
     try:
         value = base64.b64decode(str(text).encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -63,7 +67,7 @@ def _b64(text: Any, what: str) -> bytes:
     return value
 
 
-def _b64url(text: Any, what: str) -> bytes:
+def _b64url(text: object, what: str) -> bytes:
     if not isinstance(text, str) or len(text) != 43:
         raise AuditFailure(f"{what} is not a 43-character base64url hash")
     try:
@@ -75,7 +79,7 @@ def _b64url(text: Any, what: str) -> bytes:
 class LogReader:
     """The log reads of one relay, over a :class:`akrelay.client.RelayClient`'s HTTP connection."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: RelayClient) -> None:
         self.client = client
 
     def _url(self, path: str) -> str:
@@ -104,7 +108,7 @@ class LogReader:
         return [_b64(h, "a consistency proof hash") for h in body.get("hashes", [])]
 
 
-def verifier_for(client: Any, pinned: str | None) -> tuple[Verifier, str | None]:
+def verifier_for(client: RelayClient, pinned: str | None) -> tuple[Verifier, str | None]:
     """The log's verifier (pinned, else discovery's) and its checkpoint URL from discovery."""
     doc = client.discovery or client.discover()
     info = doc.get("log") if isinstance(doc, dict) else None
@@ -192,7 +196,7 @@ class State:
         os.replace(tmp, self.path)
 
 
-def audit(client: Any, *, pinned: str | None = None, state: State | None = None, full: bool = False,
+def audit(client: RelayClient, *, pinned: str | None = None, state: State | None = None, full: bool = False,
           progress: Callable[[str, int, int], None] | None = None) -> AuditResult:
     """Audit the relay behind ``client``; :class:`AuditFailure` on the first mismatch."""
     reader = LogReader(client)
@@ -222,7 +226,7 @@ def audit(client: Any, *, pinned: str | None = None, state: State | None = None,
     return result
 
 
-def _full(reader: LogReader, client: Any, checkpoint: Checkpoint, result: AuditResult,
+def _full(reader: LogReader, client: RelayClient, checkpoint: Checkpoint, result: AuditResult,
           progress: Callable[[str, int, int], None] | None) -> None:
     frontier = merkle.Frontier()
     visible: list[tuple[int, int, bytes]] = []  # (index, seq, event hash) of records to fetch
@@ -263,7 +267,7 @@ def _full(reader: LogReader, client: Any, checkpoint: Checkpoint, result: AuditR
             progress("records", result.records, len(visible))
 
 
-def _check_records(client: Any, chunk: list[tuple[int, int, bytes]]) -> None:
+def _check_records(client: RelayClient, chunk: list[tuple[int, int, bytes]]) -> None:
     from akrelay.client import ResponseError, ServiceError
 
     ids = {base64.urlsafe_b64encode(h).rstrip(b"=").decode(): (index, seq) for index, seq, h in chunk}

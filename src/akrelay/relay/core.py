@@ -16,6 +16,8 @@ import os
 import threading
 import time
 from pathlib import Path
+# Loose types: the wire forms of records and pages (to_dict, discovery) are nested JSON built here;
+# the store client of open_relay is a Redis client (untyped replies).
 from typing import Any, Callable, Sequence
 
 import msgspec
@@ -218,7 +220,7 @@ class Relay:
         """Run §8.1 steps 1–7 in order; return ``(record, created)``.
 
         ``created`` is ``False`` for an exact resubmission, which returns the
-        retained record unchanged (withheld or not). Any refusal raises and
+        retained record unchanged (withheld or not). Every refusal raises and
         changes nothing. ``source`` ("http" or "sync") is for callers' logs.
         """
         existing, envelope, now = self.check(raw)
@@ -361,7 +363,7 @@ class Relay:
         return record
 
     @staticmethod
-    def _check_id(event_id: Any) -> None:
+    def _check_id(event_id: object) -> None:
         b64decode_canonical(event_id, length=32, code="invalid_request", what="event ID")
 
     # -- query (§9.3) ----------------------------------------------------------

@@ -14,7 +14,7 @@ is proof of a fork and fails the audit whatever the quorum.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import quote
 
 from akrelay.protocol import merkle
@@ -22,6 +22,9 @@ from akrelay.protocol.note import (
     ALG_COSIGNATURE_V1, MAX_NOTE_BYTES, Checkpoint, NoteError, Verifier, open_checkpoint, parse_note, parse_vkey,
     verify_cosignature,
 )
+
+if TYPE_CHECKING:
+    from akrelay.client import RelayClient
 
 WITNESS_PATH = "/v1/knowledge/witness/checkpoint"
 
@@ -103,7 +106,7 @@ def describe(result: QuorumResult, quorum: int) -> list[str]:
     return lines
 
 
-def fetch_with(client: Any) -> Callable[[str], str]:
+def fetch_with(client: RelayClient) -> Callable[[str], str]:
     """A ``fetch`` for :func:`check_quorum` over an :class:`akrelay.client.RelayClient`'s TLS settings."""
 
     def fetch(url: str) -> str:

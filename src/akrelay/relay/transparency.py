@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+# Loose types: the log's JSON answers (entries, proofs, discovery) built here, and the store's node keys.
 from typing import Any, Callable
 
 from cryptography.hazmat.primitives import serialization

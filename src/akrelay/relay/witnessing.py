@@ -10,15 +10,18 @@ checkpoint, so the result is the cosigned note.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING
 
 from akrelay.protocol.note import MAX_NOTE_BYTES, parse_note
 from akrelay.relay.audit import AuditFailure, LogReader, fetch_checkpoint, verifier_for
 
+if TYPE_CHECKING:
+    from akrelay.client import RelayClient
+
 ADD_CHECKPOINT_PATH = "/v1/knowledge/witness/add-checkpoint"
 
 
-def _post(witness: Any, body: bytes) -> tuple[int, bytes]:
+def _post(witness: RelayClient, body: bytes) -> tuple[int, bytes]:
     url = witness.origin + ADD_CHECKPOINT_PATH
     with witness._http.stream("POST", url, content=body,  # noqa: SLF001 - the client's TLS trust
                               headers={"content-type": "text/plain", "accept": "text/plain"}) as response:
@@ -40,7 +43,7 @@ def _refusal(status: int, data: bytes) -> str:
         return f"HTTP {status}"
 
 
-def push_checkpoint(log: Any, witness: Any, *, pinned: str | None = None) -> str:
+def push_checkpoint(log: RelayClient, witness: RelayClient, *, pinned: str | None = None) -> str:
     """The log's latest checkpoint cosigned by ``witness`` (both :class:`akrelay.client.RelayClient`)."""
     reader = LogReader(log)
     verifier, url = verifier_for(log, pinned)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import binascii
 from dataclasses import dataclass
+# Loose types: Record.to_dict is the record's wire form, a nested JSON object.
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from akrelay.protocol.envelope import Envelope

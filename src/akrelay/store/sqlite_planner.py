@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+# Loose types: a sqlite3 row (sqlite3 types rows as Any); record_of converts it to a Record.
 from typing import Any, cast
 
 from akrelay.store.base import QueryParams, Record

@@ -9,6 +9,7 @@ stalled costs a request a few seconds at most (never a hang), and becomes a 503 
 from __future__ import annotations
 
 import contextlib
+# Loose types: redis-py's connection options and replies are untyped keyword values.
 from typing import Any, Iterator, Protocol
 
 import redis

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from contextlib import AbstractContextManager
+# Loose types: the Redis client and its replies (redis-py types replies as Any); converted where read.
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from akrelay.protocol.reconcile import Item

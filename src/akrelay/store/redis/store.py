@@ -40,6 +40,8 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+# Loose types: redis-py leaves its replies untyped (a reply's shape is the script's, not the client's), so
+# replies and script arguments stay loose here and are converted to typed values (Record, int) where read.
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import redis
