@@ -33,9 +33,11 @@ class WebComponent:
         from akrelay.explorer import routes as explorer
         from akrelay.observability import routes as metrics
 
-        return (explorer.routes(self.relay, self.settings, self.sources)
-                + metrics.routes(self.relay, self.settings, self.sources)
-                + openapi.routes(self.relay, self.settings, self.present))
+        handlers: list[BaseRouteHandler] = []
+        handlers += explorer.routes(self.relay, self.settings, self.sources)
+        handlers += metrics.routes(self.relay, self.settings, self.sources)
+        handlers += openapi.routes(self.relay, self.settings, self.present)
+        return handlers
 
     def error_page(self, path: str, status: int, allow: str | None) -> Response[bytes] | None:
         """The explorer's HTML page for a 404 or 405 under ``/explorer`` (see ``akrelay.http.errors``)."""

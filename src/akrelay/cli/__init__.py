@@ -57,7 +57,7 @@ MODULES = ("serve", "client", "admin", "store", "search", "peers", "kip", "kql",
 _ANSWERED_HERE = frozenset(("-h", "--help", "--version"))
 
 
-def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
         prog="akrelay",
         description="A federated relay and KIP gateway for agent-knowledge/1.0.",

@@ -91,4 +91,5 @@ class SearchComponent:
 
     def discovery(self) -> dict[str, object]:
         """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""
-        return discovery_members(self.relay.config)
+        members: dict[str, object] = dict(discovery_members(self.relay.config))
+        return members

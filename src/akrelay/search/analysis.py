@@ -27,6 +27,7 @@ import re
 from tantivy import Index, TextAnalyzer, TextAnalyzerBuilder, Tokenizer
 
 from akrelay.jsontypes import JSON, JSONMapping
+from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.text import eligible_fields
 
 #: The custom analyzer name stored in the schema. Tantivy does not persist
@@ -80,7 +81,7 @@ def fold(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").translate(_FOLD_BYTES).decode("utf-8", "surrogatepass")
 
 
-def indexed_text(envelope: object) -> str:
+def indexed_text(envelope: Envelope) -> str:
     """The text handed to the trigram analyzer: the core's search text plus padding.
 
     Equal to ``search_text(envelope)`` (folded eligible fields joined by

@@ -27,7 +27,7 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
     if lo == 0:
         reached[start] = None
     frontier = [start]
-    seen = {start}
+    seen: set[object] = {start}  # concept ids, and ("lit", value) for literal objects
     visits = 0
     depth = 0
     limit = hi if hi is not None else max_hops

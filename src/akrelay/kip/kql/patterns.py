@@ -3,7 +3,7 @@ concept, assertion/evidence/activity) extends one solution."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.grounding import top as keyword_top
@@ -30,6 +30,7 @@ from akrelay.kip.nexus import SEARCH_KINDS
 
 def _proposition_pattern(clause: A.PropositionPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
     tup = clause.tuple
+    props: Iterable[Proposition]
     if isinstance(tup, A.IdTuple):
         element = ctx.get(ctx.value(tup.id))
         props = [element] if isinstance(element, Proposition) else []

@@ -28,9 +28,9 @@ def _scalar_matches(value: Any, stored: Any, ctx: Context) -> bool:
     """A parameter/literal constraint against a stored value (§9.6 equality)."""
     if _is_ref(stored):
         if isinstance(value, str):
-            return value == stored["id"]
+            return bool(value == stored["id"])
         if _is_ref(value):
-            return value["id"] == stored["id"]
+            return bool(value["id"] == stored["id"])
         return False
     if type(value) is str and type(stored) is str:
         return value == stored or unicodedata.normalize("NFC", value) == unicodedata.normalize("NFC", stored)
