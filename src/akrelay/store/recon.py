@@ -70,7 +70,7 @@ def to_limbs(total: int) -> list[int]:
 
 
 def from_limbs(limbs: Iterable[int]) -> int:
-    a, b, c, d, e, f, g, h = (int(v) for v in limbs)  # LIMBS, unrolled: this runs for every bucket row read
+    a, b, c, d, e, f, g, h = limbs  # LIMBS, unrolled: this runs for every bucket row read
     return (a + (b << 32) + (c << 64) + (d << 96) + (e << 128) + (f << 160) + (g << 192) + (h << 224)) % _MOD
 
 
@@ -153,7 +153,7 @@ class StoreView:
         #: key -> (count before, sum before)
         self._prefixes: dict[tuple[int, bytes], tuple[int, int]] = {}
         self._sums: dict[int, int] = {0: 0}
-        self._child_cache: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        self._count_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
         #: prefetched ranges: (first index, their items, the id sums before each and after the last)
         self._windows: list[tuple[int, list[Item], list[int]]] = []
         #: the last key located: (key, count below it, id sum below it), over the whole index
@@ -189,13 +189,14 @@ class StoreView:
         self._charge(len(rows))
         return rows
 
-    def _children(self, shift: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
-        """The non-empty buckets of one parent (read once per message): what a descent walks."""
+    def _counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the non-empty buckets of one parent (read once per message): what a descent walks."""
         key = (shift, lo)
-        rows = self._child_cache.get(key)
+        rows = self._count_cache.get(key)
         if rows is None:
-            rows = self._buckets(shift, lo, hi)
-            self._child_cache[key] = rows
+            rows = self.index.recon_counts(shift, lo, hi)
+            self._charge(len(rows))
+            self._count_cache[key] = rows
         return rows
 
     def _top_rows(self) -> list[tuple[int, int, int]]:
@@ -256,36 +257,32 @@ class StoreView:
         if not 0 <= index < self._size:
             raise IndexError(index)
         remaining = index + self._base[0]
-        acc = 0
         chosen = None
-        for bucket, n, total in self._top_rows():
+        for bucket, n, _ in self._top_rows():
             if remaining < n:
                 chosen = bucket
                 break
             remaining -= n
-            acc += total
         if chosen is None:
             raise ViewChanged("an index beyond the aggregates")
         for level in range(len(LEVELS) - 2, -1, -1):
             shift, span = LEVELS[level], LEVELS[level + 1] - LEVELS[level]
             lo = chosen << span
             parent, chosen = chosen, None
-            for bucket, n, total in self._children(shift, lo, (parent + 1) << span):
+            for bucket, n in self._counts(shift, lo, (parent + 1) << span):
                 if remaining < n:
                     chosen = bucket
                     break
                 remaining -= n
-                acc += total
             if chosen is None:
                 raise ViewChanged("a bucket holds fewer items than its count")
         low = chosen << LEVELS[0]
         items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 1)
         if len(items) <= remaining:
             raise ViewChanged("a bucket holds fewer items than its count")
-        before = sum(id_value(i) for _, i in items[:remaining])
         item = items[remaining]
-        base_sum = self._base[1]
-        result = (item, (acc + before - base_sum) % _MOD)
+        # the counts found the item; its sum comes from the level sums below it (one read), not the rows walked
+        result = (item, (self._prefix(item)[1] - self._base[1]) % _MOD)
         self._selected[index] = result
         self._sums[index] = result[1]
         if remaining and index - 1 not in self._selected:
