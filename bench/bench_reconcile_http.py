@@ -19,8 +19,10 @@ back-fill of the placeholders is not what this measures).
 
     python bench/bench_reconcile_http.py [--items 1000000] [--differences 1 100 10000]
 
-Last line: ``reconcile_http_transfer_share_<D>: <percent> %`` for the largest D: the share of
-the local wall time spent fetching and ingesting the missing events (goal: above 50 %).
+Last line: ``reconcile_http_transfer_cpu_share_<D>: <percent> %`` for the last D: the share of
+the CPU time of both relays spent fetching, verifying and ingesting the missing events rather
+than reconciling (goal: above 50 %); the wall-time share is printed in the table (on a loaded
+machine it measures the neighbours as much as this).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import resource
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -169,7 +172,7 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(30)
-        except Exception:
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
     shutil.rmtree(peer_dir)
@@ -180,7 +183,8 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
     return {"rounds": result.rounds, "sent": result.sent, "received": result.received, "fetched": fetched,
             "ratio": wire / full_pull, "recon_wall": w1 - w0, "recon_cpu": c1 - c0, "recon_server": s1 - s0,
             "fetch_wall": w2 - w1, "fetch_cpu": c2 - c1, "fetch_server": s2 - s1,
-            "share": (w2 - w1) / (w2 - w0)}
+            "share": (w2 - w1) / (w2 - w0),
+            "cpu_share": ((c2 - c1) + (s2 - s1)) / ((c2 - c0) + (s2 - s0))}
 
 
 def main() -> None:
@@ -202,7 +206,7 @@ def main() -> None:
     print(f"items {args.items:,}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(f"{'diffs':>7} {'rounds':>6} {'recon B':>10} {'fetch B':>11} {'vs pull':>8} | "
           f"{'recon wall':>10} {'cpu here':>8} {'cpu peer':>8} | {'fetch wall':>10} {'cpu here':>8} "
-          f"{'cpu peer':>8} | transfer share", flush=True)
+          f"{'cpu peer':>8} | transfer share: wall, CPU", flush=True)
     last = None
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-http-") as tmp:
         for d in args.differences:
@@ -211,9 +215,9 @@ def main() -> None:
             print(f"{d:>7,} {r['rounds']:>6} {r['sent'] + r['received']:>10,} {r['fetched']:>11,} "
                   f"{r['ratio']:>8.2e} | {r['recon_wall']:>9.2f}s {r['recon_cpu']:>7.2f}s {r['recon_server']:>7.2f}s | "
                   f"{r['fetch_wall']:>9.2f}s {r['fetch_cpu']:>7.2f}s {r['fetch_server']:>7.2f}s | "
-                  f"{100 * r['share']:.0f} %   (load {os.getloadavg()[0]:.1f})", flush=True)
+                  f"{100 * r['share']:.0f} %, {100 * r['cpu_share']:.0f} %   (load {os.getloadavg()[0]:.1f})", flush=True)
     assert last is not None
-    print(f"reconcile_http_transfer_share_{last[0]}: {100 * last[1]['share']:.1f} %")
+    print(f"reconcile_http_transfer_cpu_share_{last[0]}: {100 * last[1]['cpu_share']:.1f} %")
 
 
 if __name__ == "__main__":
