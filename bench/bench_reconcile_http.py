@@ -155,7 +155,7 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
             result = ReconcileResult(origin)
             index = local.store.recon
             w0, c0, s0 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
-            need = learn(transport, endpoints["reconcile"], index, result)
+            need = learn(transport, endpoints["reconcile"], index, result, deadline=3600.0)  # not the 120 s cap: measured
             w1, c1, s1 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
             assert result.complete and len(need) == differences and result.have == 0, result
             read_before = transport.bytes_read

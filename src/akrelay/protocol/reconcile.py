@@ -278,13 +278,13 @@ class Reconciler:
         self.max_rounds = max_rounds
         #: a differing range with fewer items than this is listed rather than split
         self.list_below = 2 * buckets if list_below is None else max(2, list_below)  # 2: a split must make progress
-        #: the same for the initiator's answers to a fingerprint. By default it splits every range
-        #: of two or more items: an id list from the initiator costs its ids and the responder's
-        #: answering list, while fingerprints down to single items cost about 21 bytes each and the
-        #: responder's lists of the one or two items that differ, in the same number of rounds (the
-        #: responder lists what it splits below ``list_below``, and the initiator answers that with
-        #: nothing). About half the bytes per difference when differences are many.
-        self.initiator_list_below = 2 if list_below is None else self.list_below
+        #: By default (``list_below`` not given) the initiator answers a differing range smaller
+        #: than ``list_below`` with one fingerprint of the whole range instead of its ids: the
+        #: responder, which lists what differs below ``list_below``, then lists it, and the
+        #: initiator learns the difference from that list, in the same number of rounds. An id
+        #: list from the initiator would cost its ids and the responder's answering list: about
+        #: twice the bytes per difference when differences are many.
+        self.initiator_asks = list_below is None
 
     def initiate(self) -> bytes:
         """The first message: the whole set, split into buckets (or listed, if small)."""
@@ -356,8 +356,11 @@ class Reconciler:
                     if skipping:
                         out.add(out.bound(prev_bound) + encode_varint(SKIP))
                         skipping = False
-                    self._split(out, lower, upper, upper_bound,
-                                self.initiator_list_below if initiator else self.list_below)
+                    if initiator and self.initiator_asks and upper - lower < self.list_below:
+                        out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT)
+                                + storage.fingerprint(lower, upper))
+                    else:
+                        self._split(out, lower, upper, upper_bound)
                     written_bound, written_index = upper_bound, upper
             elif mode == IDLIST:
                 count = reader.varint()
@@ -394,14 +397,14 @@ class Reconciler:
         outcome.message = out.bytes()
         return outcome
 
-    def _split(self, out: _Writer, lower: int, upper: int, upper_bound: Bound, list_below: int | None = None) -> None:
-        """Describe ``[lower, upper)``: its ids when fewer than ``list_below``, else ``buckets`` fingerprints."""
+    def _split(self, out: _Writer, lower: int, upper: int, upper_bound: Bound) -> None:
+        """Describe ``[lower, upper)``: its ids when few, else ``buckets`` fingerprints."""
         storage = self.storage
         count = upper - lower
         prefetch = getattr(storage, "prefetch", None)
         if prefetch is not None:  # an optional hint: a store-backed view reads a small range in one go
             prefetch(lower, upper)
-        if count < (self.list_below if list_below is None else list_below):
+        if count < self.list_below:
             ids = storage.ids(lower, upper)
             out.add(out.bound(upper_bound) + encode_varint(IDLIST) + encode_varint(len(ids)) + b"".join(ids))
             return
