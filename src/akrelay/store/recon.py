@@ -277,7 +277,8 @@ class StoreView:
             if chosen is None:
                 raise ViewChanged("a bucket holds fewer items than its count")
         low = chosen << LEVELS[0]
-        items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 1)
+        # one item more: a split asks for the items on both sides of each boundary
+        items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 2)
         if len(items) <= remaining:
             raise ViewChanged("a bucket holds fewer items than its count")
         item = items[remaining]
@@ -290,6 +291,10 @@ class StoreView:
             prev_sum = (result[1] - id_value(prev[1])) % _MOD
             self._selected[index - 1] = (prev, prev_sum)
             self._sums[index - 1] = prev_sum
+        if len(items) > remaining + 1 and index + 1 < self._size and index + 1 not in self._selected:
+            next_sum = (result[1] + id_value(item[1])) % _MOD
+            self._selected[index + 1] = (items[remaining + 1], next_sum)
+            self._sums[index + 1] = next_sum
         return result
 
     def _sum_before(self, index: int) -> int:

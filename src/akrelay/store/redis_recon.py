@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import Record, event_hash_bytes
@@ -93,6 +93,25 @@ end
 return out
 """
 
+#: Several spans' buckets in one call (a prefix's level sums): per span its bucket count, then n and the
+#: limbs of each bucket; added up in Python (Lua's numbers are doubles, which the limb sums may outgrow).
+_SPANS = """#!lua flags=no-writes
+local p = ARGV[1]
+local out = {}
+for s = 0, tonumber(ARGV[2]) - 1 do
+  local shift, lo, hi = ARGV[3 + 3 * s], ARGV[4 + 3 * s], ARGV[5 + 3 * s]
+  local bs = redis.call('ZRANGEBYSCORE', p .. 'rc:k:' .. shift, lo, '(' .. hi)
+  local key = p .. 'rc:b:' .. shift
+  out[#out + 1] = #bs
+  for _, b in ipairs(bs) do
+    local vals = redis.call('HMGET', key, b .. ':n', b .. ':0', b .. ':1', b .. ':2', b .. ':3', b .. ':4', b .. ':5',
+                            b .. ':6', b .. ':7')
+    for k = 1, 9 do out[#out + 1] = vals[k] or '0' end
+  end
+end
+return out
+"""
+
 _ADVANCE = """#!lua
 local cur = tonumber(redis.call('GET', ARGV[1] .. 'rc:seq') or '0')
 if tonumber(ARGV[2]) > cur then redis.call('SET', ARGV[1] .. 'rc:seq', ARGV[2]) end
@@ -117,6 +136,7 @@ class RedisReconIndex(BucketSums):
         self._apply_script = client.register_script(_APPLY)
         self._buckets_script = client.register_script(_BUCKETS)
         self._advance_script = client.register_script(_ADVANCE)
+        self._spans_script = client.register_script(_SPANS)
 
     def _call(self, fn: Any, name: str) -> Any:
         return self._store_call(fn, name=name)
@@ -191,6 +211,25 @@ class RedisReconIndex(BucketSums):
             n = int(flat[k + 1])
             if n:
                 out.append((int(flat[k]), n, from_limbs(int(v) for v in flat[k + 2:k + 2 + LIMBS])))
+        return out
+
+    def recon_sums(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        if not spans:
+            return []
+        script = self._spans_script
+        args: list[Any] = [self.prefix, len(spans)]
+        for span in spans:
+            args += span
+        flat = self._call(lambda: script(keys=[], args=args), "recon_sums")
+        out, k = [], 0
+        for _ in spans:
+            rows, k = int(flat[k]), k + 1
+            count = total = 0
+            for _ in range(rows):
+                count += int(flat[k])
+                total += from_limbs([int(v) for v in flat[k + 1:k + 1 + LIMBS]])
+                k += 1 + LIMBS
+            out.append((count, total % (1 << 256)))
         return out
 
     def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
