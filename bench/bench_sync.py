@@ -79,12 +79,12 @@ def build_peer(data: Path, origin: str, n: int) -> float:
     return elapsed
 
 
-def start_serve(data: Path, port: int, origin: str) -> subprocess.Popen:
+def start_serve(data: Path, port: int, origin: str, extra: list[str] | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AKRELAY_")}
     log = open(data.parent / "peer.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "akrelay", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", str(port),
-         "--origin", origin, "--read-rate", "0", "--write-rate", "0"],
+         "--origin", origin, "--read-rate", "0", "--write-rate", "0", *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     ctx = ssl.create_default_context(cafile=str(data / "tls-cert.pem"))
     deadline = time.monotonic() + 60

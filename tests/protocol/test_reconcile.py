@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reconcile import (
     FINGERPRINT,
+    FINGERPRINT_SIZE,
+    ID_SIZE,
     IDLIST,
     INFINITY,
     MAX_RANGES,
@@ -228,3 +230,45 @@ def test_items_are_checked() -> None:
     with pytest.raises(ValueError):
         Reconciler(SortedItems([]), frame_limit=100)
     assert INFINITY.timestamp == MAX_TIMESTAMP
+
+
+def _modes(message: bytes) -> list[tuple[int, int]]:
+    """``(mode, id count)`` of each range of a message (the count is 0 unless an id list)."""
+    from akrelay.protocol.reconcile import _Reader
+
+    reader = _Reader(message)
+    reader.take(1)
+    out = []
+    while not reader.done():
+        reader.bound()
+        mode = reader.varint()
+        count = 0
+        if mode == FINGERPRINT:
+            reader.take(FINGERPRINT_SIZE)
+        elif mode == IDLIST:
+            count = reader.varint()
+            reader.take(ID_SIZE * count)
+        out.append((mode, count))
+    return out
+
+
+def test_the_initiator_asks_for_a_small_differing_range_instead_of_listing_it() -> None:
+    """One id list per difference: the responder's; the initiator answers with a fingerprint."""
+    a = [(1_000 + 37 * i, ident(i)) for i in range(5_000)]
+    b = a[:2_500] + a[2_501:]
+    initiator, responder = Reconciler(SortedItems(a)), Reconciler(SortedItems(b))
+    message: bytes | None = initiator.initiate()
+    listed_by_initiator = listed_by_responder = 0
+    need: list[bytes] = []
+    have: list[bytes] = []
+    while message is not None:
+        listed_by_initiator += sum(n for mode, n in _modes(message) if mode == IDLIST)
+        reply = responder.respond(message)
+        listed_by_responder += sum(n for mode, n in _modes(reply) if mode == IDLIST)
+        outcome = initiator.reconcile(reply)
+        have += outcome.have
+        need += outcome.need
+        message = outcome.message
+    assert have == [a[2_500][1]] and need == []
+    assert listed_by_initiator == 0
+    assert 0 < listed_by_responder < 32

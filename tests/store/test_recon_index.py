@@ -121,3 +121,29 @@ def test_a_redis_deployment_written_before_the_index_is_back_filled(redis_url) -
     finally:
         store._client.flushdb()
         store.close()
+
+
+def test_ascending_bounds_are_located_by_short_scans_not_descents() -> None:
+    """The bounds of one message ascend: each is found from the last by a scan of a few items."""
+    import hashlib
+
+    from akrelay.protocol.reconcile import Bound, SortedItems
+    from akrelay.store.recon import MemoryReconIndex
+
+    items = [(1_700_000_000_000 + 977 * i, hashlib.sha256(i.to_bytes(4, "big")).digest()) for i in range(20_000)]
+    index = MemoryReconIndex()
+    index.add(items)
+    oracle = SortedItems(items)
+    keys = [Bound(*items[k]) for k in range(5_000, 6_000, 10)]
+
+    ascending = StoreView(index)
+    for bound in keys:
+        assert ascending.lower_bound(0, ascending.size(), bound) == oracle.lower_bound(0, oracle.size(), bound)
+    one_by_one = 0
+    for bound in keys:
+        view = StoreView(index)
+        before = view.reads
+        assert view.lower_bound(0, view.size(), bound) == oracle.lower_bound(0, oracle.size(), bound)
+        one_by_one += view.reads - before
+    # about 11 rows and one read per bound from the last, against a descent over the levels each
+    assert ascending.reads < 13 * len(keys) < one_by_one

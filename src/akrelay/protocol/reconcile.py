@@ -278,6 +278,16 @@ class Reconciler:
         self.max_rounds = max_rounds
         #: a differing range with fewer items than this is listed rather than split
         self.list_below = 2 * buckets if list_below is None else max(2, list_below)  # 2: a split must make progress
+        #: By default (``list_below`` not given) the initiator answers a differing range smaller
+        #: than ``list_below`` with one fingerprint of the whole range instead of its ids: the
+        #: responder, which lists what differs below ``list_below``, then lists it, and the
+        #: initiator learns the difference from that list, in the same number of rounds. An id
+        #: list from the initiator would cost its ids and the responder's answering list: about
+        #: twice the bytes per difference when differences are many.
+        self.initiator_asks = list_below is None
+        #: ids the initiator has reported: a range learned from an id list can come back inside
+        #: the fingerprint that stands for the rest of a full frame, and is then not reported twice
+        self._reported: set[bytes] = set()
 
     def initiate(self) -> bytes:
         """The first message: the whole set, split into buckets (or listed, if small)."""
@@ -338,6 +348,7 @@ class Reconciler:
             upper = storage.lower_bound(prev_index, size, upper_bound)
             mark = out.mark()
             mark_written = written_bound, written_index
+            mark_skipping = skipping
             covered = upper
             if mode == SKIP:
                 skipping = True
@@ -349,7 +360,11 @@ class Reconciler:
                     if skipping:
                         out.add(out.bound(prev_bound) + encode_varint(SKIP))
                         skipping = False
-                    self._split(out, lower, upper, upper_bound)
+                    if initiator and self.initiator_asks and upper - lower < self.list_below:
+                        out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT)
+                                + storage.fingerprint(lower, upper))
+                    else:
+                        self._split(out, lower, upper, upper_bound)
                     written_bound, written_index = upper_bound, upper
             elif mode == IDLIST:
                 count = reader.varint()
@@ -360,8 +375,15 @@ class Reconciler:
                     skipping = True
                     ours = storage.ids(lower, upper)
                     mine = set(ours)
-                    outcome.have.extend(i for i in ours if i not in their_ids)
-                    outcome.need.extend(sorted(i for i in their_ids if i not in mine))
+                    reported = self._reported
+                    for i in ours:
+                        if i not in their_ids and i not in reported:
+                            reported.add(i)
+                            outcome.have.append(i)
+                    for i in sorted(their_ids):
+                        if i not in mine and i not in reported:
+                            reported.add(i)
+                            outcome.need.append(i)
                 else:
                     if skipping:
                         out.add(out.bound(prev_bound) + encode_varint(SKIP))
@@ -374,6 +396,11 @@ class Reconciler:
                 if out.size > limit:  # this range's output does not fit: describe it with the rest
                     out.reset(mark)
                     written_bound, written_index = mark_written
+                    if mark_skipping and written_index < prev_index:
+                        # what was skipped before it (matched, or an id list the initiator has
+                        # already learned from) stays out of the rest: never reconciled twice
+                        out.add(out.bound(prev_bound) + encode_varint(SKIP))
+                        written_bound, written_index = prev_bound, prev_index
                 if written_bound != INFINITY:
                     # one fingerprint for everything not yet described, which the other side
                     # splits in its next message

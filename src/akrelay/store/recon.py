@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import threading
 from contextlib import AbstractContextManager
 from typing import Iterable, Iterator, Protocol, Sequence
@@ -44,6 +45,9 @@ DEFAULT_BUDGET = 1_000_000
 MAX_ITEM_TIMESTAMP = 2**53 - 1
 #: The largest range read in one scan when the protocol is about to split or list it.
 PREFETCH = 2048
+#: Items the view reads forward from the last key it located before it jumps by the aggregates
+#: instead: the bounds of one message ascend, and most of them lie a few items after the last.
+SCAN_AHEAD = 64
 #: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
 LIMBS = 8
 
@@ -66,7 +70,8 @@ def to_limbs(total: int) -> list[int]:
 
 
 def from_limbs(limbs: Iterable[int]) -> int:
-    return sum(int(v) << (32 * i) for i, v in enumerate(limbs)) % _MOD
+    a, b, c, d, e, f, g, h = limbs  # LIMBS, unrolled: this runs for every bucket row read
+    return (a + (b << 32) + (c << 64) + (d << 96) + (e << 128) + (f << 160) + (g << 192) + (h << 224)) % _MOD
 
 
 def id_value(ident: bytes) -> int:
@@ -108,6 +113,10 @@ class ReconIndex(Protocol):
         """(count, id sum) of the buckets ``lo <= bucket < hi`` together (a backend may add them up itself)."""
         ...
 
+    def recon_sums(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        """:meth:`recon_sum` of each ``(shift, lo, hi)`` of ``spans``, in one read where the backend can."""
+        ...
+
 
 class BucketSums:
     """``recon_counts`` and ``recon_sum`` from ``recon_buckets``, for backends that cannot add limbs themselves."""
@@ -121,6 +130,9 @@ class BucketSums:
     def recon_sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
         rows = self.recon_buckets(shift, lo, hi)
         return sum(r[1] for r in rows), sum(r[2] for r in rows) % _MOD
+
+    def recon_sums(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        return [self.recon_sum(*span) for span in spans]
 
 
 class StoreView:
@@ -142,8 +154,14 @@ class StoreView:
         self._prefixes: dict[tuple[int, bytes], tuple[int, int]] = {}
         self._sums: dict[int, int] = {0: 0}
         self._count_cache: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        #: prefetched ranges: (first index, their items)
-        self._windows: list[tuple[int, list[Item]]] = []
+        #: prefetched ranges: (first index, their items, the id sums before each and after the last)
+        self._windows: list[tuple[int, list[Item], list[int]]] = []
+        #: the last key located: (key, count below it, id sum below it), over the whole index
+        self._cursor: tuple[tuple[int, bytes], int, int] | None = None
+        #: the items the last forward scan read: (view index of the first, their items)
+        self._scan: tuple[int, list[Item]] | None = None
+        #: view index -> a key whose first item at or above it is that index's item
+        self._anchors: dict[int, tuple[int, bytes]] = {}
         self._base = (0, 0)
         base = self._prefix((since, b"")) if since is not None else (0, 0)
         end = self._prefix((until, b"")) if until is not None else self._total()
@@ -171,13 +189,8 @@ class StoreView:
         self._charge(len(rows))
         return rows
 
-    def _sum(self, shift: int, lo: int, hi: int) -> tuple[int, int]:
-        if hi <= lo:
-            return 0, 0
-        self._charge(FANOUT // 8)  # one aggregate over at most FANOUT rows, added up by the backend
-        return self.index.recon_sum(shift, lo, hi)
-
     def _counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``(bucket, count)`` of the non-empty buckets of one parent (read once per message): what a descent walks."""
         key = (shift, lo)
         rows = self._count_cache.get(key)
         if rows is None:
@@ -210,11 +223,18 @@ class StoreView:
                 break
             count += n
             total += s
+        spans = []
         for level in range(len(LEVELS) - 2, -1, -1):
             shift, parent = LEVELS[level], LEVELS[level + 1]
-            n, s = self._sum(shift, (ts >> parent) << (parent - shift), ts >> shift)
-            count += n
-            total += s
+            lo, hi = (ts >> parent) << (parent - shift), ts >> shift
+            if lo < hi:
+                spans.append((shift, lo, hi))
+        if spans:
+            # one aggregate over at most FANOUT rows per level, added up by the backend, in one read
+            self._charge(len(spans) * FANOUT // 8)
+            for n, s in self.index.recon_sums(spans):
+                count += n
+                total += s
         low = (ts >> LEVELS[0]) << LEVELS[0]
         if (ts, ident) > (low, b""):
             # the edge: the raw items of one bottom bucket below the key
@@ -230,17 +250,19 @@ class StoreView:
         hit = self._selected.get(index)
         if hit is not None:
             return hit
+        if self._windows:
+            begin, rows, sums = self._windows[-1]
+            if begin <= index < begin + len(rows):
+                return rows[index - begin], sums[index - begin] % _MOD
         if not 0 <= index < self._size:
             raise IndexError(index)
         remaining = index + self._base[0]
-        acc = 0
         chosen = None
-        for bucket, n, total in self._top_rows():
+        for bucket, n, _ in self._top_rows():
             if remaining < n:
                 chosen = bucket
                 break
             remaining -= n
-            acc += total
         if chosen is None:
             raise ViewChanged("an index beyond the aggregates")
         for level in range(len(LEVELS) - 2, -1, -1):
@@ -254,15 +276,14 @@ class StoreView:
                 remaining -= n
             if chosen is None:
                 raise ViewChanged("a bucket holds fewer items than its count")
-            acc += self._sum(shift, lo, chosen)[1]
         low = chosen << LEVELS[0]
-        items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 1)
+        # one item more: a split asks for the items on both sides of each boundary
+        items = self._items((low, b""), ((chosen + 1) << LEVELS[0], b""), remaining + 2)
         if len(items) <= remaining:
             raise ViewChanged("a bucket holds fewer items than its count")
-        before = sum(id_value(i) for _, i in items[:remaining])
         item = items[remaining]
-        base_sum = self._base[1]
-        result = (item, (acc + before - base_sum) % _MOD)
+        # the counts found the item; its sum comes from the level sums below it (one read), not the rows walked
+        result = (item, (self._prefix(item)[1] - self._base[1]) % _MOD)
         self._selected[index] = result
         self._sums[index] = result[1]
         if remaining and index - 1 not in self._selected:
@@ -270,41 +291,76 @@ class StoreView:
             prev_sum = (result[1] - id_value(prev[1])) % _MOD
             self._selected[index - 1] = (prev, prev_sum)
             self._sums[index - 1] = prev_sum
+        if len(items) > remaining + 1 and index + 1 < self._size and index + 1 not in self._selected:
+            next_sum = (result[1] + id_value(item[1])) % _MOD
+            self._selected[index + 1] = (items[remaining + 1], next_sum)
+            self._sums[index + 1] = next_sum
         return result
 
     def _sum_before(self, index: int) -> int:
         known = self._sums.get(index)
         if known is not None:
             return known
+        if self._windows:
+            begin, rows, sums = self._windows[-1]
+            if begin <= index <= begin + len(rows):
+                return sums[index - begin] % _MOD
         return self._select(index)[1]
 
     def prefetch(self, begin: int, end: int) -> None:
         """Read a range of at most :data:`PREFETCH` items in one scan: its items, bounds and sums are then known."""
         if end - begin > PREFETCH or end - begin < 2 or (begin in self._selected and end - 1 in self._selected):
             return
-        if self.budget - self.reads < 4 * (end - begin):
-            return  # near the end of the budget: the item-by-item descent reads less for a few bounds
-        first, before = self._select(begin)
-        rows = self._items(first, None, end - begin)
-        if len(rows) != end - begin:
+        if self._windows and self._windows[-1][0] <= begin and end <= self._windows[-1][0] + len(self._windows[-1][1]):
+            return
+        scan = self._scan
+        if scan is not None and scan[0] <= begin and end <= scan[0] + len(scan[1]):
+            # the forward scan that located ``end`` read these items already
+            rows = scan[1][begin - scan[0]:end - scan[0]]
+            before = self._sum_before(begin)
+        else:
+            if self.budget - self.reads < 4 * (end - begin):
+                return  # near the end of the budget: the item-by-item descent reads less for a few bounds
+            rows = self._read_from(begin, end - begin)
+            before = self._sum_before(begin)
+        sums = list(itertools.accumulate([int.from_bytes(i, "little") for _, i in rows], initial=before))
+        self._windows.append((begin, rows, sums))
+
+    def _read_from(self, begin: int, count: int) -> list[Item]:
+        """The ``count`` items from view index ``begin`` on, in one scan (from a located key when there is one)."""
+        anchor = self._anchors.get(begin)
+        start = anchor if anchor is not None else self._select(begin)[0]
+        rows = self._items(start, None, count)
+        if len(rows) != count:
             raise ViewChanged("fewer items than counted")
-        running = before
-        for offset, row in enumerate(rows):
-            index = begin + offset
-            if index not in self._selected:
-                self._selected[index] = (row, running)
-                self._sums[index] = running
-            running = (running + id_value(row[1])) % _MOD
-        if end < self._size:
-            self._sums.setdefault(end, running)
-        self._windows.append((begin, rows))
+        return rows
 
     def _in_window(self, key: tuple[int, bytes]) -> int | None:
-        """The view index of ``key`` if it falls inside a prefetched range (else ``None``)."""
-        for begin, rows in self._windows:
-            if rows[0] < key <= rows[-1]:
-                return begin + bisect.bisect_left(rows, key)
+        """The view index of ``key`` if it falls inside the last prefetched range (else ``None``)."""
+        begin, rows, _ = self._windows[-1]
+        if rows[0] < key <= rows[-1]:
+            return begin + bisect.bisect_left(rows, key)
         return None
+
+    def _locate(self, key: tuple[int, bytes]) -> tuple[int, int]:
+        """(count, id sum) of the whole index's items below ``key``: a short scan on from the last key
+        located when ``key`` follows it closely (the bounds of one message ascend), else :meth:`_prefix`."""
+        cursor = self._cursor
+        if cursor is not None and cursor[0] <= key and key[0] <= MAX_ITEM_TIMESTAMP:
+            start, count, total = cursor
+            if start == key:
+                return count, total
+            rows = self._items(start, key, SCAN_AHEAD)
+            if len(rows) < SCAN_AHEAD:  # every item between the two keys: no aggregate needed
+                self._scan = (count - self._base[0], rows)
+                for _, i in rows:
+                    total += id_value(i)
+                out = (count + len(rows), total % _MOD)
+                self._cursor = (key, *out)
+                return out
+        out = self._prefix(key)
+        self._cursor = (key, *out)
+        return out
 
     # -- the Storage protocol ------------------------------------------------------------------
     def size(self) -> int:
@@ -317,14 +373,17 @@ class StoreView:
         key = bound.key()
         found = self._in_window(key) if self._windows else None
         if found is not None:
+            begin, _, sums = self._windows[-1]
+            self._cursor = (key, found + self._base[0], (sums[found - begin] + self._base[1]) % _MOD)
             return min(max(found, first), last)
-        count, total = self._prefix(key)
+        count, total = self._locate(key)
         index = count - self._base[0]
         if index <= first:
             return first
         if index >= last:
             return last
         self._sums.setdefault(index, (total - self._base[1]) % _MOD)
+        self._anchors.setdefault(index, key)
         return index
 
     def fingerprint(self, begin: int, end: int) -> bytes:
@@ -333,7 +392,11 @@ class StoreView:
     def ids(self, begin: int, end: int) -> Sequence[bytes]:
         if end <= begin:
             return []
-        rows = self._items(self.item(begin), None, end - begin)
+        scan = self._scan
+        if scan is not None and scan[0] <= begin and end <= scan[0] + len(scan[1]):
+            return [i for _, i in scan[1][begin - scan[0]:end - scan[0]]]
+        hit = self._selected.get(begin)
+        rows = self._items(hit[0], None, end - begin) if hit is not None else self._read_from(begin, end - begin)
         if len(rows) != end - begin:
             raise ViewChanged("fewer items than counted")
         return [i for _, i in rows]

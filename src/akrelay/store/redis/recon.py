@@ -23,7 +23,7 @@ import contextlib
 import logging
 from contextlib import AbstractContextManager
 # Loose types: the Redis client and its replies (redis-py types replies as Any); converted where read.
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import Record, event_hash_bytes
@@ -52,6 +52,10 @@ _APPLY = lua("recon_apply")
 
 _BUCKETS = lua("recon_buckets")
 
+#: Several spans' buckets in one call (a prefix's level sums): per span its bucket count, then n and the
+#: limbs of each bucket; added up in Python (Lua's numbers are doubles, which the limb sums may outgrow).
+_SPANS = lua("recon_spans")
+
 _ADVANCE = lua("recon_advance")
 
 
@@ -72,6 +76,7 @@ class RedisReconIndex(BucketSums):
         self._apply_script = client.register_script(_APPLY)
         self._buckets_script = client.register_script(_BUCKETS)
         self._advance_script = client.register_script(_ADVANCE)
+        self._spans_script = client.register_script(_SPANS)
 
     def _call(self, fn: Any, name: str) -> Any:
         return self._store_call(fn, name=name)
@@ -146,6 +151,25 @@ class RedisReconIndex(BucketSums):
             n = int(flat[k + 1])
             if n:
                 out.append((int(flat[k]), n, from_limbs(int(v) for v in flat[k + 2:k + 2 + LIMBS])))
+        return out
+
+    def recon_sums(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        if not spans:
+            return []
+        script = self._spans_script
+        args: list[Any] = [self.prefix, len(spans)]
+        for span in spans:
+            args += span
+        flat = self._call(lambda: script(keys=[], args=args), "recon_sums")
+        out, k = [], 0
+        for _ in spans:
+            rows, k = int(flat[k]), k + 1
+            count = total = 0
+            for _ in range(rows):
+                count += int(flat[k])
+                total += from_limbs([int(v) for v in flat[k + 1:k + 1 + LIMBS]])
+                k += 1 + LIMBS
+            out.append((count, total % (1 << 256)))
         return out
 
     def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
