@@ -32,9 +32,9 @@ def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> Trans
     """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``).
 
     ``shared``: the node's backend is shared by several nodes (``akrelay.backend.Backend.shared``)."""
-    if getattr(settings, "no_merkle_log", False) or getattr(relay.store, "merkle_log", True) is False:
+    if settings.no_merkle_log or getattr(relay.store, "merkle_log", True) is False:
         return None  # measuring the log's cost: no tree, so nothing to sign
-    key_file = getattr(settings, "log_key", None)
+    key_file = settings.log_key
     if key_file:
         key = load_or_create_key(Path(key_file), create=False)
     elif shared or relay.data_dir is None:
@@ -96,7 +96,7 @@ class LogComponent:
         from akrelay.federation.witness import Witness, known_logs
 
         assert self.tlog is not None
-        peers_file = getattr(self.settings, "peers", "")
+        peers_file = self.settings.federation.peers
         try:
             verifiers = known_logs(load_peers(peers_file).peers) if peers_file else {}
         except PeerConfigError as exc:
@@ -120,7 +120,7 @@ def cosigned_checkpoint(settings: Settings, name: str,
                         federation_state: Callable[[], StateStore | None] | None,
                         witness_state: Callable[[], WitnessState] | None = None) -> str | None:
     """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
-    if not name or not getattr(settings, "peers", "") or federation_state is None:
+    if not name or not settings.federation.peers or federation_state is None:
         return None
     state = federation_state()
     if state is None:

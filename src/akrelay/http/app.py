@@ -225,5 +225,5 @@ def build_app(node: Node) -> "RelayApp":
     app.state.error_pages = [c.error_page for c in node.components if hasattr(c, "error_page")]
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
-    app.observer = RequestObserver(log_json=getattr(settings, "log_json", False), fast_path=EVENTS_PATH)
+    app.observer = RequestObserver(log_json=settings.observability.log_json, fast_path=EVENTS_PATH)
     return app

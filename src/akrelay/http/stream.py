@@ -268,12 +268,12 @@ class PushStream:
 
     def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
-        self.enabled = not getattr(settings, "no_push_stream", False)
-        fallback = getattr(relay.store, "watch", None) is None and getattr(settings, "workers", 1) > 1
-        self.hub = StreamHub(relay, heartbeat=getattr(settings, "push_heartbeat", 15.0),
-                             per_client=getattr(settings, "push_streams_per_client", 4),
-                             total=getattr(settings, "push_streams", 256),
-                             poll=getattr(settings, "push_poll", 0.1) if fallback else SAFETY_POLL)
+        self.enabled = not settings.federation.no_push_stream
+        fallback = getattr(relay.store, "watch", None) is None and settings.workers > 1
+        self.hub = StreamHub(relay, heartbeat=settings.federation.push_heartbeat,
+                             per_client=settings.federation.push_streams_per_client,
+                             total=settings.federation.push_streams,
+                             poll=settings.federation.push_poll if fallback else SAFETY_POLL)
 
     def discovery(self) -> dict[str, Any]:
         if not self.enabled:

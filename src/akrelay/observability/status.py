@@ -111,7 +111,7 @@ def _kip_head(sources: Sources) -> int | None:
 
 
 def _peers(settings: Any, sources: Sources) -> list[PeerStatus]:
-    if not getattr(settings, "peers", None):
+    if not settings.federation.peers:
         return []
     try:
         state = sources.open_federation_state()  # the backend's: the data directory's, or the deployment's
