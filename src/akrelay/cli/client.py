@@ -315,7 +315,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
 # -- relay operations --------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> RelayClient:
     from akrelay.client import RelayClient
 
     return RelayClient(args.relay, cacert=args.cacert)
