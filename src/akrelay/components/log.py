@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from akrelay.http import transparency as log_http
 from akrelay.protocol.errors import ProtocolError
 from akrelay.relay.transparency import KEY_NAME, Ticker, TransparencyLog, load_or_create_key
+from akrelay.store.capabilities import MerkleSwitchable, blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.state import StateStore
@@ -32,7 +33,7 @@ def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> Trans
     """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``).
 
     ``shared``: the node's backend is shared by several nodes (``akrelay.backend.Backend.shared``)."""
-    if settings.no_merkle_log or getattr(relay.store, "merkle_log", True) is False:
+    if settings.no_merkle_log or (isinstance(relay.store, MerkleSwitchable) and not relay.store.merkle_log):
         return None  # measuring the log's cost: no tree, so nothing to sign
     key_file = settings.log_key
     if key_file:
@@ -84,7 +85,7 @@ class LogComponent:
     def routes(self) -> list[Any]:
         if self.tlog is None:
             return []
-        return log_http.routes(self.tlog, offload=bool(getattr(self.relay.store, "blocking_io", False)),
+        return log_http.routes(self.tlog, offload=blocking_io(self.relay.store),
                                cosigned=self.cosigned, add_checkpoint=self.add_checkpoint)
 
     def cosigned(self, name: str) -> str | None:

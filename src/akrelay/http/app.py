@@ -33,6 +33,7 @@ from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, ch
 from akrelay.http.ratelimit import RateLimits, TokenBucket, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
 from akrelay.settings import Settings
+from akrelay.store.capabilities import blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.relay.core import Relay
@@ -68,7 +69,7 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[Any]:
     discovery_body = msgspec.json.encode(node.discovery())
     # A store on the network (Redis) waits for replies: read there off the event loop, so that an
     # outage or a slow reply never stalls other requests. An embedded store answers faster than a thread hop.
-    offload = bool(getattr(relay.store, "blocking_io", False))
+    offload = blocking_io(relay.store)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:

@@ -49,6 +49,7 @@ from akrelay.knowql.wakeup import Wakeups
 from akrelay.protocol.discovery import PUSH, STREAM_PATH
 from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
+from akrelay.store.capabilities import Watchable, blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.relay.core import Relay
@@ -105,7 +106,7 @@ class StreamHub:
         self.poll = poll if poll is not None else SAFETY_POLL
         self.clock = clock
         self.wakeups = Wakeups()
-        self._offload = bool(getattr(relay.store, "blocking_io", False))
+        self._offload = blocking_io(relay.store)
         self._lock = threading.Lock()
         self._clients: Counter[str] = Counter()
         self._open = 0
@@ -269,7 +270,7 @@ class PushStream:
     def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
         self.enabled = not settings.federation.no_push_stream
-        fallback = getattr(relay.store, "watch", None) is None and settings.workers > 1
+        fallback = not isinstance(relay.store, Watchable) and settings.workers > 1
         self.hub = StreamHub(relay, heartbeat=settings.federation.push_heartbeat,
                              per_client=settings.federation.push_streams_per_client,
                              total=settings.federation.push_streams,
