@@ -234,7 +234,7 @@ def backend_class(settings: Settings) -> type[Backend]:
     The settings keep ``--store`` as given; this is where it is parsed: an unknown scheme (or a
     scheme's name without ``://``) is a :class:`~akrelay.settings.SettingsError` naming the value and
     the forms that are served."""
-    store = (getattr(settings, "store", "") or "").strip()
+    store = (settings.store or "").strip()
     scheme = scheme_of(store)
     cls = BACKENDS.get(scheme)
     if cls is None or (scheme not in ("", "sqlite") and "://" not in store):

@@ -11,7 +11,12 @@ every request has one deadline covering connect, TLS, headers and body; only
 ``identity`` is accepted as content coding (a gzip bomb is refused unread);
 bodies, event-stream lines and events are counted in raw bytes against caps as
 they arrive, and in JSON values before they are parsed. The constructor does no
-network I/O: discovery runs before the first request that needs it.
+I/O at all: the TLS context (with ``--cacert``'s file) and the connection pool are
+made on the first request, and discovery runs before the first request that needs it.
+
+Answers come back typed (:class:`AcceptanceRecord`, :class:`QueryPage`,
+:class:`BatchPage`, :class:`SearchPage`, :class:`Discovery`): the checks that
+precede every return guarantee the keys these types name.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NotRequired, Sequence, TypedDict, cast
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -145,6 +150,72 @@ def _as_response_error() -> Iterator[None]:
         raise ResponseError(exc.message) from None
 
 
+class AcceptanceRecord(TypedDict):
+    """An acceptance record (§9.3.1) whose envelope verified: the envelope as JSON, when and where it was accepted."""
+
+    envelope: dict[str, Any]
+    accepted_at: int
+    seq: int
+
+
+class QueryPage(TypedDict):
+    """One page of ``GET /v1/knowledge/query`` (§9.3.2), its scope checked and its records verified."""
+
+    service: str
+    checkpoint: int
+    as_of: int
+    result: list[AcceptanceRecord]
+    next_cursor: NotRequired[str]
+
+
+class BatchPage(TypedDict):
+    """The answer of ``POST /v1/knowledge/batch`` (§9.4): the IDs found, in request order, and the others."""
+
+    service: str
+    checkpoint: int
+    as_of: int
+    result: list[AcceptanceRecord]
+    missing: list[str]
+
+
+class SearchHit(TypedDict):
+    """One ranked-search hit (§9.5): a record and, optionally, why it matched."""
+
+    record: AcceptanceRecord
+    explanation: NotRequired[str]
+
+
+class SearchCoverage(TypedDict):
+    exhaustive: bool
+    reasons: list[str]
+
+
+class SearchPage(TypedDict):
+    """One ranked-search page, not yet checked against its request (:func:`validate_search_response` does)."""
+
+    service: str
+    checkpoint: int
+    as_of: int
+    result: list[SearchHit]
+    coverage: SearchCoverage
+    next_cursor: NotRequired[str]
+
+
+class Discovery(TypedDict, total=False):
+    """The §9.2 discovery document, validated; members beyond these are extensions (read them with ``.get``)."""
+
+    service: str
+    protocol: str
+    endpoints: dict[str, str]
+    features: list[str]
+    search_modes: list[str]
+    knowql: dict[str, Any]
+
+
+#: A KnowQL Query document (``POST /query``): its shape is KnowQL's (docs/knowql.md), not the relay's.
+QueryDocument = dict[str, Any]
+
+
 def _raw(response: httpx.Response) -> Iterator[bytes]:
     """The body's bytes as received, never decoded (a response built in memory is already whole)."""
     if response.is_stream_consumed:  # only a mock transport's answer: it arrived complete
@@ -157,12 +228,12 @@ def _raw(response: httpx.Response) -> Iterator[bytes]:
 class QueryResult:
     """Every record of a completed enumeration and the checkpoint to persist."""
 
-    records: list[dict[str, Any]]
+    records: list[AcceptanceRecord]
     checkpoint: int
     as_of: int
     service: str
     pages: int
-    page_bodies: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    page_bodies: list[QueryPage] = field(default_factory=list, repr=False)
 
 
 class RelayClient:
@@ -171,6 +242,9 @@ class RelayClient:
     ``timeout`` is the deadline of each request as a whole (connect, TLS, headers and
     body), not of each read. ``discover=False`` skips §9.2 discovery and uses the
     default endpoints; otherwise discovery runs before the first request.
+
+    Making one opens nothing and reads nothing: the first request makes the TLS
+    context (a bad ``cacert`` is a ``ValueError`` then) and the connection pool.
     """
 
     def __init__(self, relay_url: str, cacert: str | None = None, *, timeout: float = 30.0,
@@ -181,19 +255,38 @@ class RelayClient:
         self.timeout = timeout
         self.max_body = max_body
         self._monotonic = monotonic
-        verify = _unverified() if insecure else tls_verify(cacert)
-        if transport is None:  # a mock transport (tests) has no sockets to bind by the deadline
-            transport = deadline_transport(verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context())
-        self._http = httpx.Client(verify=verify, timeout=timeout, follow_redirects=False, transport=transport,
-                                  headers={"accept": "application/json", "accept-encoding": "identity"})
+        self._cacert = cacert
+        self._insecure = insecure
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._closed = False
         self.endpoints = {key: self.origin + "/v1/knowledge/" + key for key in ("events", "query", "batch")}
-        self.discovery: dict[str, Any] | None = None
+        self.discovery: Discovery | None = None
         self._discover = discover
 
     # -- plumbing -------------------------------------------------------------------------
 
+    @property
+    def _http(self) -> httpx.Client:
+        """The HTTP client, made on first use (the TLS context reads ``cacert`` then)."""
+        if self._client is None:
+            if self._closed:
+                raise RuntimeError("the RelayClient is closed")
+            verify = _unverified() if self._insecure else tls_verify(self._cacert)
+            transport = self._transport
+            if transport is None:  # a mock transport (tests) has no sockets to bind by the deadline
+                context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
+                transport = deadline_transport(context)
+            self._client = httpx.Client(verify=verify, timeout=self.timeout, follow_redirects=False,
+                                        transport=transport,
+                                        headers={"accept": "application/json", "accept-encoding": "identity"})
+        return self._client
+
     def close(self) -> None:
-        self._http.close()
+        self._closed = True
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def __enter__(self) -> "RelayClient":
         return self
@@ -292,15 +385,15 @@ class RelayClient:
     # -- verification -------------------------------------------------------------------------
 
     @staticmethod
-    def verify_record(record: Any, expected_id: str | None = None) -> dict[str, Any]:
+    def verify_record(record: Any, expected_id: str | None = None) -> AcceptanceRecord:
         """An acceptance record whose envelope verifies (and has ``expected_id``): the core's rule."""
         with _as_response_error():
             validate_record(record, expected_id)
-        return record
+        return cast(AcceptanceRecord, record)
 
     # -- operations ----------------------------------------------------------------------------
 
-    def ensure_discovery(self) -> dict[str, Any] | None:
+    def ensure_discovery(self) -> Discovery | None:
         """The discovery document, read once (``None`` when the client was made with ``discover=False``)."""
         if self.discovery is None and self._discover:
             self.discover()
@@ -310,7 +403,7 @@ class RelayClient:
         self.ensure_discovery()
         return self.endpoints[key]
 
-    def discover(self) -> dict[str, Any]:
+    def discover(self) -> Discovery:
         """Read and validate §9.2 discovery; advertised endpoints replace the defaults."""
         from akrelay.protocol.discovery import validate_discovery
 
@@ -331,8 +424,8 @@ class RelayClient:
                 raise ResponseError(f"endpoint {key} carries a query or fragment")
             self._check_url(url)
         self.endpoints.update({k: v for k, v in endpoints.items() if k in ("events", "query", "batch", "search")})
-        self.discovery = doc
-        return doc
+        self.discovery = cast(Discovery, doc)
+        return self.discovery
 
     def _check_service(self, doc: Any) -> None:
         """A relay that names another origin than the one asked: say which is which, and the way out.
@@ -350,7 +443,7 @@ class RelayClient:
                 f"only by its own origin (Agent Knowledge §9.2)\nhint: use --relay {service} (or restart the "
                 f"relay with --origin {self.origin} if that is its public origin)")
 
-    def submit(self, envelope: bytes | dict[str, Any]) -> dict[str, Any]:
+    def submit(self, envelope: bytes | dict[str, Any]) -> AcceptanceRecord:
         """Submit one envelope; the returned record must carry the same envelope."""
         from akrelay.protocol.envelope import verify_envelope
 
@@ -359,21 +452,21 @@ class RelayClient:
         record = self._request("POST", self._endpoint("events"), body=raw)
         return self.verify_record(record, expected)
 
-    def get(self, event_id: str) -> dict[str, Any]:
+    def get(self, event_id: str) -> AcceptanceRecord:
         if not isinstance(event_id, str) or not event_id or "/" in event_id:
             raise ValueError(f"not an event ID: {event_id!r}")
         record = self._request("GET", self._endpoint("events") + "/" + event_id)
         return self.verify_record(record, event_id)
 
-    def query_page(self, params: Sequence[tuple[str, str]] | dict[str, Any]) -> dict[str, Any]:
+    def query_page(self, params: Sequence[tuple[str, str]] | dict[str, Any]) -> QueryPage:
         pairs = list(params.items()) if isinstance(params, dict) else list(params)
         url = self._endpoint("query") + ("?" + urlencode(pairs) if pairs else "")
         page = self._request("GET", url)
         with _as_response_error():
             check_list_shape(page, self.origin, max_items=MAX_QUERY_LIMIT)
-        return page
+        return cast(QueryPage, page)
 
-    def query_pages(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    def query_pages(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> Iterator[QueryPage]:
         """Yield every page of one checkpoint-bound enumeration, checking it as it goes."""
         base = [(k, str(v)) for k, v in (params.items() if isinstance(params, dict) else (params or []))]
         if any(k == "cursor" for k, _ in base):
@@ -406,21 +499,21 @@ class RelayClient:
 
     def query(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> QueryResult:
         """Follow every page; the result's ``checkpoint`` is safe to persist as the next ``after_seq``."""
-        records: list[dict[str, Any]] = []
-        pages: list[dict[str, Any]] = []
+        records: list[AcceptanceRecord] = []
+        pages: list[QueryPage] = []
         for page in self.query_pages(params):
             pages.append(page)
             records.extend(page["result"])
         first = pages[0]
         return QueryResult(records, first["checkpoint"], first["as_of"], first["service"], len(pages), pages)
 
-    def batch(self, hashes: Sequence[str]) -> dict[str, Any]:
+    def batch(self, hashes: Sequence[str]) -> BatchPage:
         """Read up to 100 IDs; every ID comes back exactly once, partitions in request order."""
         requested = list(hashes)
         page = self._request("POST", self._endpoint("batch"), body=json.dumps({"hashes": requested}).encode())
         with _as_response_error():
             validate_batch_response(page, requested, self.origin)
-        return page
+        return cast(BatchPage, page)
 
     def post_json(self, path: str, value: Any, *, timeout: float | None = None) -> tuple[int, Any]:
         """POST ``value`` to ``path`` on this origin (no discovery): the status and the parsed body,
@@ -435,12 +528,13 @@ class RelayClient:
         except ResponseError:
             return response.status_code, None
 
-    def search_page(self, body: dict[str, Any]) -> Any:
-        """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request."""
-        return self._request("POST", self._endpoint("search"), body=json.dumps(body).encode())
+    def search_page(self, body: dict[str, Any]) -> SearchPage:
+        """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request
+        (:func:`akrelay.protocol.records.validate_search_response`) before it trusts the type."""
+        return cast(SearchPage, self._request("POST", self._endpoint("search"), body=json.dumps(body).encode()))
 
     def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
-            timeout: float = 930.0) -> dict[str, Any]:
+            timeout: float = 930.0) -> QueryDocument:
         """Run one KnowQL turn (``POST /query``) and return its Query document.
 
         With ``on_event`` the turn is streamed: each progress event (a
@@ -459,7 +553,8 @@ class RelayClient:
         with self._exchange("POST", url, body=body, headers=headers, timeout=timeout) as (response, at, seconds):
             if on_event is None or response.status_code != 200 or not response.headers.get(
                     "content-type", "").startswith("text/event-stream"):
-                return self._checked(response, self._read_body(response, url, (at, seconds), self.max_body))
+                return cast(QueryDocument,
+                            self._checked(response, self._read_body(response, url, (at, seconds), self.max_body)))
             event, data, size = None, [], 0
             for line in self._event_lines(response, url, (at, seconds)):
                 if line.startswith("event:"):
@@ -472,7 +567,7 @@ class RelayClient:
                 elif not line and data:
                     payload = self._parse("\n".join(data).encode("utf-8"))
                     if event == "query":
-                        return payload
+                        return cast(QueryDocument, payload)
                     on_event(payload)
                     event, data, size = None, [], 0
         raise ResponseError("the event stream ended without its query frame")

@@ -207,7 +207,7 @@ def _sync(a: Assembly) -> Component:
 
 
 def _check_sync(settings: Settings) -> None:
-    if settings.peers:  # the check reads only this file: nothing to import without it
+    if settings.federation.peers:  # the check reads only this file: nothing to import without it
         from akrelay.components.sync import SyncComponent
 
         SyncComponent.check(settings)
@@ -223,7 +223,7 @@ def _knowql(a: Assembly) -> Component:
 
 
 def _check_knowql(settings: Settings) -> None:
-    if settings.knowql_contexts:
+    if settings.knowql.contexts:
         from akrelay.components.knowql import KnowqlComponent
 
         KnowqlComponent.check(settings)

@@ -192,7 +192,7 @@ def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] 
         paths.update(_knowql_paths())
     if present.get("log"):
         paths.update(_log_paths())
-    if present.get("push", True) and not getattr(settings, "no_push_stream", False):  # with the sync component
+    if present.get("push", True) and not settings.federation.no_push_stream:  # with the sync component
         paths["/v1/knowledge/stream"] = {"get": {
             "summary": "Push stream: announcements of new acceptances (akrelay extension; docs/api.md)",
             "operationId": "stream",

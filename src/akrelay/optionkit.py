@@ -7,10 +7,13 @@ that the settings can import those modules without an import cycle.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypeVar
 
 ENV_PREFIX = "AKRELAY_"
+
+_Area = TypeVar("_Area")
 
 
 def _positive_int(text: Any) -> int:
@@ -109,3 +112,46 @@ def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
     opt = Option(name, parse, default, help, kind, metavar, serve_only)
     OPTIONS[name] = opt
     return opt
+
+
+#: The metadata key of a settings field naming the option it holds.
+OPTION_KEY = "akrelay.option"
+
+
+def setting(name: str) -> Any:
+    """A typed field of an area's frozen settings that holds the declared option ``name``.
+
+    The option (parser, default, help, flag and environment variable) stays the
+    one declaration; the field adds only its Python type. A list option's field
+    holds a tuple, so the settings stay immutable.
+    """
+    opt = OPTIONS[name]
+    if opt.kind == "list":
+        default = tuple(opt.default)
+        return dataclasses.field(default_factory=lambda: default, metadata={OPTION_KEY: name})
+    return dataclasses.field(default=opt.default, metadata={OPTION_KEY: name})
+
+
+def option_names(cls: type[Any]) -> dict[str, str]:
+    """``{field name: option name}`` of a settings dataclass (only the fields that hold an option)."""
+    return {f.name: f.metadata[OPTION_KEY] for f in dataclasses.fields(cls) if OPTION_KEY in f.metadata}
+
+
+def area_kwargs(cls: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of a settings dataclass's option fields from values keyed by option name."""
+    kwargs: dict[str, Any] = {}
+    for field_name, name in option_names(cls).items():
+        if name in values:
+            value = values[name]
+            kwargs[field_name] = tuple(value) if isinstance(value, list) else value
+    return kwargs
+
+
+def build_area(cls: type[_Area], values: Mapping[str, Any]) -> _Area:
+    """An area's settings from resolved option values (by option name); a missing one keeps its default."""
+    return cls(**area_kwargs(cls, values))
+
+
+def area_values(area: object) -> dict[str, Any]:
+    """``{option name: value}`` of an area's settings (the inverse of :func:`build_area`)."""
+    return {name: getattr(area, field_name) for field_name, name in option_names(type(area)).items()}

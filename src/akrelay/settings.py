@@ -12,12 +12,16 @@ import argparse
 import json
 import os
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from akrelay.optionkit import (  # noqa: F401  (re-exported: the settings' public names)
-    ENV_PREFIX, OPTIONS, Option, _bool, _int, _port, _positive_int, _rate, _seconds, _str, option,
+    ENV_PREFIX, OPTIONS, Option, _bool, _int, _port, _positive_int, _rate, _seconds, _str, area_kwargs, area_values,
+    build_area, option, setting,
 )
+
+_Area = TypeVar("_Area")
 
 #: The resolved settings, serialized for Granian worker processes.
 RESOLVED_ENV = "AKRELAY__RESOLVED_SETTINGS"
@@ -27,24 +31,14 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the source."""
 
 
-_loaded_option_modules = False
-
-
 def load_option_modules() -> None:
     """Declare the options of every component (each area keeps its own ``options`` module).
 
-    The list is static: a module missing here is an import error, never a silently
-    absent option. Federation's options are declared below, in this module.
+    This module imports them all (below its own declarations, so that ``--help``
+    lists the relay-wide options first), so the call is kept only for the callers
+    that name it: a module missing there is an import error, never a silently
+    absent option.
     """
-    global _loaded_option_modules
-    if _loaded_option_modules:
-        return
-    _loaded_option_modules = True
-    import akrelay.explorer.options  # noqa: F401
-    import akrelay.kip.options  # noqa: F401
-    import akrelay.knowql.options  # noqa: F401
-    import akrelay.observability.options  # noqa: F401
-    import akrelay.search.options  # noqa: F401
 
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
@@ -180,35 +174,124 @@ option("no_accept_offers", _bool, False,
        "we lack (they still arrive by our own pulls)", kind="flag", serve_only=True)
 
 
+# Each area's options and frozen settings, declared after the relay-wide options above (the --help order).
+from akrelay.explorer.options import ExplorerSettings  # noqa: E402
+from akrelay.kip.options import KipSettings  # noqa: E402
+from akrelay.knowql.options import KnowqlSettings  # noqa: E402
+from akrelay.observability.options import ObservabilitySettings  # noqa: E402
+from akrelay.search.options import SearchSettings  # noqa: E402
+
+
+@dataclass(frozen=True, slots=True)
+class FederationSettings:
+    """Sync, the push stream and reconciliation (``settings.federation``)."""
+
+    peers: str = setting("peers")
+    follow_hints: bool = setting("follow_hints")
+    hint_hops: int = setting("hint_hops")
+    hint_count: int = setting("hint_count")
+    no_push_stream: bool = setting("no_push_stream")
+    push_heartbeat: float = setting("push_heartbeat")
+    push_streams_per_client: int = setting("push_streams_per_client")
+    push_streams: int = setting("push_streams")
+    push_poll: float = setting("push_poll")
+    no_reconcile: bool = setting("no_reconcile")
+    reconcile_interval: float = setting("reconcile_interval")
+    no_offer: bool = setting("no_offer")
+    offer_max: int = setting("offer_max")
+    no_accept_offers: bool = setting("no_accept_offers")
+
+
+#: The areas' settings: ``Settings`` field name -> its frozen dataclass (options declared in its module).
+AREAS: dict[str, type[Any]] = {
+    "federation": FederationSettings, "search": SearchSettings, "kip": KipSettings, "knowql": KnowqlSettings,
+    "explorer": ExplorerSettings, "observability": ObservabilitySettings,
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
-    """Resolved option values; read them as attributes (``settings.port``)."""
+    """Resolved option values: the relay-wide ones as typed fields, each area's in its own frozen value.
 
-    __slots__ = ("_values", "sources")
+    ``settings.port``, ``settings.search.candidates``, ``settings.federation.peers``. Each field names
+    the option it holds (:func:`akrelay.optionkit.setting`), so the option declarations stay the one
+    source of flags, environment variables, defaults and validation. Build one with
+    :func:`load_settings`, :func:`defaults` or :meth:`from_values`; change one with :meth:`replace`.
+    """
 
-    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> None:
-        object.__setattr__(self, "_values", dict(values))
-        object.__setattr__(self, "sources", dict(sources or {}))
+    data: str = setting("data")
+    store: str = setting("store")
+    store_namespace: str = setting("store_namespace")
+    accept_weak_durability: bool = setting("accept_weak_durability")
+    host: str = setting("host")
+    port: int = setting("port")
+    #: Never ``None`` once built: without ``--origin`` it is :func:`served_origin` of host and port.
+    origin: str = setting("origin")
+    workers: int = setting("workers")
+    tls_cert: str | None = setting("tls_cert")
+    tls_key: str | None = setting("tls_key")
+    log_key: str | None = setting("log_key")
+    no_merkle_log: bool = setting("no_merkle_log")
+    max_envelope_bytes: int = setting("max_envelope_bytes")
+    body_timeout: float = setting("body_timeout")
+    write_rate: float = setting("write_rate")
+    write_burst: int = setting("write_burst")
+    read_rate: float = setting("read_rate")
+    read_burst: int = setting("read_burst")
+    licence_allow: tuple[str, ...] = setting("licence_allow")
+    core_only: bool = setting("core_only")
+    followers: str = setting("followers")
+    follow_max_defer: float = setting("follow_max_defer")
+    refuse_legacy_retract: bool = setting("refuse_legacy_retract")
+    federation: FederationSettings = field(default_factory=FederationSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    kip: KipSettings = field(default_factory=KipSettings)
+    knowql: KnowqlSettings = field(default_factory=KnowqlSettings)
+    explorer: ExplorerSettings = field(default_factory=ExplorerSettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+    #: Where each value came from: ``flag``, ``env``, ``file``, ``default``, ``launcher`` or ``code``.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: Every option's value by option name, also those of an option no field above holds yet (:meth:`view`).
+    option_values: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            if name in OPTIONS:
-                return OPTIONS[name].default
-            raise AttributeError(name) from None
+    def __post_init__(self) -> None:
+        if self.origin is None:
+            object.__setattr__(self, "origin", served_origin(self.host, self.port))
+        held = area_values(self)
+        for name in AREAS:
+            held.update(area_values(getattr(self, name)))
+        given = dict(self.option_values)
+        object.__setattr__(self, "option_values", {
+            name: given.get(name, opt.default) if name not in held else held[name] for name, opt in OPTIONS.items()})
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Settings are immutable; use replace()")
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> "Settings":
+        """Settings from parsed values keyed by option name (an option not given keeps its default)."""
+        unknown = set(values) - set(OPTIONS)
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        areas = {name: build_area(area, values) for name, area in AREAS.items()}
+        return cls(**area_kwargs(cls, values), **areas, sources=dict(sources or {}), option_values=dict(values))
 
     def replace(self, **changes: Any) -> "Settings":
+        """These settings with some options (by option name) changed; their source becomes ``code``."""
         unknown = set(changes) - set(OPTIONS)
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
-        return Settings({**self._values, **changes}, {**self.sources, **{k: "code" for k in changes}})
+        return Settings.from_values({**self.option_values, **changes},
+                                    {**self.sources, **{k: "code" for k in changes}})
+
+    def view(self, cls: type[_Area]) -> _Area:
+        """The typed settings of any dataclass whose fields are :func:`~akrelay.optionkit.setting` s.
+
+        The areas above are fields already (``settings.search``); this serves an area
+        whose settings are not (yet) one of them, with the same values.
+        """
+        return build_area(cls, self.option_values)
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in OPTIONS} | {
-            k: v for k, v in self._values.items() if k not in OPTIONS}
+        """``{option name: value}`` of every option, in declaration order (a list option as a list)."""
+        return {name: list(value) if isinstance(value, tuple) else value for name, value in self.option_values.items()}
 
     @property
     def data_dir(self) -> Path:
@@ -217,9 +300,6 @@ class Settings:
     def to_env(self) -> str:
         """Serialize for a worker process (:func:`from_resolved_env`)."""
         return json.dumps(self.as_dict())
-
-    def __repr__(self) -> str:
-        return f"Settings({self.as_dict()!r})"
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, include_serve_only: bool = True) -> None:
@@ -295,7 +375,7 @@ def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
         raise SettingsError("--tls-cert and --tls-key must be given together")
     if values.get("origin") is None and "port" in values:
         values["origin"] = served_origin(values.get("host", "127.0.0.1"), values["port"])
-    return Settings(values, sources)
+    return Settings.from_values(values, sources)
 
 
 #: Listen addresses that a client on this machine reaches as ``localhost``.
@@ -319,7 +399,7 @@ def from_resolved_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     if RESOLVED_ENV in env:
         values = json.loads(env[RESOLVED_ENV])
-        return Settings(values, {name: "launcher" for name in values})
+        return Settings.from_values(values, {name: "launcher" for name in values})
     return load_settings({}, env)
 
 
@@ -330,7 +410,7 @@ def defaults(**overrides: Any) -> Settings:
 
 def licence_allow_list(settings: Settings, read_file: Callable[[str], str] | None = None) -> frozenset[str] | None:
     """Expand ``--licence-allow`` (URLs or files of URLs) into a set, or ``None`` when unset."""
-    items: Iterable[str] = settings.licence_allow or []
+    items: Iterable[str] = settings.licence_allow
     if not items:
         return None
     allowed: set[str] = set()

@@ -41,7 +41,7 @@ class WebComponent:
 
     def error_page(self, path: str, status: int, allow: str | None) -> Response[bytes] | None:
         """The explorer's HTML page for a 404 or 405 under ``/explorer`` (see ``akrelay.http.errors``)."""
-        if getattr(self.settings, "no_explorer", False):
+        if self.settings.explorer.disabled:
             return None
         from akrelay.explorer.routes import error_page
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from dataclasses import dataclass
 
 import pytest
 
+from akrelay.optionkit import OPTION_KEY, setting
+from akrelay.search.options import SearchSettings
 from akrelay.settings import (
-    OPTIONS, Settings, SettingsError, add_arguments, from_resolved_env, licence_allow_list, load_settings, option,
+    AREAS, OPTIONS, Settings, SettingsError, add_arguments, from_resolved_env, licence_allow_list, load_settings,
+    option,
 )
 
 
@@ -21,7 +26,7 @@ def test_defaults_match_the_issue() -> None:
     s = load_settings(parse([]), env={})
     assert (s.data, s.host, s.port, s.origin) == ("./akrelay-data", "127.0.0.1", 8443, "https://localhost:8443")
     assert s.max_envelope_bytes == 262144 and s.workers == 1
-    assert s.licence_allow == [] and s.refuse_legacy_retract is False
+    assert s.licence_allow == () and s.refuse_legacy_retract is False
     assert set(s.sources.values()) == {"default"}
 
 
@@ -109,11 +114,34 @@ def test_licence_allow_expands_files_and_urls(tmp_path) -> None:
 def test_adding_an_option_is_one_call_and_reaches_every_source() -> None:
     opt = option("test_only_knob", int, 7, "a knob for this test")
     try:
-        assert load_settings(parse([]), env={}).test_only_knob == 7
-        assert load_settings(parse(["--test-only-knob", "9"]), env={}).test_only_knob == 9
-        assert load_settings(parse([]), env={opt.env: "11"}).test_only_knob == 11
+
+        @dataclass(frozen=True)
+        class KnobSettings:
+            knob: int = setting("test_only_knob")
+
+        assert load_settings(parse([]), env={}).view(KnobSettings).knob == 7
+        assert load_settings(parse(["--test-only-knob", "9"]), env={}).view(KnobSettings).knob == 9
+        assert load_settings(parse([]), env={opt.env: "11"}).view(KnobSettings) == KnobSettings(11)
     finally:
         del OPTIONS["test_only_knob"]
+
+
+def test_every_option_is_one_typed_field_of_the_settings() -> None:
+    """Each option is held by exactly one field (relay-wide or of one area), whose type its default has."""
+    held: list[str] = []
+    for cls in (Settings, *AREAS.values()):
+        for f in dataclasses.fields(cls):
+            if OPTION_KEY in f.metadata:
+                held.append(f.metadata[OPTION_KEY])
+    assert sorted(held) == sorted(OPTIONS)
+    s = load_settings(parse([]), env={})
+    assert isinstance(s.search, SearchSettings) and s.search.candidates == OPTIONS["search_candidates"].default
+    assert s.federation.reconcile_interval == 3600.0 and s.knowql.rate == 10.0 and s.kip.budget_ms > 0
+    assert s.explorer.disabled is False and s.observability.log_json is False
+    flagged = load_settings(parse(["--no-explorer", "--search-candidates", "5", "--peers", "p.toml"]), env={})
+    assert (flagged.explorer.disabled, flagged.search.candidates, flagged.federation.peers) == (True, 5, "p.toml")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.search.candidates = 1  # type: ignore[misc]
 
 
 def test_resolved_settings_round_trip_to_workers() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from akrelay.backend import backend_for
 from akrelay.explorer.views import status_page
@@ -28,7 +27,7 @@ def test_peers_lag_and_errors_from_the_federation_state(tmp_path: Path) -> None:
         peer.bump("offers_refused", 1)
         state.put(peer)
         state.close()
-        settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True)
+        settings = defaults(peers=str(tmp_path / "peers.toml"), core_only=True)
         backend = backend_for(defaults(data=str(tmp_path)))  # the node's: it reads the data directory's state
         backend.bind(relay)
         sources = Sources(federation_state=backend.federation_state)
@@ -76,7 +75,7 @@ def test_peers_come_from_the_deployment_state_on_redis(tmp_path: Path, redis_url
     client.close()
     relay = open_relay(tmp_path, RelayConfig(origin="https://localhost:8443"))
     try:
-        settings = SimpleNamespace(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
+        settings = defaults(peers=str(tmp_path / "peers.toml"), core_only=True, store=redis_url)
         backend = backend_for(defaults(data=str(tmp_path), store=redis_url))
         sources = Sources(federation_state=backend.federation_state)
         assert [(p.origin, p.lag) for p in relay_status(relay, settings, sources).peers] == [("https://peer.example", 3)]

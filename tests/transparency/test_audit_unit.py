@@ -26,7 +26,7 @@ def node(tmp_path: Path):  # noqa: ANN201
 
 def client_of(node: Node) -> RelayClient:
     client = RelayClient("https://localhost:8443", discover=False)
-    client._http = node.client  # the in-process app answers the relay's absolute URLs
+    client._client = node.client  # the in-process app answers the relay's absolute URLs
     client.discover()
     return client
 

@@ -13,13 +13,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.cli.terminal import printable
 from akrelay.protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
-    from akrelay.client import RelayClient
+    from akrelay.client import AcceptanceRecord, RelayClient
     from akrelay.jsontypes import JSON, JSONObject
     from akrelay.protocol.signer import NonceClock, Signer
 
@@ -385,7 +385,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _run(args, action)
 
 
-def _prove(client: RelayClient, record: dict[str, Any]) -> int:
+def _prove(client: RelayClient, record: AcceptanceRecord) -> int:
     """``--prove``: verify the record's inclusion proof (stderr says how it went); non-zero on a mismatch."""
     from akrelay.cli.audit import prove
     from akrelay.relay.audit import AuditFailure

@@ -335,7 +335,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"akrelay sync: {exc}", file=sys.stderr)
         return 2
-    if not settings.peers:
+    if not settings.federation.peers:
         print("akrelay sync: --peers FILE is required", file=sys.stderr)
         return 2
     settings = settings.replace(data=str(settings.data_dir.resolve()))

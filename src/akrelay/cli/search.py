@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
@@ -75,7 +75,7 @@ def build_request(text: str, mode: str, filters: list[str], limit: int | None) -
     return body
 
 
-def format_page(page: dict[str, Any]) -> str:  # Loose types: a page already checked by the client (validate_search_response)
+def format_page(page: Mapping[str, Any]) -> str:  # Loose types: a page already checked by the client (validate_search_response)
     """A listing: one header with ranking and coverage, then one line per hit."""
     coverage = page["coverage"]
     state = "exhaustive" if coverage["exhaustive"] else "NOT exhaustive (" + ", ".join(coverage["reasons"]) + ")"

@@ -145,7 +145,7 @@ class KipComponent:
 
     def __init__(self, relay: Relay, settings: Settings, *, follow: bool = True) -> None:
         self.relay = relay
-        self.gateway = Gateway(relay, budget_ms=settings.kip_budget_ms or None, follow=follow)
+        self.gateway = Gateway(relay, budget_ms=settings.kip.budget_ms or None, follow=follow)
 
     def start(self) -> None:
         self.gateway.start()

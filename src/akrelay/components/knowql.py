@@ -43,7 +43,7 @@ class KnowqlComponent:
     @staticmethod
     def check(settings: Settings) -> None:
         """Refuse an unreadable or invalid contexts file before anything starts (:func:`akrelay.node.check_components`)."""
-        path = getattr(settings, "knowql_contexts", None)
+        path = settings.knowql.contexts
         if path:
             try:
                 ContextRegistry.load("https://localhost", path)

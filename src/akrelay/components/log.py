@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from akrelay.http import transparency as log_http
 from akrelay.protocol.errors import ProtocolError
 from akrelay.relay.transparency import KEY_NAME, Ticker, TransparencyLog, load_or_create_key
+from akrelay.store.capabilities import MerkleSwitchable, blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
@@ -33,9 +34,9 @@ def open_log(relay: Relay, settings: Settings, *, shared: bool = False) -> Trans
     """The relay's transparency log, or ``None`` when it cannot have one (a Redis store without ``--log-key``).
 
     ``shared``: the node's backend is shared by several nodes (``akrelay.backend.Backend.shared``)."""
-    if getattr(settings, "no_merkle_log", False) or getattr(relay.store, "merkle_log", True) is False:
+    if settings.no_merkle_log or (isinstance(relay.store, MerkleSwitchable) and not relay.store.merkle_log):
         return None  # measuring the log's cost: no tree, so nothing to sign
-    key_file = getattr(settings, "log_key", None)
+    key_file = settings.log_key
     if key_file:
         key = load_or_create_key(Path(key_file), create=False)
     elif shared or relay.data_dir is None:
@@ -85,7 +86,7 @@ class LogComponent:
     def routes(self) -> list[BaseRouteHandler]:
         if self.tlog is None:
             return []
-        return log_http.routes(self.tlog, offload=bool(getattr(self.relay.store, "blocking_io", False)),
+        return log_http.routes(self.tlog, offload=blocking_io(self.relay.store),
                                cosigned=self.cosigned, add_checkpoint=self.add_checkpoint)
 
     def cosigned(self, name: str) -> str | None:
@@ -97,7 +98,7 @@ class LogComponent:
         from akrelay.federation.witness import Witness, known_logs
 
         assert self.tlog is not None
-        peers_file = getattr(self.settings, "peers", "")
+        peers_file = self.settings.federation.peers
         try:
             verifiers = known_logs(load_peers(peers_file).peers) if peers_file else {}
         except PeerConfigError as exc:
@@ -121,7 +122,7 @@ def cosigned_checkpoint(settings: Settings, name: str,
                         federation_state: Callable[[], StateStore | None] | None,
                         witness_state: Callable[[], WitnessState] | None = None) -> str | None:
     """The cosigned checkpoint of the peer whose log origin is ``name``, from the federation state."""
-    if not name or not getattr(settings, "peers", "") or federation_state is None:
+    if not name or not settings.federation.peers or federation_state is None:
         return None
     state = federation_state()
     if state is None:

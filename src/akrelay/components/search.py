@@ -29,8 +29,8 @@ def data_dir_of(relay: Relay) -> Path | None:
 
 def _options(settings: Settings) -> dict[str, Any]:
     """Service options from the serve settings."""
-    return {"budget": Budget(candidates=settings.search_candidates, seconds=settings.search_timeout_ms / 1000),
-            "writer_threads": settings.search_writer_threads}
+    return {"budget": Budget(candidates=settings.search.candidates, seconds=settings.search.timeout_ms / 1000),
+            "writer_threads": settings.search.writer_threads}
 
 
 class SearchComponent:

@@ -42,15 +42,15 @@ class SyncComponent:
     @staticmethod
     def check(settings: Settings) -> None:
         """Refuse an unreadable or invalid peer file before anything starts (:func:`akrelay.node.check_components`)."""
-        if settings.peers:
+        if settings.federation.peers:
             try:
-                load_peers(settings.peers)
+                load_peers(settings.federation.peers)
             except ValueError as exc:  # PeerConfigError: its message names the file and the entry
-                raise SettingsError(f"--peers {settings.peers!r}: {exc}") from None
+                raise SettingsError(f"--peers {settings.federation.peers!r}: {exc}") from None
 
     @property
     def enabled(self) -> bool:
-        return bool(self.settings.peers)
+        return bool(self.settings.federation.peers)
 
     def start(self) -> None:
         if self.enabled and self._loop is None:
@@ -87,7 +87,7 @@ class SyncComponent:
             own = canonical_https_origin(self.relay.config.origin)
         except ValueError:
             return []
-        return [p.origin for p in load_peers(self.settings.peers).peers if p.enabled and p.origin == own]
+        return [p.origin for p in load_peers(self.settings.federation.peers).peers if p.enabled and p.origin == own]
 
     def routes(self) -> list[BaseRouteHandler]:
         """The push stream and ``POST /v1/knowledge/reconcile`` (issue 26), served with or without peers."""
@@ -104,7 +104,7 @@ class SyncComponent:
         doc = self.push.discovery()
         if reconcile.enabled(self.relay, self.settings):
             doc = doc | discovery(self.relay.config.origin,
-                                  accepts_offers=not getattr(self.settings, "no_accept_offers", False))
+                                  accepts_offers=not self.settings.federation.no_accept_offers)
         if not self.enabled:
             return doc
-        return doc | {"peers": distinct_origins(load_peers(self.settings.peers).peers, self.relay.config.origin)}
+        return doc | {"peers": distinct_origins(load_peers(self.settings.federation.peers).peers, self.relay.config.origin)}

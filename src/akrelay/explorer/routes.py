@@ -209,7 +209,7 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str
 
 # Any: the settings (one object for every area until they are typed per area)
 def routes(relay: Relay, settings: Any, sources: Sources) -> list[HTTPRouteHandler]:
-    if getattr(settings, "no_explorer", False):
+    if settings.explorer.disabled:
         return []
     assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}
 

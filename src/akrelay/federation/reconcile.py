@@ -42,6 +42,7 @@ from akrelay.protocol.payload import EVENT_TYPES
 from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler, SortedItems, Storage
 from akrelay.store.base import StoreUnavailable
 from akrelay.store.recon import DEFAULT_BUDGET, ReconIndex, StoreView, ViewChanged
+from akrelay.store.capabilities import Reconcilable
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.federation.peers import Peer
@@ -93,7 +94,7 @@ NOT_ADVERTISED = "the peer does not advertise reconcile: after_seq pulls only (h
 
 def index_of(store: Any) -> ReconIndex | None:
     """The store's reconciliation index, or ``None`` for a backend that keeps none."""
-    return getattr(store, "recon", None)
+    return store.recon if isinstance(store, Reconcilable) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,24 +38,24 @@ __all__ = ["LEASE_TTL", "LOCK_FILE", "BackgroundSync", "Leadership", "build_engi
 def sync_options(settings: Settings) -> SyncOptions:
     return SyncOptions(
         own_origin=settings.origin,
-        follow_hints=bool(settings.follow_hints),
-        hint_hops=settings.hint_hops,
-        hint_count=settings.hint_count,
-        reconcile=not getattr(settings, "no_reconcile", False),
-        reconcile_interval=float(getattr(settings, "reconcile_interval", 3600.0)),
-        offer=not getattr(settings, "no_offer", False),
-        offer_max=int(getattr(settings, "offer_max", 1000)),
+        follow_hints=bool(settings.federation.follow_hints),
+        hint_hops=settings.federation.hint_hops,
+        hint_count=settings.federation.hint_count,
+        reconcile=not settings.federation.no_reconcile,
+        reconcile_interval=float(settings.federation.reconcile_interval),
+        offer=not settings.federation.no_offer,
+        offer_max=int(settings.federation.offer_max),
     )
 
 
 def build_engine(settings: Settings, relay: Relay, peer_file: PeerFile | None = None,
                  state: StateStore | None = None, *, shared: bool = False,
                  open_witness: Callable[[], WitnessState] | None = None) -> SyncEngine:
-    """An engine over ``relay`` with the peers of ``settings.peers`` and ``state`` (default: the data dir's).
+    """An engine over ``relay`` with the peers of ``settings.federation.peers`` and ``state`` (default: the data dir's).
 
     ``open_witness``: the backend's witness records, so that a cosignature made during sync is the same
     record as one made through the add-checkpoint API (none: sync cosigns into the peer state only)."""
-    peer_file = peer_file if peer_file is not None else load_peers(settings.peers)
+    peer_file = peer_file if peer_file is not None else load_peers(settings.federation.peers)
     state = state if state is not None else FederationState.open_in(settings.data_dir)
     witness = witness_for(settings, relay, shared=shared)
     engine = SyncEngine(relay, state, peer_file.peers, sync_options(settings), witness=witness)
@@ -73,7 +73,7 @@ def witness_for(settings: Settings, relay: Relay, *, shared: bool = False) -> tu
 
     from akrelay.relay.transparency import KEY_NAME, load_or_create_key, log_name
 
-    key_file = getattr(settings, "log_key", None)
+    key_file = settings.log_key
     data_dir = getattr(relay, "data_dir", None)
     if not key_file and not shared and data_dir is not None:
         key_file = str(Path(data_dir) / KEY_NAME)
@@ -91,7 +91,7 @@ def sync_once(settings: Settings, relay: Relay, leadership: Leadership, *, force
 
     Raises ``RuntimeError`` when another process (a running ``serve``) leads. Closes ``leadership``.
     """
-    with _as_leader(settings, relay, load_peers(settings.peers), leadership) as engine:
+    with _as_leader(settings, relay, load_peers(settings.federation.peers), leadership) as engine:
         return engine.run_once(force=force)
 
 
@@ -148,13 +148,13 @@ def reconcile_once(settings: Settings, relay: Relay, leadership: Leadership, *, 
     """
     from akrelay.federation.peers import canonical_https_origin
 
-    peer_file = load_peers(settings.peers)
+    peer_file = load_peers(settings.federation.peers)
     peers = [p for p in peer_file.peers if p.enabled]
     if only is not None:
         origin = canonical_https_origin(only)
         peers = [p for p in peer_file.peers if p.origin == origin]
         if not peers:
-            raise ValueError(f"--peer {only}: not a peer of {settings.peers}")
+            raise ValueError(f"--peer {only}: not a peer of {settings.federation.peers}")
     with _as_leader(settings, relay, peer_file, leadership) as engine:
         return [reconcile_now(engine, p, progress, window=window) for p in peers if p.origin != engine.own_origin]
 
@@ -210,7 +210,7 @@ class BackgroundSync(threading.Thread):
 
         self.leadership.keep(lost)
         try:
-            peer_file = load_peers(self.settings.peers)
+            peer_file = load_peers(self.settings.federation.peers)
             state = self.leadership.open_state(
                 on_fenced=lambda: lost("a federation state write was refused: a newer leader holds the lease"))
             engine = build_engine(self.settings, self.relay, peer_file, state, shared=self.leadership.shared,

@@ -35,6 +35,7 @@ from akrelay.http.ingest import (EVENTS_PATH, IngestFastPath, SubmitEndpoint, ch
 from akrelay.http.ratelimit import RateLimits, TokenBucket, retry_after_seconds
 from akrelay.observability.requests import RequestObserver
 from akrelay.settings import Settings
+from akrelay.store.capabilities import blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
@@ -73,7 +74,7 @@ def core_routes(node: Node, submitter: SubmitEndpoint) -> list[BaseRouteHandler]
     discovery_body = msgspec.json.encode(node.discovery())
     # A store on the network (Redis) waits for replies: read there off the event loop, so that an
     # outage or a slow reply never stalls other requests. An embedded store answers faster than a thread hop.
-    offload = bool(getattr(relay.store, "blocking_io", False))
+    offload = blocking_io(relay.store)
 
     @get("/.well-known/agent-knowledge", sync_to_thread=False)
     def discovery() -> ASGIResponse:
@@ -231,5 +232,5 @@ def build_app(node: Node) -> "RelayApp":
     app.state.error_pages = [c.error_page for c in node.components if hasattr(c, "error_page")]
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
-    app.observer = RequestObserver(log_json=getattr(settings, "log_json", False), fast_path=EVENTS_PATH)
+    app.observer = RequestObserver(log_json=settings.observability.log_json, fast_path=EVENTS_PATH)
     return app

@@ -22,6 +22,7 @@ from akrelay.observability.metrics import metrics
 from akrelay.protocol.errors import ProtocolError
 from akrelay.relay.core import PendingCheck
 from akrelay.store.base import StoreUnavailable
+from akrelay.store.capabilities import blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from akrelay.protocol.envelope import Envelope
@@ -96,7 +97,7 @@ class SubmitEndpoint:
         self._draining = False
         #: a store on the network (Redis) commits on threads always, several groups at once (:meth:`_dispatch`):
         #: the loop keeps verifying meanwhile
-        self._offload = bool(getattr(relay.store, "blocking_io", False))
+        self._offload = blocking_io(relay.store)
         self._inflight = 0
         #: threads start on first use (a busy commit point) and end with the app (:meth:`close`)
         self._pool = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="akrelay-submit")

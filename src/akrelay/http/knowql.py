@@ -267,7 +267,7 @@ def _with(doc: Any, **changes: Any) -> Any:
 def discovery(relay: Relay, settings: Settings) -> dict[str, object]:
     """The ``knowql`` member: version, endpoint, API versions and contexts."""
     origin = relay.config.origin
-    registry = ContextRegistry.load(origin, getattr(settings, "knowql_contexts", None) or None)
+    registry = ContextRegistry.load(origin, settings.knowql.contexts or None)
     return {"knowql": {
         "version": VERSION,
         "endpoint": origin + QUERY_PATH,

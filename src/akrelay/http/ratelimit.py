@@ -286,4 +286,4 @@ def rate_limit_budgets(settings: Settings) -> dict[str, tuple[float, int]]:
     """``kind -> (rate, burst)`` of the ``write``, ``read`` and ``knowql`` buckets (the backend builds them)."""
     return {"write": (settings.write_rate, settings.write_burst),
             "read": (settings.read_rate, settings.read_burst),
-            "knowql": (getattr(settings, "knowql_rate", 0.0), getattr(settings, "knowql_burst", 1))}
+            "knowql": (settings.knowql.rate, settings.knowql.burst)}

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # annotations only
 
 def enabled(relay: Relay, settings: Settings) -> bool:
     """Served (and advertised) unless ``--no-reconcile``, for a store that keeps the index."""
-    return not getattr(settings, "no_reconcile", False) and index_of(relay.store) is not None
+    return not settings.federation.no_reconcile and index_of(relay.store) is not None
 
 
 def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:

@@ -51,6 +51,7 @@ from akrelay.knowql.wakeup import Wakeups
 from akrelay.protocol.discovery import PUSH, STREAM_PATH
 from akrelay.protocol.errors import ProtocolError
 from akrelay.store.base import StoreUnavailable
+from akrelay.store.capabilities import Watchable, blocking_io
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
@@ -108,7 +109,7 @@ class StreamHub:
         self.poll = poll if poll is not None else SAFETY_POLL
         self.clock = clock
         self.wakeups = Wakeups()
-        self._offload = bool(getattr(relay.store, "blocking_io", False))
+        self._offload = blocking_io(relay.store)
         self._lock = threading.Lock()
         self._clients: Counter[str] = Counter()
         self._open = 0
@@ -271,12 +272,12 @@ class PushStream:
 
     def __init__(self, relay: Relay, settings: Settings) -> None:
         self.relay = relay
-        self.enabled = not getattr(settings, "no_push_stream", False)
-        fallback = getattr(relay.store, "watch", None) is None and getattr(settings, "workers", 1) > 1
-        self.hub = StreamHub(relay, heartbeat=getattr(settings, "push_heartbeat", 15.0),
-                             per_client=getattr(settings, "push_streams_per_client", 4),
-                             total=getattr(settings, "push_streams", 256),
-                             poll=getattr(settings, "push_poll", 0.1) if fallback else SAFETY_POLL)
+        self.enabled = not settings.federation.no_push_stream
+        fallback = not isinstance(relay.store, Watchable) and settings.workers > 1
+        self.hub = StreamHub(relay, heartbeat=settings.federation.push_heartbeat,
+                             per_client=settings.federation.push_streams_per_client,
+                             total=settings.federation.push_streams,
+                             poll=settings.federation.push_poll if fallback else SAFETY_POLL)
 
     def discovery(self) -> dict[str, object]:
         if not self.enabled:

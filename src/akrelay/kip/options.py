@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
-from akrelay.optionkit import _int, option
+from akrelay.optionkit import _int, option, setting
 
 
 def budget_ms(text: Any) -> int:
@@ -19,3 +20,10 @@ def budget_ms(text: Any) -> int:
 option("kip_budget_ms", budget_ms, DEFAULT_BUDGET_MS,
        "thread CPU milliseconds one /v1/kip request (KQL and META) may use; beyond it the operation fails "
        "ExecutionTimeout (0: no budget)", metavar="MS")
+
+
+@dataclass(frozen=True, slots=True)
+class KipSettings:
+    """The KIP endpoint's settings (``settings.kip``)."""
+
+    budget_ms: int = setting("kip_budget_ms")

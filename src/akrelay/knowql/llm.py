@@ -61,14 +61,14 @@ SYSTEM = (
 
 
 def llm_entry(settings: Any, *, transport: httpx.BaseTransport | None = None) -> ModelEntry | None:
-    base = getattr(settings, "knowql_llm_base_url", "") if settings is not None else ""
-    model = getattr(settings, "knowql_llm_model", "") if settings is not None else ""
+    base = settings.knowql.llm_base_url if settings is not None else ""
+    model = settings.knowql.llm_model if settings is not None else ""
     if not base or not model:
         return None
     composer = ChatCompletionsComposer(base, model, os.environ.get(API_KEY_ENV),
-                                       timeout=float(getattr(settings, "knowql_llm_timeout", 60)),
-                                       max_tokens=int(getattr(settings, "knowql_llm_max_tokens", MAX_TOKENS)),
-                                       max_chars=int(getattr(settings, "knowql_llm_max_chars", MAX_ANSWER_CHARS)),
+                                       timeout=float(settings.knowql.llm_timeout),
+                                       max_tokens=int(settings.knowql.llm_max_tokens),
+                                       max_chars=int(settings.knowql.llm_max_chars),
                                        transport=transport)
     return ModelEntry(composer.id, f"{model} (OpenAI-compatible)", PROVIDER, composer)
 

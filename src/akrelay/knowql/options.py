@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from akrelay.optionkit import _positive_int, _rate, _str, option
+from akrelay.optionkit import _positive_int, _rate, _str, option, setting
 
 
 def _contexts_file(text: Any) -> str:
@@ -34,3 +35,20 @@ option("knowql_queue", _positive_int, 32,
        "KnowQL turns a worker queues beyond its running ones (503 with Retry-After past it)", metavar="N")
 option("knowql_tails", _positive_int, 8, "KnowQL event streams one client IP may hold open per worker (429 past it)",
        metavar="N")
+
+
+@dataclass(frozen=True, slots=True)
+class KnowqlSettings:
+    """The KnowQL gateway's settings (``settings.knowql``)."""
+
+    contexts: str = setting("knowql_contexts")
+    llm_base_url: str = setting("knowql_llm_base_url")
+    llm_model: str = setting("knowql_llm_model")
+    llm_timeout: int = setting("knowql_llm_timeout")
+    llm_max_tokens: int = setting("knowql_llm_max_tokens")
+    llm_max_chars: int = setting("knowql_llm_max_chars")
+    rate: float = setting("knowql_rate")
+    burst: int = setting("knowql_burst")
+    inflight: int = setting("knowql_inflight")
+    queue: int = setting("knowql_queue")
+    tails: int = setting("knowql_tails")

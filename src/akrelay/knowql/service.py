@@ -64,7 +64,7 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
     entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
     tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
     llm = None
-    if getattr(settings, "knowql_llm_base_url", "") and getattr(settings, "knowql_llm_model", ""):
+    if settings.knowql.llm_base_url and settings.knowql.llm_model:
         # only a configured model loads the HTTP client (a worker's start-up time, issue 25)
         from akrelay.knowql.llm import llm_entry
 
@@ -97,9 +97,9 @@ class KnowqlService:
         self.runner = TurnRunner(store, search=search, runtime=runtime, records=relay.store, origin=self.origin,
                                  clock=clock, deferred=self.deferred)
         self._pool = FairPool(TURN_THREADS)
-        self.admission = Admission(per_client=int(getattr(settings, "knowql_inflight", 4)), threads=TURN_THREADS,
-                                   queue=int(getattr(settings, "knowql_queue", 32)),
-                                   tails=int(getattr(settings, "knowql_tails", 8)))
+        self.admission = Admission(per_client=int(settings.knowql.inflight), threads=TURN_THREADS,
+                                   queue=int(settings.knowql.queue),
+                                   tails=int(settings.knowql.tails))
         #: turns this process accepted and has not finished running: failed at close, so a
         #: restart does not leave their sessions busy (409) until their deadlines
         self._open: set[str] = set()
@@ -109,7 +109,7 @@ class KnowqlService:
     def open(cls, relay: Relay, settings: Any, store: TurnStore, *, search: Callable[[], SearchService],
              runtime: Callable[[], KipRuntime]) -> "KnowqlService":
         """The service over ``store`` (the node backend's turn store, closed with the service)."""
-        contexts = ContextRegistry.load(relay.config.origin, getattr(settings, "knowql_contexts", None) or None)
+        contexts = ContextRegistry.load(relay.config.origin, settings.knowql.contexts or None)
         service = cls(relay, settings, store=store, contexts=contexts,
                       search=search, runtime=runtime)
         service.recover()

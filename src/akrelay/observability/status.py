@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from akrelay.observability.sources import Sources
+from akrelay.store.capabilities import FileBacked, MemoryReporting, TextIndexed, store_directory
 
 if TYPE_CHECKING:
     from akrelay.relay.core import Relay
@@ -63,12 +64,11 @@ def _data_dir(relay: Relay) -> Path | None:
     data_dir = getattr(relay, "data_dir", None)
     if data_dir is not None:
         return Path(data_dir)
-    path = getattr(relay.store, "path", None)
-    return Path(path).parent if path is not None else None
+    return store_directory(relay.store)
 
 
 def _store_bytes(relay: Relay) -> int | None:
-    path = getattr(relay.store, "path", None)
+    path = relay.store.path if isinstance(relay.store, FileBacked) else None
     if path is None:
         return None
     total = 0
@@ -81,21 +81,19 @@ def _store_bytes(relay: Relay) -> int | None:
 
 
 def _store_memory(relay: Relay) -> tuple[int, int] | None:
-    memory = getattr(relay.store, "memory", None)
-    if memory is None:
+    if not isinstance(relay.store, MemoryReporting):
         return None
     try:
-        return memory()  # type: ignore[no-any-return]
+        return relay.store.memory()
     except Exception:  # noqa: BLE001 - best effort: an outage shows as akrelay_store_up 0 instead
         return None
 
 
 def _text_index_lag(relay: Relay) -> int | None:
-    lag = getattr(relay.store, "text_index_lag", None)
-    if lag is None:
+    if not isinstance(relay.store, TextIndexed):
         return None
     try:
-        return int(lag())
+        return int(relay.store.text_index_lag())
     except Exception:  # noqa: BLE001 - best effort, as the memory gauge
         return None
 
@@ -115,7 +113,7 @@ def _kip_head(sources: Sources) -> int | None:
 
 
 def _peers(settings: Settings, sources: Sources) -> list[PeerStatus]:
-    if not getattr(settings, "peers", None):
+    if not settings.federation.peers:
         return []
     try:
         state = sources.open_federation_state()  # the backend's: the data directory's, or the deployment's

@@ -47,7 +47,7 @@ def check_origin(settings: Settings) -> str:
 
 def check_tls_files(settings: Settings) -> tuple[Path, Path] | None:
     """The operator's certificate and key when given (both must be files), else ``None``."""
-    if not settings.tls_cert:
+    if not settings.tls_cert or not settings.tls_key:  # the settings hold both or neither
         return None
     cert, key = Path(settings.tls_cert), Path(settings.tls_key)
     for path in (cert, key):

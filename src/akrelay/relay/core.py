@@ -35,6 +35,7 @@ from akrelay.protocol.reads import parse_batch_request, parse_read_json
 from akrelay.protocol.timestamps import check_created_at
 from akrelay.relay.config import RelayConfig
 from akrelay.store.base import Record, Store
+from akrelay.store.capabilities import Watchable, store_directory
 
 _json = msgspec.json.encode
 
@@ -130,8 +131,8 @@ class Relay:
         data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store = store
-        if data_dir is None and getattr(store, "path", None) is not None:
-            data_dir = Path(store.path).parent  # type: ignore[attr-defined]  # an embedded store's directory
+        if data_dir is None:
+            data_dir = store_directory(store)  # an embedded store's directory
         #: where this node keeps derived state (search index, KIP nexus); ``None``: in memory
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.config = config or RelayConfig()
@@ -206,9 +207,8 @@ class Relay:
             self._unwatch_now()
 
     def _watch(self) -> None:
-        watch = getattr(self.store, "watch", None)
-        if watch is not None and self._unwatch is None:
-            self._unwatch = watch(self._wake_listeners)
+        if isinstance(self.store, Watchable) and self._unwatch is None:
+            self._unwatch = self.store.watch(self._wake_listeners)
 
     def _unwatch_now(self) -> None:
         if self._unwatch is not None:

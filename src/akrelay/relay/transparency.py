@@ -38,6 +38,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.note import (ALG_COSIGNATURE_V1, Checkpoint, NoteError, Verifier, key_id, open_checkpoint,
                                    parse_vkey, raw_public_key, sign_note, vkey)
 from akrelay.store.base import Store, StoreUnavailable
+from akrelay.store.capabilities import LogFollowing
 
 log = logging.getLogger("akrelay.transparency")
 
@@ -197,8 +198,8 @@ class TransparencyLog:
                 raise LogInconsistent(
                     f"the store's last checkpoint (size {last.checkpoint.size if last else 0}) is behind the one "
                     f"kept in the data directory (size {local.checkpoint.size}): was the store restored from an older backup?")
-            catch_up = getattr(self.store, "log_catch_up", None)  # a store whose log follows its commits (Redis)
-            size = catch_up() if catch_up is not None else self.store.log_size()
+            # a store whose log follows its commits (Redis) extends it first
+            size = self.store.log_catch_up() if isinstance(self.store, LogFollowing) else self.store.log_size()
             now = self.clock()
             if last is not None:
                 if size < last.checkpoint.size:
