@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 # Loose types: a relay's JSON answers as the client returns them, each member checked where read.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, open_checkpoint, parse_vkey
@@ -146,7 +146,7 @@ def check_consistency(reader: LogReader, old: Checkpoint, new: Checkpoint) -> No
         raise AuditFailure("the log was rewritten: the consistency proof fails", f"from size {old.size} to {new.size}")
 
 
-def verify_inclusion(reader: LogReader, record: dict[str, Any], checkpoint: Checkpoint) -> int:
+def verify_inclusion(reader: LogReader, record: Mapping[str, Any], checkpoint: Checkpoint) -> int:
     """Check that ``record`` (an acceptance record) is in the tree of ``checkpoint``; its leaf index."""
     seq = record.get("seq")
     if type(seq) is not int:
