@@ -33,9 +33,7 @@ import os
 import random
 import resource
 import shutil
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bench_sync import free_port, make_event, start_serve  # noqa: E402
+from bench_sync import free_port, make_event, start_serve, stop_serve  # noqa: E402
 
 from akrelay.federation.peers import Peer  # noqa: E402
 from akrelay.federation.reconcile import BATCH_IDS, ReconcileResult, event_id_of, learn  # noqa: E402
@@ -169,12 +167,7 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
         state.close()
         local.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        stop_serve(proc)
     shutil.rmtree(peer_dir)
     shutil.rmtree(local_dir)
     per_record = fetched / differences

@@ -97,6 +97,16 @@ def start_serve(data: Path, port: int, origin: str, extra: list[str] | None = No
     raise RuntimeError("peer relay did not start")
 
 
+def stop_serve(proc: subprocess.Popen) -> None:
+    """SIGTERM the served relay's process group; SIGKILL it if it has not exited within 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=50_000)
@@ -157,12 +167,7 @@ def main() -> int:
             state.close()
             relay.close()
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(30)
+            stop_serve(proc)
 
     delays.sort()
     p50 = statistics.median(delays)

@@ -25,6 +25,7 @@ MIGRATE_PAGE = 500
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     """``--store``, ``--store-namespace`` and ``--accept-weak-durability``, as ``akrelay serve`` has them."""
+    import akrelay.settings  # noqa: F401 - importing it declares the options that OPTIONS holds
     from akrelay.optionkit import OPTIONS
 
     for name in STORE_OPTIONS:
