@@ -12,8 +12,10 @@ N event hashes (32 bytes each), before any record is sent.
 
 ``--view sqlite`` runs both sides over the store-backed view (:mod:`akrelay.store.recon`) in
 SQLite files with the relay's own reconciliation tables (schema version 3), built once
-(reported apart); each round then reads each side's precomputed aggregates within the
-default budget, as ``POST /v1/knowledge/reconcile`` and sync do. Wall time is per
+(reported apart); each round then reads the responder's precomputed aggregates within the
+default budget, as ``POST /v1/knowledge/reconcile`` does, and the initiator copies its own
+set into memory once, as sync does (``--initiator view``: it reads its aggregates every
+round too; the copy is counted in the wall and CPU times). Wall time is per
 reconciliation, not counting the build.
 
 Last line: ``reconcile_bytes_1_diff: <bytes> bytes`` (for the smallest difference count).
@@ -92,7 +94,7 @@ def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str,
 _BASE: dict[int, tuple[Path, list[tuple[int, bytes]]]] = {}
 
 
-def run_store(items: int, differences: int, both: bool, directory: Path) -> dict[str, float]:
+def run_store(items: int, differences: int, both: bool, directory: Path, initiator_view: str = "snapshot") -> dict[str, float]:
     """As :func:`run`, both sides over the store-backed view in SQLite.
 
     The N items are indexed once (the initiator's file); each responder is a copy of it
@@ -102,7 +104,7 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
     import sqlite3
 
     from akrelay.federation.reconcile import respond
-    from akrelay.store.recon import StoreView
+    from akrelay.store.recon import StoreView, snapshot_items
     from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard
 
     start_ms = 1_760_000_000_000
@@ -135,8 +137,10 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
     ours, theirs = SqliteReconIndex(lambda: c1), SqliteReconIndex(lambda: c2)
     build = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
+    # the initiator's own set: copied into memory once, as sync's learn() does, or read every round
+    fixed = snapshot_items(ours) if initiator_view == "snapshot" else None
     with ours.recon_snapshot():
-        initiator = Reconciler(StoreView(ours))
+        initiator = Reconciler(fixed if fixed is not None else StoreView(ours))
         message: bytes | None = initiator.initiate()
     sent = received = largest = rounds = 0
     have = need = 0
@@ -147,7 +151,7 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
         largest = max(largest, len(message), len(reply))
         rounds += 1
         with ours.recon_snapshot():
-            initiator.storage = StoreView(ours)
+            initiator.storage = fixed if fixed is not None else StoreView(ours)
             outcome = initiator.reconcile(reply)
         have += len(outcome.have)
         need += len(outcome.need)
@@ -169,11 +173,15 @@ def main() -> None:
     parser.add_argument("--frame-limit", type=int, default=DEFAULT_FRAME_LIMIT)
     parser.add_argument("--view", choices=("memory", "sqlite"), default="memory",
                         help="sorted lists in memory, or the store-backed view over SQLite (wall ms)")
+    parser.add_argument("--initiator", choices=("snapshot", "view"), default="snapshot",
+                        help="with --view sqlite: the initiator copies its set into memory once (as sync does), "
+                             "or reads its aggregates every round")
     parser.add_argument("--keep", metavar="DIR", default=None,
                         help="with --view sqlite: keep the initiator's index in DIR and reuse it next time")
     args = parser.parse_args()
     print(f"items {args.items:,}, frame limit {args.frame_limit:,} bytes, differences on "
-          f"{'both sides' if args.both else 'one side'}, view {args.view}, load average "
+          f"{'both sides' if args.both else 'one side'}, view {args.view}"
+          f"{(', initiator ' + args.initiator) if args.view == 'sqlite' else ''}, load average "
           f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
     print(f"{'diffs':>7} {'rounds':>6} {'sent B':>9} {'received B':>10} {'largest B':>9} "
           f"{'cpu ms':>8} {'vs hashes':>9}" + ("  wall ms" if args.view == "sqlite" else ""))
@@ -185,7 +193,7 @@ def main() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for d in args.differences:
         if args.view == "sqlite":
-            r = run_store(args.items, d, args.both, directory)
+            r = run_store(args.items, d, args.both, directory, args.initiator)
         else:
             r = run(args.items, d, args.both, args.frame_limit)
         first = first or r

@@ -148,3 +148,20 @@ class ReconContract:
                 assert view.fingerprint(0, view.size()) == window.fingerprint(0, window.size())
                 if window.size():
                     assert view.item(0) == window.item(0) and view.item(view.size() - 1) == window.item(window.size() - 1)
+
+    def test_a_snapshot_copies_exactly_the_view(self, store, monkeypatch) -> None:
+        """The initiator's in-memory copy holds the view's items, in pages, and gives up past its cap."""
+        import akrelay.store.recon as recon
+
+        rng = random.Random(7)
+        items = {(1_790_000_000_000 + rng.randrange(10**7), rng.randbytes(32)) for _ in range(300)}
+        self.add_items(store, items)
+        monkeypatch.setattr(recon, "SNAPSHOT_PAGE", 7)  # many pages, each starting at the last item of the one before
+        for since, until in [(None, None), (1_790_000_000_000 + 10**6, None), (None, 1_790_000_000_000 + 5 * 10**6)]:
+            window = SortedItems(i for i in items if (since is None or since <= i[0]) and (until is None or i[0] < until))
+            copy = recon.snapshot_items(store.recon, since=since, until=until)
+            assert copy is not None and copy.size() == window.size()
+            assert list(copy.ids(0, copy.size())) == list(window.ids(0, window.size()))
+            assert copy.fingerprint(0, copy.size()) == window.fingerprint(0, window.size())
+        assert recon.snapshot_items(store.recon, cap=299) is None
+        assert recon.snapshot_items(store.recon, cap=300) is not None
