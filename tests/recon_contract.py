@@ -165,3 +165,25 @@ class ReconContract:
             assert copy.fingerprint(0, copy.size()) == window.fingerprint(0, window.size())
         assert recon.snapshot_items(store.recon, cap=299) is None
         assert recon.snapshot_items(store.recon, cap=300) is not None
+
+    def test_the_initiator_copies_its_set_only_once_its_rounds_have_read_enough(self, store) -> None:
+        import akrelay.store.recon as recon
+
+        rng = random.Random(8)
+        items = {(1_790_000_000_000 + rng.randrange(10**7), rng.randbytes(32)) for _ in range(200)}
+        self.add_items(store, items)
+        oracle = SortedItems(items)
+        for copy_after, copies in [(float("inf"), False), (0.0, True)]:
+            own = recon.OwnSet(store.recon, copy_after=copy_after)
+            for _ in range(3):
+                with store.recon.recon_snapshot():
+                    storage = own.storage()
+                    assert storage.fingerprint(0, storage.size()) == oracle.fingerprint(0, oracle.size())
+                    storage.item(100)  # some reads
+            assert (own.copy is not None) == copies
+            assert own.view_reads > 0
+        capped = recon.OwnSet(store.recon, copy_after=0.0, cap=10)
+        for _ in range(3):
+            with store.recon.recon_snapshot():
+                assert isinstance(capped.storage(), recon.StoreView)  # too large to copy: the aggregates
+        assert capped.copy is None

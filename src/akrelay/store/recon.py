@@ -409,6 +409,15 @@ SNAPSHOT_CAP = 2_000_000
 SNAPSHOT_PAGE = 50_000
 
 
+#: The initiator copies its set once the rows its rounds have read from the aggregates reach
+#: this multiple of the set's size (:class:`OwnSet`). Measured on SQLite at 200k items: the
+#: copy costs about 3.1 us of CPU an item, a view's read about 1.7 us a row, so the copy is
+#: bought once the rounds have spent about what it costs: a reconciliation of few
+#: differences never pays for one, and one of many pays at most about twice the better of
+#: the two.
+COPY_AFTER = 2.0
+
+
 def snapshot_items(index: ReconIndex, *, since: int | None = None, until: int | None = None,
                    cap: int = SNAPSHOT_CAP) -> PackedItems | None:
     """Our own items in ``[since, until)`` copied into memory once, or ``None`` past ``cap`` items.
@@ -420,24 +429,63 @@ def snapshot_items(index: ReconIndex, *, since: int | None = None, until: int | 
     reconciled next time. The responder never copies: it keeps nothing between rounds.
     """
     with index.recon_snapshot():
-        size = StoreView(index, since=since, until=until).size()
-        if size > cap:
+        return _copy(index, since, until, StoreView(index, since=since, until=until).size(), cap)
+
+
+def _copy(index: ReconIndex, since: int | None, until: int | None, size: int, cap: int) -> PackedItems | None:
+    """The copy of :func:`snapshot_items`, read inside the caller's snapshot."""
+    if size > cap:
+        return None
+    hi: Item | None = (until, b"") if until is not None else None
+    lo: Item = (since if since is not None else 0, b"")
+    items: list[Item] = []
+    first = True
+    while True:
+        page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
+        rows = page if first else page[1:]  # each later page starts at the last item of the one before
+        items.extend(rows)
+        if len(items) > cap:
             return None
-        hi: Item | None = (until, b"") if until is not None else None
-        lo: Item = (since if since is not None else 0, b"")
-        items: list[Item] = []
-        first = True
-        while True:
-            page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
-            rows = page if first else page[1:]  # each later page starts at the last item of the one before
-            items.extend(rows)
-            if len(items) > cap:
-                return None
-            if len(rows) < SNAPSHOT_PAGE:
-                break
-            lo = page[-1]
-            first = False
+        if len(rows) < SNAPSHOT_PAGE:
+            break
+        lo = page[-1]
+        first = False
     return PackedItems(items)
+
+
+class OwnSet:
+    """The initiator's own set for one reconciliation: its aggregates while that is cheap, then a copy.
+
+    :meth:`storage` is called inside ``index.recon_snapshot()`` once per step. It answers
+    from a fresh :class:`StoreView` until the views' reads add up to :data:`COPY_AFTER`
+    times the set's size, then copies the set (:func:`snapshot_items`, at most ``cap``
+    items) and answers every later step from memory. At 200k items, 1 difference read
+    6,000 rows and 100 read 118,000 (no copy); 2,000 read 1.4M over 26 rounds without one.
+    """
+
+    def __init__(self, index: ReconIndex, *, since: int | None = None, until: int | None = None,
+                 cap: int = SNAPSHOT_CAP, copy_after: float = COPY_AFTER) -> None:
+        self.index, self.since, self.until, self.cap, self.copy_after = index, since, until, cap, copy_after
+        self.copy: PackedItems | None = None
+        #: rows read by the views so far (the copy's own reads not counted)
+        self.view_reads = 0
+        self._view: StoreView | None = None
+        self._too_large = False
+
+    def storage(self) -> StoreView | PackedItems:
+        if self.copy is not None:
+            return self.copy
+        view = self._view
+        if view is not None:
+            self.view_reads += view.reads
+            if not self._too_large and self.view_reads >= self.copy_after * view.size():
+                self.copy = _copy(self.index, self.since, self.until, view.size(), self.cap)
+                self._too_large = self.copy is None
+                if self.copy is not None:
+                    self._view = None
+                    return self.copy
+        self._view = StoreView(self.index, since=self.since, until=self.until)
+        return self._view
 
 
 class MemoryReconIndex(BucketSums):
