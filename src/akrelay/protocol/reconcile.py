@@ -91,7 +91,12 @@ def minimal_bound(prev: Item, curr: Item) -> Bound:
 
 # ---- fingerprints -----------------------------------------------------------------------------
 
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]
+
+
 def encode_varint(n: int) -> bytes:
+    if 0 <= n < 0x80:  # modes, counts, prefix lengths and most timestamp deltas: one byte
+        return _ONE_BYTE[n]
     if n < 0:
         raise ValueError("varints are unsigned")
     out = [n & 0x7F]
