@@ -191,11 +191,13 @@ class PackedItems:
     def __init__(self, items: Iterable[Item]) -> None:
         """``items`` ascending and distinct (as a store's index returns them); checked as they are packed."""
         step = self.STEP
-        parts: list[bytes] = []
-        sums: list[bytes] = []
+        # appended to in place: an iterator of items is packed without holding them all as tuples
+        data = bytearray()
+        sums = bytearray()
         total = 0
         prev = b""
-        for n, (ts, ident) in enumerate(items):
+        n = 0
+        for ts, ident in items:
             if not 0 <= ts < MAX_TIMESTAMP or len(ident) != ID_SIZE:
                 raise ValueError(f"not an item: ({ts!r}, {ident!r})")
             packed = ts.to_bytes(8, "big") + ident
@@ -203,14 +205,16 @@ class PackedItems:
                 raise ValueError("items must be ascending and distinct")
             prev = packed
             if n % step == 0:
-                sums.append((total % _MOD).to_bytes(32, "little"))
-            parts.append(packed)
+                sums += (total % _MOD).to_bytes(32, "little")
+            data += packed
             total += int.from_bytes(ident, "little")
-        self._data = b"".join(parts)
-        self._size = len(parts)
-        if self._size % step == 0:
-            sums.append((total % _MOD).to_bytes(32, "little"))
-        self._sums = b"".join(sums)
+            n += 1
+        self._data = bytes(data)  # immutable: its slices are hashable ids
+        del data
+        self._size = n
+        if n % step == 0:
+            sums += (total % _MOD).to_bytes(32, "little")
+        self._sums = bytes(sums)
 
     def size(self) -> int:
         return self._size

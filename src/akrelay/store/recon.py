@@ -437,20 +437,30 @@ def _copy(index: ReconIndex, since: int | None, until: int | None, size: int, ca
     if size > cap:
         return None
     hi: Item | None = (until, b"") if until is not None else None
-    lo: Item = (since if since is not None else 0, b"")
-    items: list[Item] = []
-    first = True
-    while True:
-        page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
-        rows = page if first else page[1:]  # each later page starts at the last item of the one before
-        items.extend(rows)
-        if len(items) > cap:
-            return None
-        if len(rows) < SNAPSHOT_PAGE:
-            break
-        lo = page[-1]
-        first = False
-    return PackedItems(items)
+    start: Item = (since if since is not None else 0, b"")
+
+    def pages() -> Iterator[Item]:
+        # one page of tuples alive at a time: the copy's peak is about its packed size plus a page
+        lo, first, read = start, True, 0
+        while True:
+            page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
+            rows = page if first else page[1:]  # each later page starts at the last item of the one before
+            read += len(rows)
+            if read > cap:
+                raise _TooLarge
+            yield from rows
+            if len(rows) < SNAPSHOT_PAGE:
+                return
+            lo, first = page[-1], False
+
+    try:
+        return PackedItems(pages())
+    except _TooLarge:
+        return None
+
+
+class _TooLarge(Exception):
+    """The set grew past the cap while it was copied (a backend without snapshots)."""
 
 
 class OwnSet:
