@@ -12,8 +12,11 @@ N event hashes (32 bytes each), before any record is sent.
 
 ``--view sqlite`` runs both sides over the store-backed view (:mod:`akrelay.store.recon`) in
 SQLite files with the relay's own reconciliation tables (schema version 3), built once
-(reported apart); each round then reads each side's precomputed aggregates within the
-default budget, as ``POST /v1/knowledge/reconcile`` and sync do. Wall time is per
+(reported apart); each round then reads the responder's precomputed aggregates within the
+default budget, as ``POST /v1/knowledge/reconcile`` does; the initiator reads its own
+aggregates and copies its set into memory once its rounds have read twice as many rows as
+the set holds, as sync does (:class:`akrelay.store.recon.OwnSet`; ``--initiator snapshot``:
+copy before the first message, ``view``: never; the copy is counted in the times). Wall time is per
 reconciliation, not counting the build.
 
 Last line: ``reconcile_bytes_1_diff: <bytes> bytes`` (for the smallest difference count).
@@ -92,7 +95,7 @@ def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str,
 _BASE: dict[int, tuple[Path, list[tuple[int, bytes]]]] = {}
 
 
-def run_store(items: int, differences: int, both: bool, directory: Path) -> dict[str, float]:
+def run_store(items: int, differences: int, both: bool, directory: Path, initiator_view: str = "adaptive") -> dict[str, float]:
     """As :func:`run`, both sides over the store-backed view in SQLite.
 
     The N items are indexed once (the initiator's file); each responder is a copy of it
@@ -102,7 +105,7 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
     import sqlite3
 
     from akrelay.federation.reconcile import respond
-    from akrelay.store.recon import StoreView
+    from akrelay.store.recon import COPY_AFTER, OwnSet
     from akrelay.store.sqlite_recon import SqliteReconIndex, recon_add, recon_discard
 
     start_ms = 1_760_000_000_000
@@ -135,8 +138,11 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
     ours, theirs = SqliteReconIndex(lambda: c1), SqliteReconIndex(lambda: c2)
     build = time.perf_counter() - t0
     t0, c0 = time.perf_counter(), time.process_time()
+    # the initiator's own set as sync's learn() reads it (the aggregates, copied once the rounds
+    # prove many), always copied first, or never copied
+    own = OwnSet(ours, copy_after={"adaptive": COPY_AFTER, "snapshot": 0.0, "view": float("inf")}[initiator_view])
     with ours.recon_snapshot():
-        initiator = Reconciler(StoreView(ours))
+        initiator = Reconciler(own.storage())
         message: bytes | None = initiator.initiate()
     sent = received = largest = rounds = 0
     have = need = 0
@@ -147,12 +153,14 @@ def run_store(items: int, differences: int, both: bool, directory: Path) -> dict
         largest = max(largest, len(message), len(reply))
         rounds += 1
         with ours.recon_snapshot():
-            initiator.storage = StoreView(ours)
+            initiator.storage = own.storage()
             outcome = initiator.reconcile(reply)
         have += len(outcome.have)
         need += len(outcome.need)
         message = outcome.message
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"    initiator: {own.view_reads:,} rows read from its aggregates, "
+          f"{'copied its set' if own.copy is not None else 'no copy'}", file=sys.stderr)
     c1.close()
     c2.close()
     copy.unlink()
@@ -169,11 +177,16 @@ def main() -> None:
     parser.add_argument("--frame-limit", type=int, default=DEFAULT_FRAME_LIMIT)
     parser.add_argument("--view", choices=("memory", "sqlite"), default="memory",
                         help="sorted lists in memory, or the store-backed view over SQLite (wall ms)")
+    parser.add_argument("--initiator", choices=("adaptive", "snapshot", "view"), default="adaptive",
+                        help="with --view sqlite: the initiator reads its aggregates and copies its set into memory "
+                             "once the rounds prove many (as sync does), copies it before the first message, "
+                             "or never copies it")
     parser.add_argument("--keep", metavar="DIR", default=None,
                         help="with --view sqlite: keep the initiator's index in DIR and reuse it next time")
     args = parser.parse_args()
     print(f"items {args.items:,}, frame limit {args.frame_limit:,} bytes, differences on "
-          f"{'both sides' if args.both else 'one side'}, view {args.view}, load average "
+          f"{'both sides' if args.both else 'one side'}, view {args.view}"
+          f"{(', initiator ' + args.initiator) if args.view == 'sqlite' else ''}, load average "
           f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
     print(f"{'diffs':>7} {'rounds':>6} {'sent B':>9} {'received B':>10} {'largest B':>9} "
           f"{'cpu ms':>8} {'vs hashes':>9}" + ("  wall ms" if args.view == "sqlite" else ""))
@@ -185,7 +198,7 @@ def main() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for d in args.differences:
         if args.view == "sqlite":
-            r = run_store(args.items, d, args.both, directory)
+            r = run_store(args.items, d, args.both, directory, args.initiator)
         else:
             r = run(args.items, d, args.both, args.frame_limit)
         first = first or r

@@ -148,3 +148,42 @@ class ReconContract:
                 assert view.fingerprint(0, view.size()) == window.fingerprint(0, window.size())
                 if window.size():
                     assert view.item(0) == window.item(0) and view.item(view.size() - 1) == window.item(window.size() - 1)
+
+    def test_a_snapshot_copies_exactly_the_view(self, store, monkeypatch) -> None:
+        """The initiator's in-memory copy holds the view's items, in pages, and gives up past its cap."""
+        import akrelay.store.recon as recon
+
+        rng = random.Random(7)
+        items = {(1_790_000_000_000 + rng.randrange(10**7), rng.randbytes(32)) for _ in range(300)}
+        self.add_items(store, items)
+        monkeypatch.setattr(recon, "SNAPSHOT_PAGE", 7)  # many pages, each starting at the last item of the one before
+        for since, until in [(None, None), (1_790_000_000_000 + 10**6, None), (None, 1_790_000_000_000 + 5 * 10**6)]:
+            window = SortedItems(i for i in items if (since is None or since <= i[0]) and (until is None or i[0] < until))
+            copy = recon.snapshot_items(store.recon, since=since, until=until)
+            assert copy is not None and copy.size() == window.size()
+            assert list(copy.ids(0, copy.size())) == list(window.ids(0, window.size()))
+            assert copy.fingerprint(0, copy.size()) == window.fingerprint(0, window.size())
+        assert recon.snapshot_items(store.recon, cap=299) is None
+        assert recon.snapshot_items(store.recon, cap=300) is not None
+
+    def test_the_initiator_copies_its_set_only_once_its_rounds_have_read_enough(self, store) -> None:
+        import akrelay.store.recon as recon
+
+        rng = random.Random(8)
+        items = {(1_790_000_000_000 + rng.randrange(10**7), rng.randbytes(32)) for _ in range(200)}
+        self.add_items(store, items)
+        oracle = SortedItems(items)
+        for copy_after, copies in [(float("inf"), False), (0.0, True)]:
+            own = recon.OwnSet(store.recon, copy_after=copy_after)
+            for _ in range(3):
+                with store.recon.recon_snapshot():
+                    storage = own.storage()
+                    assert storage.fingerprint(0, storage.size()) == oracle.fingerprint(0, oracle.size())
+                    storage.item(100)  # some reads
+            assert (own.copy is not None) == copies
+            assert own.view_reads > 0
+        capped = recon.OwnSet(store.recon, copy_after=0.0, cap=10)
+        for _ in range(3):
+            with store.recon.recon_snapshot():
+                assert isinstance(capped.storage(), recon.StoreView)  # too large to copy: the aggregates
+        assert capped.copy is None

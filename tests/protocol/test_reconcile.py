@@ -25,6 +25,7 @@ from akrelay.protocol.reconcile import (
     MAX_TIMESTAMP,
     MIN_FRAME_LIMIT,
     PROTOCOL_VERSION,
+    PackedItems,
     SKIP,
     Bound,
     Reconciler,
@@ -272,3 +273,43 @@ def test_the_initiator_asks_for_a_small_differing_range_instead_of_listing_it() 
     assert have == [a[2_500][1]] and need == []
     assert listed_by_initiator == 0
     assert 0 < listed_by_responder < 32
+
+
+@settings(max_examples=60, deadline=None)
+@given(common=items_strategy, probes=st.lists(st.tuples(st.integers(0, 320), st.integers(0, 320),
+                                                      st.integers(0, 52), st.binary(max_size=3)), max_size=40))
+def test_packed_items_answer_as_sorted_items(common, probes) -> None:
+    items = sorted({(ts, ident(n)) for n, ts in common.items()})
+    oracle, packed = SortedItems(items), PackedItems(items)
+    n = oracle.size()
+    assert packed.size() == n
+    for a, b, ts, prefix in probes:
+        lo, hi = sorted((min(a, n), min(b, n)))
+        bound = Bound(ts, prefix)
+        assert packed.lower_bound(lo, hi, bound) == oracle.lower_bound(lo, hi, bound)
+        assert packed.fingerprint(lo, hi) == oracle.fingerprint(lo, hi)
+        assert list(packed.ids(lo, hi)) == list(oracle.ids(lo, hi))
+        if lo < n:
+            assert packed.item(lo) == oracle.item(lo)
+    assert packed.lower_bound(0, n, INFINITY) == n
+
+
+def test_packed_items_are_checked_and_reconcile_as_an_initiator() -> None:
+    with pytest.raises(ValueError):
+        PackedItems([(2, ident(1)), (1, ident(2))])  # not ascending
+    with pytest.raises(ValueError):
+        PackedItems([(1, ident(1)), (1, ident(1))])  # not distinct
+    with pytest.raises(ValueError):
+        PackedItems([(MAX_TIMESTAMP, ident(1))])
+    base = sorted((n // 3, ident(n)) for n in range(5_000))
+    theirs = SortedItems(base[::2] + [(7, b"\x01" * 32)])
+    initiator = Reconciler(PackedItems(base))
+    message: bytes | None = initiator.initiate()
+    have: set[bytes] = set()
+    need: set[bytes] = set()
+    while message is not None:
+        outcome = initiator.reconcile(Reconciler(theirs).respond(message))
+        have |= set(outcome.have)
+        need |= set(outcome.need)
+        message = outcome.message
+    assert have == {i for _, i in base[1::2]} and need == {b"\x01" * 32}

@@ -41,7 +41,7 @@ from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import EVENT_TYPES
 from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler, SortedItems, Storage
 from akrelay.store.base import StoreUnavailable
-from akrelay.store.recon import DEFAULT_BUDGET, ReconIndex, StoreView, ViewChanged
+from akrelay.store.recon import DEFAULT_BUDGET, SNAPSHOT_CAP, OwnSet, ReconIndex, StoreView, ViewChanged
 from akrelay.store.capabilities import Reconcilable
 
 if TYPE_CHECKING:  # annotations only
@@ -343,15 +343,18 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
           since: int | None = None, until: int | None = None, max_need: int | None = None,
           deadline: float | None = None, monotonic: Callable[[], float] | None = None,
           progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
-          store: Any = None, max_have: int = 0) -> list[bytes]:
+          store: Any = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
-    Each of our steps reads one snapshot of our own index, held only while computing
+    Until then, each of our steps reads one snapshot of our own index, held only while computing
     (never across a round trip). With a ``type`` filter (``window.types``) our set is read
     once from ``store`` for the session instead. Raises ``ProtocolError`` for a malformed
     answer or too many rounds, ``PeerFetchError`` for a failed request; stops early
     (``complete`` stays false) at the session deadline or once ``max_need`` ids are known.
     The first ``max_have`` ids we have and the peer lacks are kept in ``result.have_ids``.
+    Once the rounds have read about twice as many rows of our aggregates as our set holds,
+    and if it holds at most ``snapshot_cap`` items, our set is copied into memory for the
+    rest of the session (:class:`akrelay.store.recon.OwnSet`).
     """
     from akrelay.federation.transport import PeerFetchError
 
@@ -363,9 +366,11 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     started = monotonic()
     query = window.query()
     fixed = filtered_items(store, window) if window.types is not None else None
+    # our own set: read from the aggregates, and copied into memory once the rounds prove many
+    own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap)
 
     def storage() -> Storage:
-        return fixed if fixed is not None else StoreView(index, since=window.since, until=window.until)
+        return fixed if fixed is not None else own.storage()
 
     with index.recon_snapshot():
         reconciler = Reconciler(storage(), max_rounds=MAX_ROUNDS)

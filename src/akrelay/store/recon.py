@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager
 from typing import Iterable, Iterator, Protocol, Sequence
 
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.reconcile import Bound, Item, fingerprint
+from akrelay.protocol.reconcile import Bound, Item, PackedItems, fingerprint
 
 #: Bucket widths as shifts of ``created_at`` (ms): 256 ms, 16 s, 17 min, 18 h, 50 days, 8.7 years, 557 years.
 LEVELS: tuple[int, ...] = (8, 14, 20, 26, 32, 38, 44)
@@ -400,6 +400,102 @@ class StoreView:
         if len(rows) != end - begin:
             raise ViewChanged("fewer items than counted")
         return [i for _, i in rows]
+
+
+#: Items an initiator copies into memory for one reconciliation (:func:`snapshot_items`) at most:
+#: about 44 MB at 1M; a larger set is read from the aggregates every round instead.
+SNAPSHOT_CAP = 2_000_000
+#: Items read from the index in one page while copying it.
+SNAPSHOT_PAGE = 50_000
+
+
+#: The initiator copies its set once the rows its rounds have read from the aggregates reach
+#: this multiple of the set's size (:class:`OwnSet`). Measured on SQLite at 200k items: the
+#: copy costs about 3.1 us of CPU an item, a view's read about 1.7 us a row, so the copy is
+#: bought once the rounds have spent about what it costs: a reconciliation of few
+#: differences never pays for one, and one of many pays at most about twice the better of
+#: the two.
+COPY_AFTER = 2.0
+
+
+def snapshot_items(index: ReconIndex, *, since: int | None = None, until: int | None = None,
+                   cap: int = SNAPSHOT_CAP) -> PackedItems | None:
+    """Our own items in ``[since, until)`` copied into memory once, or ``None`` past ``cap`` items.
+
+    Why: the initiator's side of a round over :class:`StoreView` locates every bound of the
+    peer's message in the aggregates (hundreds of reads a round when differences are many);
+    over a copy each costs a bisection. The copy is read inside one snapshot, in pages of
+    :data:`SNAPSHOT_PAGE` in key order, so it is one state of the log; what arrives later is
+    reconciled next time. The responder never copies: it keeps nothing between rounds.
+    """
+    with index.recon_snapshot():
+        return _copy(index, since, until, StoreView(index, since=since, until=until).size(), cap)
+
+
+def _copy(index: ReconIndex, since: int | None, until: int | None, size: int, cap: int) -> PackedItems | None:
+    """The copy of :func:`snapshot_items`, read inside the caller's snapshot."""
+    if size > cap:
+        return None
+    hi: Item | None = (until, b"") if until is not None else None
+    start: Item = (since if since is not None else 0, b"")
+
+    def pages() -> Iterator[Item]:
+        # one page of tuples alive at a time: the copy's peak is about its packed size plus a page
+        lo, first, read = start, True, 0
+        while True:
+            page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
+            rows = page if first else page[1:]  # each later page starts at the last item of the one before
+            read += len(rows)
+            if read > cap:
+                raise _TooLarge
+            yield from rows
+            if len(rows) < SNAPSHOT_PAGE:
+                return
+            lo, first = page[-1], False
+
+    try:
+        return PackedItems(pages())
+    except _TooLarge:
+        return None
+
+
+class _TooLarge(Exception):
+    """The set grew past the cap while it was copied (a backend without snapshots)."""
+
+
+class OwnSet:
+    """The initiator's own set for one reconciliation: its aggregates while that is cheap, then a copy.
+
+    :meth:`storage` is called inside ``index.recon_snapshot()`` once per step. It answers
+    from a fresh :class:`StoreView` until the views' reads add up to :data:`COPY_AFTER`
+    times the set's size, then copies the set (:func:`snapshot_items`, at most ``cap``
+    items) and answers every later step from memory. At 200k items, 1 difference read
+    6,000 rows and 100 read 118,000 (no copy); 2,000 read 1.4M over 26 rounds without one.
+    """
+
+    def __init__(self, index: ReconIndex, *, since: int | None = None, until: int | None = None,
+                 cap: int = SNAPSHOT_CAP, copy_after: float = COPY_AFTER) -> None:
+        self.index, self.since, self.until, self.cap, self.copy_after = index, since, until, cap, copy_after
+        self.copy: PackedItems | None = None
+        #: rows read by the views so far (the copy's own reads not counted)
+        self.view_reads = 0
+        self._view: StoreView | None = None
+        self._too_large = False
+
+    def storage(self) -> StoreView | PackedItems:
+        if self.copy is not None:
+            return self.copy
+        view = self._view
+        if view is not None:
+            self.view_reads += view.reads
+            if not self._too_large and self.view_reads >= self.copy_after * view.size():
+                self.copy = _copy(self.index, self.since, self.until, view.size(), self.cap)
+                self._too_large = self.copy is None
+                if self.copy is not None:
+                    self._view = None
+                    return self.copy
+        self._view = StoreView(self.index, since=self.since, until=self.until)
+        return self._view
 
 
 class MemoryReconIndex(BucketSums):
