@@ -184,8 +184,8 @@ def _log(a: Assembly) -> Component:
     """The signed Merkle log of acceptances (issue 23)."""
     from akrelay.components.log import LogComponent
 
-    return LogComponent(a.relay, a.settings, shared=a.backend.shared, federation_state=a.backend.federation_state,
-                        witness_state=a.backend.witness_state)
+    return LogComponent.open(a.relay, a.settings, shared=a.backend.shared, federation_state=a.backend.federation_state,
+                             witness_state=a.backend.witness_state)
 
 
 def _search(a: Assembly) -> Component:

@@ -230,3 +230,28 @@ def test_a_third_backend_is_one_registry_entry(tmp_path: Path, monkeypatch: pyte
         ask = {"ask": "what was published?", "scope": ["knowledge"], "retrieval_only": True}
         assert client.post("/query", content=json.dumps(ask), headers=JSON_HEADERS).status_code == 200
     assert _wait_until(lambda: not _ours(before)), _ours(before)
+
+
+def test_the_log_key_is_read_when_the_node_opens_and_a_built_component_touches_no_file(tmp_path: Path) -> None:
+    from akrelay.components.log import LogComponent
+    from akrelay.relay.transparency import KEY_NAME
+
+    settings = _settings(tmp_path)
+    relay = backend_for(settings).open_relay()
+    try:
+        assert relay.data_dir is not None
+        key_file = relay.data_dir / KEY_NAME
+        bare = LogComponent(relay, settings, None)
+        assert not key_file.exists() and bare.routes() == [] and bare.discovery() == {}
+        opened = LogComponent.open(relay, settings)
+        assert key_file.exists() and opened.tlog is not None and opened.routes()
+        again = LogComponent.open(relay, settings)  # the same key, read back
+        assert again.tlog is not None and again.tlog.vkey == opened.tlog.vkey
+    finally:
+        relay.close()
+    (tmp_path / "second").mkdir()
+    node = RelayNode.open(_settings(tmp_path / "second"), components=("log",))
+    try:  # the node's open is where the key is made: before start, with no thread
+        assert node.relay.data_dir is not None and (node.relay.data_dir / KEY_NAME).exists()
+    finally:
+        node.stop()

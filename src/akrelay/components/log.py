@@ -57,18 +57,31 @@ class LogComponent:
     name = "log"
     options: tuple[str, ...] = ("log_key",)
 
-    def __init__(self, relay: Relay, settings: Settings, *, shared: bool = False,
+    def __init__(self, relay: Relay, settings: Settings, tlog: TransparencyLog | None, *,
                  federation_state: Callable[[], StateStore | None] | None = None,
                  witness_state: Callable[[], WitnessState] | None = None) -> None:
-        """``shared``, ``federation_state``, ``witness_state``: from the node's backend (one log key for a
-        deployment; the federation state that holds the peers' cosigned checkpoints; the records of what
-        this relay cosigned as a witness)."""
+        """``tlog``: the log :meth:`open` loaded (``None``: this relay serves none). ``federation_state``,
+        ``witness_state``: from the node's backend (the federation state that holds the peers' cosigned
+        checkpoints; the records of what this relay cosigned as a witness). Reads and writes no file."""
         self.relay = relay
         self.settings = settings
         self.federation_state = federation_state
         self.witness_state = witness_state
-        self.tlog = open_log(relay, settings, shared=shared)
+        self.tlog = tlog
         self._ticker: Ticker | None = None
+
+    @classmethod
+    def open(cls, relay: Relay, settings: Settings, *, shared: bool = False,
+             federation_state: Callable[[], StateStore | None] | None = None,
+             witness_state: Callable[[], WitnessState] | None = None) -> LogComponent:
+        """The component over the relay's log, its key read (or made, for an embedded store) here.
+
+        Why not in the constructor: the key file is the node's state, like the store, so it is
+        opened where the node opens the store (:meth:`akrelay.node.RelayNode.open`), and a
+        component built by hand touches no file. ``shared``: the backend is shared by several
+        nodes (one key file for a deployment)."""
+        return cls(relay, settings, open_log(relay, settings, shared=shared),
+                   federation_state=federation_state, witness_state=witness_state)
 
     def start(self) -> None:
         if self.tlog is not None and self._ticker is None:
