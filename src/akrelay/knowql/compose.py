@@ -21,10 +21,11 @@ it came from, and every citation lies in this turn's retrieved set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
-# Untyped here: artifacts, chunks and citations are JSON objects read by key.
+from typing import Callable, Protocol, Sequence, cast
 
+from akrelay.jsontypes import JSONObject
 from akrelay.knowql import extract
+from akrelay.knowql.answer_types import Artifact, Belief, Chunk, Fact
 from akrelay.knowql.rank import EarlierTurn, Ranked, Ranking, rank
 from akrelay.knowql.retrieval import Retrieval
 
@@ -45,32 +46,20 @@ _COUNT_WORDS = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Ei
 
 
 @dataclass
-class Fact:
-    """A sentence that answers the ask, what it says, and where it comes from (for ``shape``)."""
-
-    sentence: str
-    citation: int             # the [n] of its capsule
-    source: str               # the capsule's publish event ID
-    status: str               # the capsule's BELIEF status
-    quantity: extract.Quantity | None = None
-    yes: bool | None = None   # the yes/no answer, when the ask is a yes/no question and belief settles it
-    note: str = ""            # for a rejected claim (no sentence stated as fact): the lead line that reports it
-
-
-@dataclass
 class Composition:
     text: str
     deltas: list[str]
-    citations: list[dict[str, Any]]
-    items: list[dict[str, Any]] = field(default_factory=list)
-    output_json: Any = None
+    citations: list[JSONObject]
+    #: the composed artifacts (``source``, ``title``, ``text``, ``status``, ``score``, ``url``…), best first
+    items: list[JSONObject] = field(default_factory=list)
+    output_json: JSONObject | None = None
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
     model: str = EXTRACTIVE_MODEL
     #: answering sentences, best first (the lead's first); never from a rejected capsule
     facts: list[Fact] = field(default_factory=list)
     question: extract.Question | None = None
-    #: shape field -> {"citation", "source", "sentence"}: where each filled value came from
-    provenance: dict[str, Any] = field(default_factory=dict)
+    #: shape field -> {"citation", "source", "sentence", "belief"}: where each filled value came from
+    provenance: dict[str, JSONObject] = field(default_factory=dict)
 
 
 def _group(status: str) -> str:
@@ -84,17 +73,17 @@ def _clip(text: str, size: int = 400) -> str:
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
-def citation(artifact: dict[str, Any]) -> dict[str, Any]:
+def citation(artifact: Artifact) -> JSONObject:
     """A seed 000 citation (``source`` = the capsule's publish event ID) with akrelay members."""
     return {"source": artifact["source"], "kind": "capsule", "title": artifact["name"], "url": artifact["url"],
-            "belief": artifact["belief"]["status"], "context": artifact["context"]}
+            "belief": artifact["belief"]["status"], "context": list(artifact["context"])}
 
 
 def _assessments(n: int, what: str) -> str:
     return f"{n} {what} assessment{'s' if n != 1 else ''}"
 
 
-def _why_unconfirmed(belief: dict[str, Any]) -> str:
+def _why_unconfirmed(belief: Belief) -> str:
     if "uncorroborated" in belief.get("reasons", ()):
         return "only its author supports it"
     return str(belief["status"])
@@ -151,7 +140,7 @@ def _lead(top: Ranked, ranking: Ranking, ask: str) -> tuple[str, Fact | None]:
     return f"{head}Unconfirmed ({_why_unconfirmed(belief)}): {body}", fact
 
 
-def _stated(belief: dict[str, Any]) -> bool:
+def _stated(belief: Belief) -> bool:
     """Whether a capsule's statement may be given as an answer: not rejected, and not contested by
     assessors with only its author behind it."""
     group = _group(belief["status"])
@@ -227,7 +216,7 @@ def extractive(ask: str, retrieval: Retrieval, limit: int = COMPOSE_DEFAULT,
                 line = (f"- {title} (rejected: {belief['rejecting']} rejecting / {belief['supporting']} "
                         f"supporting assessments; not stated as fact) [{n}]")
             lines.append(line)
-    items = [{"source": r.artifact["source"], "id": r.artifact["id"], "title": r.artifact["name"],
+    items: list[JSONObject] = [{"source": r.artifact["source"], "id": r.artifact["id"], "title": r.artifact["name"],
               "text": r.artifact["text"], "kind": r.artifact["kind"], "status": r.artifact["belief"]["status"],
               "score": r.artifact["score"], "url": r.artifact["url"]} for r in ranked]
     text = "\n".join(lines)
@@ -238,7 +227,7 @@ def extractive(ask: str, retrieval: Retrieval, limit: int = COMPOSE_DEFAULT,
 
 
 def envelope(retrieval: Retrieval, mode: str, kind: str, *, max_items: int | None, max_chars: int | None,
-             pointers: bool) -> dict[str, Any]:
+             pointers: bool) -> JSONObject:
     """The seed 000 §8.2 retrieval envelope; ``max_items`` caps chunks and artifacts together."""
     cap = max_items or RETRIEVAL_DEFAULT
     chars = max_chars or CHARS_DEFAULT
@@ -251,7 +240,7 @@ def envelope(retrieval: Retrieval, mode: str, kind: str, *, max_items: int | Non
     keep_c = sorted(i for *_, i, which in order if which == "c")
     out_artifacts = [_item(artifacts[i], chars, pointers) for i in keep_a]
     out_chunks = [_item(chunks[i], chars, pointers) for i in keep_c]
-    return {
+    doc: dict[str, object] = {
         "answered_by": "retrieval",
         "mode": mode,
         "counts": {"chunks": len(out_chunks), "artifacts": len(out_artifacts)},
@@ -261,10 +250,12 @@ def envelope(retrieval: Retrieval, mode: str, kind: str, *, max_items: int | Non
                       "matched_artifacts": [a["id"] for a in out_artifacts], "entry_level": None,
                       "expand_window": 0},
     }
+    # The artifacts and chunks are JSON objects (TypedDicts to the code that reads them): the envelope copies them.
+    return cast(JSONObject, doc)
 
 
-def _item(item: dict[str, Any], chars: int, pointers: bool) -> dict[str, Any]:
-    out = {k: v for k, v in item.items() if k != "text"}
+def _item(item: Artifact | Chunk, chars: int, pointers: bool) -> dict[str, object]:
+    out: dict[str, object] = {k: v for k, v in item.items() if k != "text"}
     if not pointers:
         text = item["text"]
         out["text"] = text[:chars]
@@ -272,11 +263,23 @@ def _item(item: dict[str, Any], chars: int, pointers: bool) -> dict[str, Any]:
     return out
 
 
+class ComposerTurn(Protocol):
+    """What the extractive composer reads of a turn (``akrelay.knowql.models.TurnInput``, which imports this)."""
+
+    @property
+    def ask(self) -> str: ...
+
+    @property
+    def history(self) -> Sequence[EarlierTurn]: ...
+
+    @property
+    def shape(self) -> JSONObject | None: ...
+
+
 class ExtractiveComposer:
     """The default composer (:func:`extractive`), binding ``shape`` with :func:`akrelay.knowql.shape.bind`."""
 
-    # Any: the turn is a models.TurnInput, and knowql.models imports this module
-    def compose(self, turn: Any, retrieval: Retrieval, emit: Callable[[str], None]) -> Composition:
+    def compose(self, turn: ComposerTurn, retrieval: Retrieval, emit: Callable[[str], None]) -> Composition:
         from akrelay.knowql.shape import bind
 
         composition = extractive(turn.ask, retrieval, history=turn.history)

@@ -28,15 +28,18 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
-# Untyped here: request bodies, sources and model replies are JSON objects read by key.
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import httpx
 
+from akrelay.jsontypes import JSONObject
 from akrelay.knowql.compose import Composition, citation
 from akrelay.knowql.models import ComposerError, ModelEntry, TurnInput
 from akrelay.knowql.retrieval import Retrieval
 from akrelay.knowql.shape import problems
+
+if TYPE_CHECKING:
+    from akrelay.settings import Settings
 
 API_KEY_ENV = "AKRELAY_KNOWQL_LLM_API_KEY"
 PROVIDER = "openai-compatible"
@@ -60,9 +63,10 @@ SYSTEM = (
 )
 
 
-def llm_entry(settings: Any, *, transport: httpx.BaseTransport | None = None) -> ModelEntry | None:
-    base = settings.knowql.llm_base_url if settings is not None else ""
-    model = settings.knowql.llm_model if settings is not None else ""
+def llm_entry(settings: Settings | None, *, transport: httpx.BaseTransport | None = None) -> ModelEntry | None:
+    if settings is None:
+        return None
+    base, model = settings.knowql.llm_base_url, settings.knowql.llm_model
     if not base or not model:
         return None
     composer = ChatCompletionsComposer(base, model, os.environ.get(API_KEY_ENV),
@@ -73,14 +77,14 @@ def llm_entry(settings: Any, *, transport: httpx.BaseTransport | None = None) ->
     return ModelEntry(composer.id, f"{model} (OpenAI-compatible)", PROVIDER, composer)
 
 
-def _sources(retrieval: Retrieval) -> dict[str, dict[str, Any]]:
+def _sources(retrieval: Retrieval) -> dict[str, JSONObject]:
     """Citable event IDs of the retrieved set, each with its citation object."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JSONObject] = {}
     for artifact in retrieval.artifacts:
         out[artifact["source"]] = citation(artifact)
     for chunk in retrieval.chunks:
         out.setdefault(chunk["source"], {"source": chunk["source"], "kind": chunk["kind"], "title": chunk["title"],
-                                         "url": chunk["url"], "context": chunk["context"]})
+                                         "url": chunk["url"], "context": list(chunk["context"])})
     return out
 
 
@@ -149,7 +153,7 @@ class ChatCompletionsComposer:
             raise ComposerError("the turn's deadline passed before the model was asked")
         return min(self.timeout, remaining)
 
-    def _call(self, body: dict[str, Any], turn: TurnInput) -> httpx.Response:
+    def _call(self, body: Mapping[str, object], turn: TurnInput) -> httpx.Response:
         """The streamed 200 response to ``body`` (the caller reads it under a :class:`_Watchdog`)."""
         body = {**body, "max_tokens": self.max_tokens}
         try:
@@ -245,7 +249,7 @@ class ChatCompletionsComposer:
             response.close()
 
     def _shaped(self, messages: list[dict[str, str]], turn: TurnInput,
-                sources: dict[str, dict[str, Any]]) -> Composition:
+                sources: dict[str, JSONObject]) -> Composition:
         assert turn.shape is not None
         ask = messages[:-1] + [{"role": "user", "content": messages[-1]["content"] +
                                 "\n\nReply with one JSON object that validates against this JSON Schema, "
@@ -282,7 +286,7 @@ class ChatCompletionsComposer:
         raise ComposerError("the model's output does not conform to the shape after one retry: " + "; ".join(found))
 
     @staticmethod
-    def _cited(text: str, sources: dict[str, dict[str, Any]], pattern: re.Pattern[str] = _CITED) -> list[dict[str, Any]]:
+    def _cited(text: str, sources: dict[str, JSONObject], pattern: re.Pattern[str] = _CITED) -> list[JSONObject]:
         """Citations for the IDs the model cited that lie in the retrieved set, in order of first use."""
         out = []
         for event_id in dict.fromkeys(pattern.findall(text)):
@@ -322,7 +326,7 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _usage(raw: Any) -> dict[str, int]:
+def _usage(raw: object) -> dict[str, int]:
     if not isinstance(raw, dict):
         return {}
     def number(name: str) -> int:

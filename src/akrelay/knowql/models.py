@@ -14,13 +14,16 @@ its own model id without touching this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from akrelay.jsontypes import JSON
+from akrelay.jsontypes import JSON, JSONObject
 
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, Composition
 from akrelay.knowql.errors import KnowqlError
 from akrelay.knowql.retrieval import Retrieval
+
+if TYPE_CHECKING:
+    from akrelay.settings import Settings
 
 TIERS = ("lite", "standard", "pro")
 
@@ -42,7 +45,7 @@ class TurnInput:
     history: tuple[HistoryEntry, ...]         # earlier completed turns, oldest first
     system_prompt: str | None
     guardrails: str | None
-    shape: dict[str, Any] | None
+    shape: JSONObject | None
     deadline: float                           # time.time() value the composer must finish by
 
 
@@ -67,8 +70,7 @@ class ModelEntry:
 
 
 #: model id -> factory(settings) returning a ModelEntry or None; consulted when a catalog is built.
-# Any: a factory reads the relay settings (one object for every area until they are typed per area)
-EXTRA_COMPOSERS: dict[str, Callable[[Any], ModelEntry | None]] = {}
+EXTRA_COMPOSERS: dict[str, Callable[[Settings], ModelEntry | None]] = {}
 
 
 class Catalog:

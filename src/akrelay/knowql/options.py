@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from akrelay.optionkit import _positive_int, _rate, _str, option, setting
 
 
-def _contexts_file(text: Any) -> str:
+def _contexts_file(text: object) -> str:
     """The contexts file's path; its content is checked by the KnowQL component (``akrelay.node.check_components``) at startup."""
     return _str(text)
 

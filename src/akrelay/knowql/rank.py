@@ -18,10 +18,10 @@ weight) and prefers capsules related to the previous answer and not yet cited.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
-# Untyped here: artifacts and capsule details are JSON objects read by key.
+from typing import Protocol, Sequence
 
 from akrelay.knowql import extract
+from akrelay.knowql.answer_types import Artifact, Detail
 from akrelay.knowql.extract import Question
 
 #: The best capsule must cover this share of the ask's (weighted) topic words, and at least
@@ -57,7 +57,7 @@ class Sentence:
 
 @dataclass
 class Ranked:
-    artifact: dict[str, Any]
+    artifact: Artifact
     relevance: float
     coverage: float
     matched: int              # how many of the ask's own topic words the capsule holds
@@ -95,7 +95,7 @@ def is_follow_up(ask: str, history: Sequence[object]) -> bool:
             or (bool(words) and words[0] in ("and", "also", "then", "so")))
 
 
-def _sentences(artifact: dict[str, Any], detail: dict[str, Any]) -> list[Sentence]:
+def _sentences(artifact: Artifact, detail: Detail) -> list[Sentence]:
     out = [Sentence(s, "statement", artifact["source"]) for s in extract.sentences(artifact["text"])]
     out += [Sentence(s, "basis", artifact["source"]) for s in extract.sentences(detail.get("basis") or "")]
     for assessment in detail.get("assessments", ()):
@@ -111,7 +111,7 @@ def _class_nouns(text: str) -> set[str]:
 
 
 def _answers(top: Ranked, question: Question, own_terms: int, focus: Sequence[str],
-             docs: Sequence[tuple[dict[str, Any], list[Sentence], extract.StemSet]]) -> bool:
+             docs: Sequence[tuple[Artifact, list[Sentence], extract.StemSet]]) -> bool:
     """Whether the best capsule answers at all: enough of the ask covered, more than one word in common
     (a single shared word is not a reason to cite), the attribute a "what is the X of ..." ask names, and
     for a quantity question a quantity of its kind."""
@@ -166,7 +166,7 @@ def _proximity(words: Sequence[str], terms: extract.StemSet) -> float:
     return 0.05 if positions[-1] - positions[0] <= 8 else 0.0
 
 
-def _related(source: str, detail: dict[str, Any], previous: dict[str, dict[str, Any]]) -> float:
+def _related(source: str, detail: Detail, previous: dict[str, Detail]) -> float:
     """How close a capsule is to the previous answer's: a relation either way, then shared tags or context."""
     bonus = 0.0
     for prev_source, prev in previous.items():
@@ -178,8 +178,8 @@ def _related(source: str, detail: dict[str, Any], previous: dict[str, dict[str, 
     return bonus
 
 
-def rank(ask: str, history: Sequence[EarlierTurn], artifacts: Sequence[dict[str, Any]],
-         details: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]] | None = None) -> Ranking:
+def rank(ask: str, history: Sequence[EarlierTurn], artifacts: Sequence[Artifact],
+         details: dict[str, Detail], previous: dict[str, Detail] | None = None) -> Ranking:
     """Rank ``artifacts`` (the retrieval's, BM25 order) for ``ask``.
 
     ``history`` holds the session's :class:`~akrelay.knowql.models.HistoryEntry` items, oldest first;
@@ -192,7 +192,7 @@ def rank(ask: str, history: Sequence[EarlierTurn], artifacts: Sequence[dict[str,
     if follow_up:
         for entry in reversed(history[-2:]):
             borrowed += [t for t in extract.content_stems(entry.ask) if t not in own and t not in borrowed]
-    docs: list[tuple[dict[str, Any], list[Sentence], extract.StemSet]] = []
+    docs: list[tuple[Artifact, list[Sentence], extract.StemSet]] = []
     for artifact in artifacts:
         detail = details.get(artifact["source"], {})
         sents = _sentences(artifact, detail)

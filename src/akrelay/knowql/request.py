@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from akrelay.jsontypes import JSONObject
 from akrelay.knowql.errors import bad_request
 
 MAX_ASK_CHARS = 4000
@@ -45,8 +46,8 @@ class QueryDocument:
     workflow: str | None = None
     system_prompt: str | None = None
     guardrails: str | None = None
-    vars: dict[str, Any] | None = None
-    shape: dict[str, Any] | None = None
+    vars: JSONObject | None = None
+    shape: JSONObject | None = None
     model: str | None = None
     models: tuple[str, ...] | None = None
     tools: tuple[str, ...] | None = None
@@ -87,7 +88,7 @@ class QueryDocument:
             return "retrieval_only", "both"
         return None
 
-    def pinned(self) -> dict[str, Any]:
+    def pinned(self) -> dict[str, Any]:  # Any: the service merges it into a stored session, untyped there yet
         """What a new session pins (seed 000 §2.3; ``models`` wins over ``model``)."""
         models = list(self.models) if self.models is not None else [self.model] if self.model is not None else []
         return {"scope": list(self.scope or ()), "system_prompt": self.system_prompt, "guardrails": self.guardrails,
@@ -178,7 +179,7 @@ def _encoded_size(name: str, value: object) -> int:
         raise bad_request(f"{name} is nested too deeply") from None
 
 
-def _shape(doc: Mapping[str, object]) -> dict[str, Any] | None:
+def _shape(doc: Mapping[str, object]) -> JSONObject | None:
     value = doc.get("shape")
     if value is None:
         return None
@@ -194,7 +195,7 @@ def _shape(doc: Mapping[str, object]) -> dict[str, Any] | None:
     return value
 
 
-def _vars(doc: Mapping[str, object]) -> dict[str, Any] | None:
+def _vars(doc: Mapping[str, object]) -> JSONObject | None:
     value = doc.get("vars")
     if value is None:
         return None

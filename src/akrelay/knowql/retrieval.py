@@ -17,11 +17,11 @@ follows the capsule it assesses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
-# Untyped here: artifacts, chunks and capsule details are JSON objects read by key.
+from typing import TYPE_CHECKING, Sequence, TypedDict
 
 from akrelay.kip.elements import Assertion, Evidence
 from akrelay.kip.package import AK_PACKAGE_REF
+from akrelay.knowql.answer_types import Artifact, Belief, Chunk, Detail
 from akrelay.knowql.contexts import Context
 from akrelay.protocol.payload import ASSESS, PUBLISH
 from akrelay.search.question import question_terms
@@ -39,6 +39,15 @@ HISTORY_TERMS = 8
 _EVENT_FACET = f"{AK_PACKAGE_REF}/AkEvent"
 
 
+class _Capsule(TypedDict):
+    """A capsule being gathered from the hits: its publication, best score, contexts and passages."""
+
+    record: Record
+    score: float
+    contexts: list[str]
+    chunks: list[Chunk]
+
+
 @dataclass
 class Retrieval:
     snapshot_seq: int
@@ -46,14 +55,14 @@ class Retrieval:
     policy: str
     query_variants: list[str]
     keyword_query: str | None
-    chunks: list[dict[str, Any]] = field(default_factory=list)
-    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
     #: per capsule (publish event ID): ``basis``, supporting/challenging ``assessments`` among the hits,
     #: ``related`` (relation targets), ``tags`` and the context ``scope``: what the composer reads
     #: beyond the statement. Not part of the retrieval envelope.
-    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    details: dict[str, Detail] = field(default_factory=dict)
     #: the same members for the capsules the previous answer cited (a follow-up prefers their neighbours)
-    previous: dict[str, dict[str, Any]] = field(default_factory=dict)
+    previous: dict[str, Detail] = field(default_factory=dict)
 
     @property
     def matched_artifacts(self) -> list[str]:
@@ -97,11 +106,12 @@ def _assessment_counts(nexus: NexusBase, assertion_ids: Sequence[str]) -> int:
     return count
 
 
-def _detail(record: Record, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def _detail(record: Record, chunks: Sequence[Chunk] = ()) -> Detail:
     payload = record.envelope.payload
     stated = payload.get("context")
     context = stated if isinstance(stated, dict) else {}
-    return {"basis": payload.get("basis") if isinstance(payload.get("basis"), str) else "",
+    basis = payload.get("basis")
+    return {"basis": basis if isinstance(basis, str) else "",
             "assessments": [{"source": c["source"], "verdict": c.get("verdict"), "text": c["text"]}
                             for c in chunks if c["kind"] == "assessment"],
             "related": sorted({r["target"] for r in payload.get("relations") or () if isinstance(r, dict)
@@ -137,7 +147,7 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
         variants.append(extra[0])
         runs.append((extra[1], HISTORY_WEIGHT))
     wanted = max(limit * 2, 20)  # records: a capsule's publication and its assessments
-    best: dict[str, tuple[float, int, Any]] = {}
+    best: dict[str, tuple[float, int, Record]] = {}
     for words, weight in runs:
         hits, _ = search.question(words, snapshot, wanted, types=(PUBLISH, ASSESS))
         for hit in hits:
@@ -149,7 +159,7 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
 
     targets = store.get_many(sorted({r.envelope.payload["target"] for _, _, r in ranked
                                      if r.envelope.type != PUBLISH}))
-    capsules: dict[str, dict[str, Any]] = {}
+    capsules: dict[str, _Capsule] = {}
     with runtime.lock:
         for score, seq, record in ranked:
             envelope = record.envelope
@@ -157,10 +167,10 @@ def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], sear
             if envelope.type == PUBLISH:
                 capsule_record = record
             else:
-                capsule_record = targets.get(payload["target"])
-                if (capsule_record is None or capsule_record.withheld or capsule_record.seq > snapshot
-                        or capsule_record.envelope.type != PUBLISH):
+                target = targets.get(payload["target"])
+                if target is None or target.withheld or target.seq > snapshot or target.envelope.type != PUBLISH:
                     continue
+                capsule_record = target
             capsule_id = capsule_record.id
             if retracted(nexus, record.id, snapshot) or retracted(nexus, capsule_id, snapshot):
                 continue
@@ -192,10 +202,10 @@ def _url(origin: str, event_id: str) -> str:
     return f"{origin}/v1/knowledge/events/{event_id}"
 
 
-def _chunk(record: Record, capsule: Any, score: float, contexts: list[str], origin: str) -> dict[str, Any]:
+def _chunk(record: Record, capsule: Record, score: float, contexts: list[str], origin: str) -> Chunk:
     payload = record.envelope.payload
     publish = record.envelope.type == PUBLISH
-    chunk = {"id": record.id, "source": record.id, "kind": "capsule" if publish else "assessment",
+    chunk: Chunk = {"id": record.id, "source": record.id, "kind": "capsule" if publish else "assessment",
              "capsule": capsule.id, "context": contexts, "title": capsule.envelope.payload["title"],
              "text": payload["statement"] if publish else payload["summary"], "score": score, "seq": record.seq,
              "url": _url(origin, record.id)}
@@ -204,7 +214,7 @@ def _chunk(record: Record, capsule: Any, score: float, contexts: list[str], orig
     return chunk
 
 
-def _artifact(runtime: KipRuntime, entry: dict[str, Any], seq: int, policy: str, origin: str) -> dict[str, Any] | None:
+def _artifact(runtime: KipRuntime, entry: _Capsule, seq: int, policy: str, origin: str) -> Artifact | None:
     nexus = runtime.nexus
     record = entry["record"]
     concept = nexus.capsule(record.id, seq)
@@ -214,13 +224,13 @@ def _artifact(runtime: KipRuntime, entry: dict[str, Any], seq: int, policy: str,
     holds = nexus.holds(record.id, seq)
     if holds is not None:
         projection = runtime.project(holds.id, policy=policy, as_of=seq)
-        belief = {"status": projection["status"], "leading": projection["leading"],
-                  "supporting": _assessment_counts(nexus, projection["support"]["assertion_ids"]),
-                  "rejecting": _assessment_counts(nexus, projection["opposition"]["assertion_ids"]),
-                  "reasons": list(projection["uncertainty"]["reasons"])}
+        belief: Belief = {"status": projection["status"], "leading": projection["leading"],
+                          "supporting": _assessment_counts(nexus, projection["support"]["assertion_ids"]),
+                          "rejecting": _assessment_counts(nexus, projection["opposition"]["assertion_ids"]),
+                          "reasons": list(projection["uncertainty"]["reasons"]), "policy": policy, "snapshot_seq": seq}
     else:
-        belief = {"status": "insufficient", "leading": "none", "supporting": 0, "rejecting": 0, "reasons": []}
-    belief.update(policy=policy, snapshot_seq=seq)
+        belief = {"status": "insufficient", "leading": "none", "supporting": 0, "rejecting": 0, "reasons": [],
+                  "policy": policy, "snapshot_seq": seq}
     return {"id": concept.id, "source": record.id, "type": "KnowledgeCapsule", "name": payload["title"],
             "kind": payload["kind"], "text": payload["statement"], "context": entry["contexts"],
             "score": entry["score"], "seq": record.seq, "url": _url(origin, record.id), "belief": belief}

@@ -152,8 +152,8 @@ class TurnRunner:
             name, kind = mode
             if doc.shape is not None:
                 warnings.append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
-            output_json = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
-                                   max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
+            output_json: object = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
+                                           max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
             fields: dict[str, object] = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
                       "usage": _usage(None)}
         else:

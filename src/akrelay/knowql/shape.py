@@ -13,14 +13,18 @@ import functools
 import re
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence, TypeVar
-# Untyped here: JSON Schema documents, and jsonschema's keyword-function arguments (its Validator is untyped there).
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 import jsonschema
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from akrelay.jsontypes import JSON, JSONObject
 from akrelay.kip.kql.regex import RE2_ERROR, RE2Pattern, re2_compile, re2_options
 from akrelay.knowql.errors import bad_request
+
+if TYPE_CHECKING:  # annotations only: the binder loads extract when it first binds, not when a request is parsed
+    from akrelay.knowql.answer_types import Fact
+    from akrelay.knowql.extract import Question
 
 _T = TypeVar("_T")
 
@@ -42,16 +46,24 @@ def _search(pattern: str, text: str) -> bool:
     return _compiled(pattern).search(text) is not None
 
 
-# The keyword functions below are called by jsonschema (validator: its Validator instance, untyped there);
-# instance is the value under check, any JSON.
-def _pattern(validator: Any, patrn: str, instance: Any, schema: dict[str, Any]) -> Any:
-    if validator.is_type(instance, "string") and not _search(patrn, instance):
+class _Descends(Protocol):
+    """What the keyword functions use of jsonschema's validator: checking a member against a subschema."""
+
+    def descend(self, instance: object, schema: JSON, path: str | int | None = None,
+                schema_path: str | int | None = None) -> Iterator[ValidationError]: ...
+
+
+# The keyword functions below are called by jsonschema with its validator, the keyword's value (from a
+# shape check_shape accepted), the value under check (any JSON) and the subschema that holds the keyword.
+# The draft 2020-12 type checker's "string" and "object" are str and dict: isinstance is its is_type.
+def _pattern(validator: _Descends, patrn: str, instance: object, schema: JSONObject) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and not _search(patrn, instance):
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
 
 
-def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], instance: Any,
-                        schema: dict[str, Any]) -> Any:
-    if not validator.is_type(instance, "object"):
+def _pattern_properties(validator: _Descends, pattern_properties: JSONObject, instance: object,
+                        schema: JSONObject) -> Iterator[ValidationError]:
+    if not isinstance(instance, dict):
         return
     for patrn, subschema in pattern_properties.items():
         for key, value in instance.items():
@@ -59,13 +71,15 @@ def _pattern_properties(validator: Any, pattern_properties: dict[str, Any], inst
                 yield from validator.descend(value, subschema, path=key, schema_path=patrn)
 
 
-def _additional_properties(validator: Any, additional: Any, instance: Any, schema: dict[str, Any]) -> Any:
-    if not validator.is_type(instance, "object"):
+def _additional_properties(validator: _Descends, additional: JSON, instance: object,
+                           schema: JSONObject) -> Iterator[ValidationError]:
+    if not isinstance(instance, dict):
         return
-    known = schema.get("properties", {})
-    patterns = schema.get("patternProperties", {})
+    properties, pattern_properties = schema.get("properties"), schema.get("patternProperties")
+    known = properties if isinstance(properties, dict) else {}  # objects in a shape check_shape accepted
+    patterns = pattern_properties if isinstance(pattern_properties, dict) else {}
     extras = sorted(k for k in instance if k not in known and not any(_search(p, k) for p in patterns))
-    if validator.is_type(additional, "object"):
+    if isinstance(additional, dict):
         for extra in extras:
             yield from validator.descend(instance[extra], additional, path=extra)
     elif additional is False and extras:
@@ -111,8 +125,12 @@ class _Budget(threading.local):
 _budget = _Budget()
 
 
-def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
-    def run(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+#: A jsonschema keyword function: its value's type depends on the keyword; errors yielded, or None.
+_Keyword = Callable[..., Iterable[ValidationError] | None]
+
+
+def _counted(keyword: _Keyword) -> Callable[[_Descends, object, object, JSONObject], Iterator[ValidationError]]:
+    def run(validator: _Descends, value: object, instance: object, schema: JSONObject) -> Iterator[ValidationError]:
         budget = _budget
         if budget.limit:
             budget.steps += 1
@@ -129,7 +147,7 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # validators.extend is untyped in types-jsonschema
-ShapeValidator = validators.extend(Draft202012Validator, {  # type: ignore[no-untyped-call]
+ShapeValidator: type[Draft202012Validator] = validators.extend(Draft202012Validator, {  # type: ignore[no-untyped-call]
     name: _counted(fn) for name, fn in {
         **Draft202012Validator.VALIDATORS,
         "pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
@@ -181,7 +199,7 @@ def _census(shape: object) -> None:
             stack.extend(item)
 
 
-def _target(shape: dict[str, Any], ref: str) -> object:
+def _target(shape: JSONObject, ref: str) -> object:
     """The subschema a local ``#/json/pointer`` ref names; None for anchors and unresolvable refs."""
     if ref == "#":
         return shape
@@ -199,7 +217,7 @@ def _target(shape: dict[str, Any], ref: str) -> object:
     return node
 
 
-def _expansion(shape: dict[str, Any]) -> int:
+def _expansion(shape: JSONObject) -> int:
     """How many subschemas ``shape`` stands for with every ``$ref`` expanded (memoized; a cycle counts once).
 
     This is what a validation may visit per instance value: a chain of ``anyOf``s of two refs
@@ -239,7 +257,7 @@ def _expansion(shape: dict[str, Any]) -> int:
     return size(shape)
 
 
-def check_shape(shape: dict[str, Any]) -> None:
+def check_shape(shape: JSONObject) -> None:
     """400 unless ``shape`` is a valid Draft 2020-12 schema, small enough to evaluate, whose ``$ref``s stay inside it.
 
     Bounded: the node, object and array caps and the ``$ref`` fan-out bound run first (linear
@@ -274,7 +292,7 @@ def _refs(value: object) -> list[str]:
     return [inner for key, inner in _members(value) if key in ("$ref", "$dynamicRef") and isinstance(inner, str)]
 
 
-def problems(value: object, shape: dict[str, Any], *, deadline: float | None = None,
+def problems(value: object, shape: JSONObject, *, deadline: float | None = None,
              steps: int = MAX_VALIDATION_STEPS) -> list[str]:
     """Validation problems of ``value`` against ``shape`` (empty: it conforms).
 
@@ -297,7 +315,7 @@ def problems(value: object, shape: dict[str, Any], *, deadline: float | None = N
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:5]]
 
 
-def require_conforming(value: _T, shape: dict[str, Any], *, deadline: float | None = None) -> _T:
+def require_conforming(value: _T, shape: JSONObject, *, deadline: float | None = None) -> _T:
     found = problems(value, shape, deadline=deadline)
     if found:
         raise ShapeFailure("the output does not conform to the shape: " + "; ".join(found))
@@ -331,7 +349,7 @@ def _types(schema: object) -> set[str]:
     return set()
 
 
-def _fixed(schema: object) -> tuple[bool, object]:
+def _fixed(schema: JSON) -> tuple[bool, JSON]:
     """A value the schema itself dictates: ``const``, a one-member ``enum`` or ``default``."""
     if not isinstance(schema, dict):
         return False, None
@@ -345,14 +363,14 @@ def _fixed(schema: object) -> tuple[bool, object]:
     return False, None
 
 
-def _project_item(item: dict[str, Any], schema: object) -> object:
+def _project_item(item: JSONObject, schema: JSON) -> JSON:
     """An artifact/citation projected onto an item schema's property names."""
     if "string" in _types(schema) and "object" not in _types(schema):
         return item.get("source") or item.get("title") or ""
     props = schema.get("properties") if isinstance(schema, dict) else None
     if not isinstance(props, dict):
         return dict(item)
-    out = {}
+    out: JSONObject = {}
     for name in props:
         key = _norm(name)
         aliases = {"id": ("source", "id"), "title": ("title", "name"), "name": ("name", "title"),
@@ -374,8 +392,8 @@ def _fits(value: object, schema: object) -> bool:
     return not isinstance(schema, dict) or not problems(value, schema)
 
 
-def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> tuple[bool, Any, Any]:
-    """A value for property ``name`` read from the answering sentences: ``(found, value, fact)``.
+def _from_facts(name: str, schema: JSON, facts: Sequence[Fact], question: Question | None) -> tuple[JSON, Fact] | None:
+    """A value for property ``name`` read from the answering sentences, and its fact; None if none is found.
 
     Numbers come with the right unit (the property's own, as in ``timeout_ms`` or "in seconds", else the
     ask's) and are converted into it; a boolean is the yes/no answer; a string enum is the member the
@@ -384,7 +402,7 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
     from akrelay.knowql import extract
 
     if not isinstance(schema, dict):
-        return False, None, None
+        return None
     types = _types(schema)
     described = schema.get("description")
     description = described if isinstance(described, str) else ""
@@ -409,13 +427,13 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
             elif value == int(value):
                 value = int(value)
             if _fits(value, schema):
-                return True, value, fact
-        return False, None, None
+                return value, fact
+        return None
     if "boolean" in types:
         for fact in facts[:1]:
             if fact.yes is not None and _fits(fact.yes, schema):
-                return True, fact.yes, fact
-        return False, None, None
+                return fact.yes, fact
+        return None
     if "string" in types:  # an untyped property is not given a sentence it did not ask for
         enum = schema.get("enum")
         for fact in facts[:3]:
@@ -426,28 +444,29 @@ def _from_facts(name: str, schema: Any, facts: Sequence[Any], question: Any) -> 
                 hits = sorted((m.start(), member) for member in enum if isinstance(member, str) and member
                               for m in [re.search(r"(?<!\w)" + re.escape(member.lower()) + r"(?!\w)", low)] if m)
                 if hits and _fits(hits[0][1], schema):
-                    return True, hits[0][1], fact
+                    return hits[0][1], fact
                 continue
-            value = fact.quantity.text if fact.quantity is not None else fact.sentence
-            if _fits(value, schema):
-                return True, value, fact
+            text = fact.quantity.text if fact.quantity is not None else fact.sentence
+            if _fits(text, schema):
+                return text, fact
             break
-    return False, None, None
+    return None
 
 
-def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citations: list[dict[str, Any]], *,
-         facts: Sequence[Any] = (), question: Any = None, provenance: dict[str, Any] | None = None) -> Any:
+def bind(shape: JSONObject, answer: str, items: Sequence[JSONObject], citations: Sequence[JSONObject], *,
+         facts: Sequence[Fact] = (), question: Question | None = None,
+         provenance: dict[str, JSONObject] | None = None) -> JSONObject:
     """A value for ``shape`` from the extractive answer, or :class:`ShapeFailure`.
 
     ``items`` are the composed artifacts (``source``, ``title``, ``text``,
     ``status``, ``score``, ``url``…), best first. ``facts`` are the answering
-    sentences (:class:`akrelay.knowql.compose.Fact`, the lead's first): a
+    sentences (:class:`akrelay.knowql.answer_types.Fact`, the lead's first): a
     property outside the fixed vocabulary is filled from them, and
     ``provenance`` records, per filled property, the citation of its sentence.
     """
     props = shape.get("properties") or {}
-    required = shape.get("required") or []
-    out: dict[str, Any] = {}
+    required = shape.get("required")
+    out: JSONObject = {}
     for name, schema in props.items() if isinstance(props, dict) else ():
         fixed, value = _fixed(schema)
         if fixed:
@@ -471,15 +490,17 @@ def bind(shape: dict[str, Any], answer: str, items: list[dict[str, Any]], citati
         elif key in _FOUND and (not types or "boolean" in types):
             out[name] = bool(items)
         else:
-            found, value, fact = _from_facts(name, schema, facts, question)
-            if found:
+            bound = _from_facts(name, schema, facts, question)
+            if bound is not None:
+                value, fact = bound
                 out[name] = value
                 if provenance is not None:
                     provenance[name] = {"citation": fact.citation, "source": fact.source,
                                         "sentence": fact.sentence or fact.note, "belief": fact.status}
             elif "null" in types:
                 out[name] = None
-    missing = [name for name in required if isinstance(name, str) and name not in out]
+    wanted = required if isinstance(required, list) else []  # an array in any shape check_shape accepts
+    missing = [name for name in wanted if isinstance(name, str) and name not in out]
     if missing:
         raise ShapeFailure(f"cannot derive required {', '.join(repr(m) for m in missing)} "
                            "without a synthesis model (the extractive composer binds answer, citations, "
