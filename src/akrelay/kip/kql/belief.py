@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Hashable
-from typing import Any
-# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
+from typing import Any, TypeAlias
 
 from akrelay.kip.elements import Proposition
 from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.projection import POLICIES, policy as resolve_policy, project
+
+#: A §27.2 projection document, a slot document or a §21.12 ProjectionBasis: nested JSON objects
+#: read and trimmed here by key, as ``akrelay.kip.projection.project`` builds them.
+ProjectionDocument: TypeAlias = dict[str, Any]  # Any: project() returns it untyped; nested objects read by key
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +38,11 @@ class Settings:
 class BeliefValue:
     """A virtual Belief or Slot binding; ``key`` identifies target + basis (§42.5)."""
 
-    data: dict[str, Any]
+    data: ProjectionDocument
     key: tuple[Hashable, ...]
 
 
-def _finish(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def _finish(data: ProjectionDocument, settings: Settings) -> ProjectionDocument:
     if settings.for_time is not None:
         data["basis"]["valid_at"] = settings.for_time
     if settings.explanation == "none":
@@ -51,7 +54,7 @@ def _finish(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
     return data
 
 
-def basis(rt: KqlRuntime, seq: int, settings: Settings) -> dict[str, Any]:
+def basis(rt: KqlRuntime, seq: int, settings: Settings) -> ProjectionDocument:
     """The §21.12 ProjectionBasis of a query that used projection."""
     pol = resolve_policy(settings.policy, rt.config.default_policy)
     tx = rt.nexus.transaction_at(seq)
@@ -78,7 +81,7 @@ def missing_belief(rt: KqlRuntime, subject_id: str, predicate_ref: str, obj: obj
                    settings: Settings) -> BeliefValue:
     """§46.4: a fully grounded tuple with no Proposition is ``insufficient``; nothing is created."""
     b = basis(rt, seq, settings)
-    data: dict[str, Any] = {
+    data: ProjectionDocument = {
         "proposition": None, "proposition_id": None,
         "target": {"subject": {"id": subject_id}, "predicate_ref": predicate_ref, "object": obj},
         "status": "insufficient", "candidate_status": "insufficient", "slot_status": "insufficient",
@@ -138,7 +141,7 @@ def _proposition(rt: KqlRuntime, proposition_id: str) -> Proposition:
     return element
 
 
-def _basis_key(b: dict[str, Any]) -> tuple[Hashable, ...]:
+def _basis_key(b: ProjectionDocument) -> tuple[Hashable, ...]:
     return (b["snapshot_seq"], b["policy"]["id"], b["policy"]["version"], b["trust_state_version"],
             b["valid_at"], b["purpose"], b["risk"])
 

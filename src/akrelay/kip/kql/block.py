@@ -9,7 +9,9 @@ from akrelay.kip.elements import Assertion
 from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.candidates import _grounded_id, _later_tags, _of
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
+    Solution,
 )
 from akrelay.kip.kql.errors import KqlError
 from akrelay.kip.kql.expressions import eval_expr, truth
@@ -30,13 +32,13 @@ from akrelay.kip.kql.values import (
 )
 
 
-def _pattern_vars(value: Any) -> Iterator[str] | None:
+def _pattern_vars(value: A.Term) -> Iterator[str] | None:
     """The variables a pattern value names, or ``None`` for a value this check does not walk."""
     if isinstance(value, A.Var):
         return iter((value.name,))
     if isinstance(value, (Param, Literal)):
         return iter(())
-    children = ([v for _, v in value.members] if isinstance(value, A.ObjectPattern)
+    children: list[A.Term] | None = ([v for _, v in value.members] if isinstance(value, A.ObjectPattern)
                 else list(value.items) if isinstance(value, A.ArrayPattern) else None)
     if children is None:
         return None
@@ -49,7 +51,7 @@ def _pattern_vars(value: Any) -> Iterator[str] | None:
     return iter(names)
 
 
-def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any] | None:
+def _ordered_candidates(clause: A.AssertionPattern, sol: Mapping[str, Bound], ctx: Context) -> Iterator[Assertion] | None:
     """The candidates of ``clause`` in the order its solutions sort, or ``None``.
 
     Without ORDER BY, rows are ordered by the complete solution (§42.5 tie-break). When a
@@ -59,7 +61,7 @@ def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> It
     :func:`eval_block`). Supported: Assertions by author, the lookup that returns hundreds
     of elements per Agent (issue 13); any other clause is enumerated as usual.
     """
-    if type(clause) is not A.AssertionPattern or clause.var in sol:
+    if clause.var in sol:
         return None
     members = dict(clause.pattern.members)
     if "id" in members or "proposition" in members or "asserted_by" not in members:
@@ -73,15 +75,17 @@ def _ordered_candidates(clause: Any, sol: Mapping[str, Any], ctx: Context) -> It
     return _of(ctx.nexus.assertions_by(author, ctx.seq), Assertion)
 
 
-def _first_solutions(clause: Any, sol: dict[str, Any], ctx: Context, top: int) -> list[dict[str, Any]] | None:
+def _first_solutions(clause: A.Clause, sol: Solution, ctx: Context, top: int) -> list[Solution] | None:
     """The solutions of the first ``top`` matching candidates in solution order, or ``None``
     when ``clause`` cannot enumerate in that order. Each candidate is one distinct solution
     (only the clause's own variable is new), so they include the first ``top`` distinct
     solutions extending ``sol``."""
+    if type(clause) is not A.AssertionPattern:
+        return None
     candidates = _ordered_candidates(clause, sol, ctx)
     if candidates is None:
         return None
-    out: list[dict[str, Any]] = []
+    out: list[Solution] = []
     matched = 0
     for element in candidates:
         found = list(_bind_element(clause, element, sol, ctx))
@@ -94,7 +98,7 @@ def _first_solutions(clause: Any, sol: dict[str, Any], ctx: Context, top: int) -
 
 
 #: How each kind of pattern clause extends one solution: the one dispatch of clauses, by node type.
-_PATTERNS: dict[type, Callable[[Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+_PATTERNS: dict[type, Callable[[Any, Solution, Context], Iterator[Solution]]] = {  # Any: each takes its key's clause type
     A.ConceptPattern: _concept_pattern,
     A.AssertionPattern: _kind_pattern,
     A.EvidencePattern: _kind_pattern,
@@ -107,19 +111,19 @@ _PATTERNS: dict[type, Callable[[Any, dict[str, Any], Context], Iterator[dict[str
 }
 
 
-def _pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _pattern(clause: A.Clause, sol: Solution, ctx: Context) -> Iterator[Solution]:
     return _PATTERNS[type(clause)](clause, sol, ctx)
 
 
-def _cap(solutions: list[dict[str, Any]]) -> None:
+def _cap(solutions: list[Solution]) -> None:
     if len(solutions) > LIMITS["max_solutions"]:
         raise KqlError("ResourceExhausted", "the query produces more intermediate solutions than this runtime allows",
                        details={"limit": "max_solutions", "value": LIMITS["max_solutions"]},
                        hint="constrain the first patterns more tightly")
 
 
-def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Context,
-               top: int | None = None) -> list[dict[str, Any]]:
+def eval_block(clauses: tuple[A.Clause, ...], incoming: list[Solution], ctx: Context,
+               top: int | None = None) -> list[Solution]:
     """Evaluate one WHERE block over ``incoming`` solutions (§42.4, §44.3–§44.5).
 
     ``top``: only the first ``top`` distinct solutions in solution-key order are needed
@@ -133,7 +137,7 @@ def eval_block(clauses: tuple[Any, ...], incoming: list[dict[str, Any]], ctx: Co
         elif isinstance(clause, A.Not):
             current = [s for s in current if not eval_block(clause.clauses, [s], ctx)]
         elif isinstance(clause, A.Optional):
-            out: list[dict[str, Any]] = []
+            out: list[Solution] = []
             for s in current:
                 matches = eval_block(clause.clauses, [s], ctx)
                 out.extend(matches if matches else [s])

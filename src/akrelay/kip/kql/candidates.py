@@ -3,11 +3,12 @@ proposition endpoints) instead of a scan wherever the pattern or the solution gr
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, TypeVar
 
-from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
+from akrelay.kip.elements import Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
     _element_of,
     _is_ref,
@@ -18,7 +19,13 @@ from akrelay.kip.kql.values import (
 )
 
 
-def _grounded_id(term: Any, sol: Mapping[str, Any], ctx: Context) -> tuple[bool, Any]:
+#: An element class a lookup is filtered to.
+_E = TypeVar("_E", bound=Element)
+#: The element classes of the Assertion, Evidence and Activity patterns.
+KindClass = type[Assertion] | type[Evidence] | type[Activity]
+
+
+def _grounded_id(term: A.Term, sol: Mapping[str, Bound], ctx: Context) -> tuple[bool, Bound]:
     """Whether ``term`` names one element already, and its id."""
     if isinstance(term, A.Var):
         if term.name in sol:
@@ -43,22 +50,15 @@ def _grounded_id(term: Any, sol: Mapping[str, Any], ctx: Context) -> tuple[bool,
     return False, None
 
 
-def _visible(ids: Any, ctx: Context, cls: Any) -> Iterator[Any]:
-    for eid in ids:
-        element = ctx.get(eid)
-        if isinstance(element, cls):
-            yield element
-
-
-def _of(elements: Any, cls: Any) -> Iterator[Any]:
+def _of(elements: Iterable[Element], cls: type[_E]) -> Iterator[_E]:
     """The ``cls`` elements of a nexus lookup (already filtered to the snapshot)."""
     for element in elements:
         if isinstance(element, cls):
             yield element
 
 
-def _fixed_candidate(cls: Any, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
-                     ctx: Context) -> tuple[bool, Any]:
+def _fixed_candidate(cls: type[_E], var: str, pattern: A.ObjectPattern, sol: Mapping[str, Bound],
+                     ctx: Context) -> tuple[bool, _E | None]:
     """The one element ``var`` is already bound to, or the pattern's grounded id names:
     ``(True, element or None if it is not a ``cls``)``; ``(False, None)`` when the
     candidates must be enumerated."""
@@ -72,7 +72,8 @@ def _fixed_candidate(cls: Any, var: str, pattern: A.ObjectPattern, sol: Mapping[
     return False, None
 
 
-def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, Bound],
+                        ctx: Context) -> Iterator[Concept]:
     fixed, element = _fixed_candidate(Concept, var, pattern, sol, ctx)
     if fixed:
         if element is not None:
@@ -82,15 +83,16 @@ def _concept_candidates(var: str, pattern: A.ObjectPattern, sol: Mapping[str, An
     type_pv, key_pv, name_pv = members.get("type"), members.get("key"), members.get("name")
     if isinstance(type_pv, (Param, Literal)):
         local = ctx.resolve_symbol(ctx.value(type_pv), "ConceptType")
-        if isinstance(key_pv, (Param, Literal)) and isinstance(ctx.value(key_pv), str):
-            element = ctx.nexus.concept(local, ctx.value(key_pv), ctx.seq)
+        key = ctx.value(key_pv) if isinstance(key_pv, (Param, Literal)) else None
+        if isinstance(key, str):
+            element = ctx.nexus.concept(local, key, ctx.seq)
             if element is not None:
                 yield element
             return
-        if isinstance(name_pv, (Param, Literal)) and isinstance(ctx.value(name_pv), str):
+        name = ctx.value(name_pv) if isinstance(name_pv, (Param, Literal)) else None
+        if isinstance(name, str):
             # an index lookup; a withheld capsule shows its key as its name, so that
             # concept is a candidate too (match_element decides)
-            name = ctx.value(name_pv)
             named = ctx.nexus.concepts_named(local, name, ctx.seq)
             by_key = ctx.nexus.concept(local, name, ctx.seq)
             if by_key is not None and all(c.id != by_key.id for c in named):
@@ -122,7 +124,7 @@ def required_tags(pattern: A.ObjectPattern, ctx: Context) -> list[str]:
     return out
 
 
-def _later_tags(clauses: tuple[Any, ...], start: int, ctx: Context) -> dict[str, tuple[str, ...]]:
+def _later_tags(clauses: tuple[A.Clause, ...], start: int, ctx: Context) -> dict[str, tuple[str, ...]]:
     """Tags the Concept patterns right after clause ``start`` require of their variables.
 
     Planning without reordering: a clause that enumerates candidates for ``?c`` may skip
@@ -147,8 +149,8 @@ def _id_order(eid: str) -> int:
     return int(eid.rpartition(".")[2])
 
 
-def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Any],
-                     ctx: Context) -> Iterator[Any]:
+def _kind_candidates(cls: KindClass, kind: str, var: str, pattern: A.ObjectPattern, sol: Mapping[str, Bound],
+                     ctx: Context) -> Iterator[Element]:
     fixed, element = _fixed_candidate(cls, var, pattern, sol, ctx)
     if fixed:
         if element is not None:
@@ -158,14 +160,15 @@ def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, so
     if cls is Assertion:
         ok, pid = _grounded_id(members["proposition"], sol, ctx) if "proposition" in members else (False, None)
         if ok:
-            yield from (a for a in ctx.nexus.assertions_on(pid, ctx.seq) if isinstance(pid, str))
+            yield from (ctx.nexus.assertions_on(pid, ctx.seq) if isinstance(pid, str) else ())
             return
         ok, author = _grounded_id(members["asserted_by"], sol, ctx) if "asserted_by" in members else (False, None)
         if ok:
             yield from (_of(ctx.nexus.assertions_by(author, ctx.seq), Assertion) if isinstance(author, str) else ())
             return
-    if cls is Evidence and isinstance(members.get("client_key"), (Param, Literal)):
-        key = ctx.value(members["client_key"])
+    client_key = members.get("client_key")
+    if cls is Evidence and isinstance(client_key, (Param, Literal)):
+        key = ctx.value(client_key)
         evidence = ctx.nexus.evidence_by_key(key, ctx.seq) if isinstance(key, str) else None
         if evidence is not None:
             yield evidence
@@ -173,7 +176,7 @@ def _kind_candidates(cls: Any, kind: str, var: str, pattern: A.ObjectPattern, so
     yield from _of(ctx.nexus.of_kind(kind, ctx.seq), cls)
 
 
-def _proposition_candidates(tup: A.TripleTuple, sol: Mapping[str, Any], ctx: Context) -> Iterator[Proposition]:
+def _proposition_candidates(tup: A.TripleTuple, sol: Mapping[str, Bound], ctx: Context) -> Iterator[Proposition]:
     ok, subject = _grounded_id(tup.subject, sol, ctx)
     if ok:
         if isinstance(subject, str):

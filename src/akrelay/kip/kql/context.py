@@ -8,11 +8,10 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass, field
 from collections.abc import Hashable
-from typing import Any, Callable, Mapping
-# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
+from typing import Callable, Mapping, Sequence, TypeAlias, TypedDict, TypeGuard, Union
 
 from akrelay.kip import budget as _budget
-from akrelay.jsontypes import JSON, JSONMapping
+from akrelay.jsontypes import JSON, JSONMapping, JSONScalar, JSONValue
 from akrelay.kip.elements import Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql.access import query_view
@@ -21,6 +20,7 @@ from akrelay.kip.kql.host import KqlRuntime
 from akrelay.kip.kql.values import (
     Literal, Param,
 )
+from akrelay.kip.nexus import NexusBase
 
 ELEMENT_TYPES = (Concept, Proposition, Assertion, Evidence, Activity)
 
@@ -44,6 +44,20 @@ class Edge:
     source: str
     field_ref: str
     target: str
+
+
+#: What a KQL variable binds and an expression yields (§42.5): a JSON value (read from a stored
+#: field, a parameter or a literal), an element, a search hit, a Structural edge or a virtual
+#: Belief/Slot, or an array or object of these (``FIND [?a, ?b]``).
+Bound: TypeAlias = Union[JSONScalar, Element, Hit, Edge, B.BeliefValue, Sequence["Bound"], Mapping[str, "Bound"]]
+#: One solution of a WHERE block: variable name (without ``?``) -> bound value.
+Solution: TypeAlias = dict[str, Bound]
+
+
+class Ref(TypedDict):
+    """A reference field of a stored value (``{"id": ...}``)."""
+
+    id: str
 
 
 def _element_of(value: object) -> Element | None:
@@ -110,19 +124,19 @@ class Context:
     tick: Callable[[], None] = field(default_factory=lambda: _budget.current().tick)
 
     @property
-    # Any until evaluate.py (split by another change) narrows what it reads: then NexusBase
-    def nexus(self) -> Any:
+    def nexus(self) -> NexusBase:
         return self.rt.nexus
 
-    def value(self, v: Any) -> Any:
+    def value(self, v: object) -> JSONValue:
+        """The bound value of a value position (a Param or Literal: the static checks keep
+        anything else, e.g. a predicate variable in a raw path, out; it fails as a bug)."""
         if isinstance(v, Param):
             return self.params[v.name]  # presence checked before execution
         if isinstance(v, Literal):
             return v.value
         raise AssertionError(v)  # pragma: no cover
 
-    # Any until evaluate.py (split by another change) checks for None: then Element | None
-    def get(self, eid: object) -> Any:
+    def get(self, eid: object) -> Element | None:
         self.tick()
         if not isinstance(eid, str):
             return None
@@ -134,7 +148,7 @@ class Context:
             found = self.views[element.id] = query_view(self.nexus, element, self.seq)
         return found
 
-    def resolve_symbol(self, name: Any, kind: str) -> str:
+    def resolve_symbol(self, name: object, kind: str) -> str:
         """A Schema symbol (local name, exact or lineage ref) -> its local name."""
         if not isinstance(name, str):
             raise KqlError("TypeMismatch", f"a {kind} symbol must be a string, got {type(name).__name__}")
@@ -146,5 +160,5 @@ class Context:
         return exact
 
 
-def _is_ref(stored: Any) -> bool:
+def _is_ref(stored: object) -> TypeGuard[Ref]:
     return isinstance(stored, dict) and len(stored) == 1 and isinstance(stored.get("id"), str)

@@ -9,8 +9,6 @@ Errors are reported as KQL errors with ``family: kql``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from akrelay.kip import paging
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql.errors import KqlError
@@ -20,11 +18,11 @@ FAMILY = "KQL"
 TTL_MS = 15 * 60 * 1000
 
 
-def encode(codec: paging.CursorCodec, binding: Any, seq: int, offset: int, expires_at_ms: int) -> str:
+def encode(codec: paging.CursorCodec, binding: object, seq: int, offset: int, expires_at_ms: int) -> str:
     return codec.encode(FAMILY, binding, seq, offset, expires_at_ms=expires_at_ms)
 
 
-def decode(codec: paging.CursorCodec, token: Any, binding: Any, now_ms: int) -> tuple[int, int]:
+def decode(codec: paging.CursorCodec, token: object, binding: object, now_ms: int) -> tuple[int, int]:
     """``(seq, offset)``; malformed/forged -> CursorInvalid, other family -> CursorTypeMismatch,
     other query/parameters/Space -> CursorMismatch, past its expiry -> CursorExpired."""
     if not isinstance(token, str) or not token:

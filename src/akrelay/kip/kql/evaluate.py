@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from collections.abc import Hashable
+from typing import Callable
+
+from akrelay.jsontypes import JSONMapping, JSONValue
 
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql import cursor as C
@@ -46,9 +49,11 @@ from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.block import eval_block
 from akrelay.kip.kql.check import parameter_names
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
     Edge,
     Hit,
+    Solution,
     _order_text,
     binding_key,
     solution_key,
@@ -77,7 +82,7 @@ class Outcome:
     """What one query evaluation produced, before result encoding."""
 
     columns: list[str]
-    rows: list[list[Any]]
+    rows: list[list[Bound]]
     total: int
     seq: int
     next_offset: int | None
@@ -87,39 +92,46 @@ class Outcome:
     settings: B.Settings
 
 
-def _settings(query: A.Query, params: Mapping[str, Any], ctx_value: Any) -> B.Settings:
-    members: dict[str, Any] = {}
+def _settings(query: A.Query, params: JSONMapping, ctx_value: Callable[[object], JSONValue]) -> B.Settings:
+    members: dict[str, JSONValue] = {}
     if query.epistemic is not None:
         for key, value in query.epistemic.members:
             members[key] = ctx_value(value)
+    text: dict[str, str | None] = {}
     for key in ("policy", "purpose", "risk"):
-        if members.get(key) is not None and not isinstance(members[key], str):
+        member = members.get(key)
+        if member is not None and not isinstance(member, str):
             raise KqlError("TypeMismatch", f"WITH EPISTEMIC {key} is a string")
-    if members.get("explanation") not in (None, "none", "summary", "ledger"):
+        text[key] = member
+    explanation = members.get("explanation")
+    if explanation is not None and (not isinstance(explanation, str)
+                                    or explanation not in ("none", "summary", "ledger")):
         raise KqlError("ConstraintViolation", "explanation is none, summary or ledger")
     for_time = ctx_value(query.for_time) if query.for_time is not None else None
     if for_time is not None:
         from akrelay.kip.timefmt import parse_kip_timestamp
 
         try:
+            if not isinstance(for_time, str):
+                raise ValueError(for_time)  # parse_kip_timestamp rejects a non-string the same way
             parse_kip_timestamp(for_time)
         except ValueError:
             raise KqlError("TypeMismatch", "FOR TIME takes a KIP timestamp (YYYY-MM-DDTHH:mm:ss.SSSZ)",
                            details={"value": for_time if isinstance(for_time, str) else None}) from None
-    return B.Settings(policy=members.get("policy"), purpose=members.get("purpose"), risk=members.get("risk"),
-                      explanation=members.get("explanation"), for_time=for_time)
+    return B.Settings(policy=text["policy"], purpose=text["purpose"], risk=text["risk"],
+                      explanation=explanation, for_time=for_time)
 
 
-def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
+def prevalidate(clauses: tuple[A.Clause, ...], ctx: Context) -> None:
     """Resolve every Schema symbol and check every bound value the command names, before
     any solution exists: such errors are errors even in a branch no solution reaches (§42.5,
     §44.2)."""
 
-    def symbol(value: Any, kind: str) -> None:
+    def symbol(value: object, kind: str) -> None:
         if isinstance(value, (Param, Literal)):
             ctx.resolve_symbol(ctx.value(value), kind)
 
-    def term(value: Any) -> None:
+    def term(value: A.Term) -> None:
         if isinstance(value, A.ObjectPattern):
             for name, member in value.members:
                 if name == "type":
@@ -127,14 +139,14 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
         elif isinstance(value, A.TripleTuple):
             tuple_(value)
 
-    def tuple_(tup: Any) -> None:
+    def tuple_(tup: A.TripleTuple | A.IdTuple | A.Var) -> None:
         if isinstance(tup, A.TripleTuple):
             for step in tup.path:
                 symbol(step.predicate, "Predicate")
             term(tup.subject)
             term(tup.object)
 
-    def expr(root: Any) -> None:
+    def expr(root: A.Projection) -> None:
         for e in A.walk_expression(root):  # the walker check.py uses too
             if not isinstance(e, A.Call):
                 continue
@@ -181,12 +193,12 @@ def prevalidate(clauses: tuple[Any, ...], ctx: Context) -> None:
             prevalidate(clause.clauses, ctx)
 
 
-def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int, offset: int,
+def evaluate(rt: KqlRuntime, query: A.Query, params: JSONMapping, seq: int, offset: int,
              limit: int | None) -> Outcome:
     """Run a checked query at snapshot ``seq``; rows ``offset``..``offset+limit``."""
     ctx = Context(rt, seq, params, B.Settings())
 
-    def value_of(v: Any) -> Any:
+    def value_of(v: object) -> JSONValue:
         return ctx.value(v) if isinstance(v, (Param, Literal)) else None
 
     ctx.settings = _settings(query, params, value_of)
@@ -201,28 +213,28 @@ def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int
     top = (None if query.order_by or query.has_aggregates
            else offset + (limit if limit is not None else LIMITS["result_cap"]) + 1)
     solutions = eval_block(query.where, [{}], ctx, top)
-    unique: dict[Any, dict[str, Any]] = {}
+    unique: dict[Hashable, Solution] = {}
     for s in solutions:
         ctx.tick()
         unique.setdefault(solution_key(s), s)
     solutions = list(unique.values())
 
     descending = [o.descending for o in query.order_by]
-    keyed: list[tuple[list[Any], str, list[Any]]] = []
+    keyed: list[tuple[list[Bound], str, list[Bound]]] = []
+    group_exprs = [e for e in query.find if not isinstance(e, A.Aggregate)]
     if query.has_aggregates:
-        group_exprs = [e for e in query.find if not isinstance(e, A.Aggregate)]
-        groups: dict[Any, list[dict[str, Any]]] = {}
+        groups: dict[tuple[Hashable, ...], list[Solution]] = {}
         for s in solutions:
             key = tuple(binding_key(eval_expr(e, s, ctx)) for e in group_exprs)
             groups.setdefault(key, []).append(s)
         if not group_exprs and not groups:
             groups[()] = []
         for key, group in groups.items():
-            cells = []
+            cells: list[Bound] = []
             for e in query.find:
                 cells.append(_aggregate(e, group, ctx) if isinstance(e, A.Aggregate)
                              else eval_expr(e, group[0], ctx))
-            sort_values = []
+            sort_values: list[Bound] = []
             for order in query.order_by:
                 position = query.find.index(order.expr) if order.expr in query.find else None
                 if position is not None:
@@ -232,12 +244,14 @@ def evaluate(rt: KqlRuntime, query: A.Query, params: Mapping[str, Any], seq: int
                                        else eval_expr(order.expr, group[0], ctx))
             keyed.append((sort_values, _order_text(key), cells))
     else:
+        # without aggregates in FIND, ORDER BY has none either (``check``): both lists are plain expressions
+        order_exprs = [o.expr for o in query.order_by if not isinstance(o.expr, A.Aggregate)]
         for s in solutions:
-            cells = [eval_expr(e, s, ctx) for e in query.find]
-            sort_values = [eval_expr(o.expr, s, ctx) for o in query.order_by]
+            cells = [eval_expr(e, s, ctx) for e in group_exprs]
+            sort_values = [eval_expr(e, s, ctx) for e in order_exprs]
             keyed.append((sort_values, _order_text(solution_key(s)), cells))
 
-    def compare(a: tuple[list[Any], str, list[Any]], b: tuple[list[Any], str, list[Any]]) -> int:
+    def compare(a: tuple[list[Bound], str, list[Bound]], b: tuple[list[Bound], str, list[Bound]]) -> int:
         ctx.tick()
         return _compare_rows(a[:2], b[:2], descending)
 
@@ -264,13 +278,13 @@ def _prepared(text: str) -> tuple[A.Query, frozenset[str], tuple[str, ...], str]
     return query, names, bound, repr(replace(query, cursor=None, text=""))
 
 
-def _binding(rt: KqlRuntime, shape: str, bound: tuple[str, ...], params: Mapping[str, Any]) -> dict[str, Any]:
+def _binding(rt: KqlRuntime, shape: str, bound: tuple[str, ...], params: JSONMapping) -> dict[str, object]:
     """What a cursor is bound to: the query without its CURSOR, its parameters, the Space."""
     return {"query": shape, "parameters": {n: params[n] for n in bound}, "space": rt.nexus.space_id}
 
 
-def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, seq: int, *,
-                now_ms: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def execute_kql(rt: KqlRuntime, command: str, params: JSONMapping | None, seq: int, *,
+                now_ms: int | None = None) -> tuple[dict[str, object], dict[str, object]]:
     """Run one KQL command for the runtime: ``(result, extra result context)``.
 
     ``seq`` is the request's snapshot (the head when the request started);
@@ -288,7 +302,7 @@ def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, 
                        details={"missing": missing}, hint="supply every referenced parameter (§74)")
     now_ms = rt.now_ms() if now_ms is None else now_ms
 
-    def bound(v: Any) -> Any:
+    def bound(v: Param | Literal) -> JSONValue:
         return params[v.name] if isinstance(v, Param) else v.value
 
     limit = check_limit(bound(query.limit)) if query.limit is not None else None
@@ -306,7 +320,7 @@ def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, 
         read_seq = pinned
     outcome = evaluate(rt, query, params, read_seq, offset, limit)
 
-    result: dict[str, Any] = {"layout": "rows", "columns": outcome.columns, "rows": outcome.rows,
+    result: dict[str, object] = {"layout": "rows", "columns": outcome.columns, "rows": outcome.rows,
                               "row_count": len(outcome.rows)}
     if outcome.truncated_by_cap:
         result["truncated"] = True
@@ -315,7 +329,7 @@ def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, 
         result["approximate"] = True
     if outcome.next_offset is not None:
         result["next_cursor"] = C.encode(rt.cursors, binding, read_seq, outcome.next_offset, now_ms + C.TTL_MS)
-    extra: dict[str, Any] = {"snapshot_seq": read_seq}
+    extra: dict[str, object] = {"snapshot_seq": read_seq}
     if query.as_of_seq is not None:
         extra["as_of_seq"] = read_seq
     if outcome.settings.for_time is not None:
@@ -327,8 +341,8 @@ def execute_kql(rt: KqlRuntime, command: str, params: Mapping[str, Any] | None, 
     return result, extra
 
 
-def run(rt: KqlRuntime, command: str, parameters: Mapping[str, Any] | None = None, *,
-        now_ms: int | None = None) -> dict[str, Any]:
+def run(rt: KqlRuntime, command: str, parameters: JSONMapping | None = None, *,
+        now_ms: int | None = None) -> dict[str, object]:
     """In-process convenience: the result plus its context, at the runtime's head."""
     with rt.lock:
         result, extra = execute_kql(rt, command, parameters, rt.nexus.head, now_ms=now_ms)

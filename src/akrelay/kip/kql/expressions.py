@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, Callable, Mapping
-# Untyped here: a KQL value is JSON, an element, a Hit, an Edge or a belief; evaluate.py (being split) passes it untyped.
+from collections.abc import Hashable
+from typing import Any, Callable, Mapping, cast
 
 from akrelay.kip.elements import KIND_OF
 from akrelay.kip.kql import belief as B
@@ -17,7 +17,7 @@ from akrelay.kip.kql.values import (
     Literal, Param, is_safe_integer,
 )
 from akrelay.kip.kql.context import (
-    ELEMENT_TYPES, Context, Edge, Hit, _canon, _element_of, _is_ref, _order_text, binding_key,
+    ELEMENT_TYPES, Bound, Context, Edge, Hit, Solution, _canon, _element_of, _is_ref, _order_text, binding_key,
 )
 
 # --------------------------------------------------------------------- expressions
@@ -28,7 +28,7 @@ def truth(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _step(value: object, step: str, ctx: Context) -> Any:
+def _step(value: Bound, step: str, ctx: Context) -> Bound:
     if value is None:
         return None
     if isinstance(value, Hit):
@@ -50,19 +50,19 @@ def _step(value: object, step: str, ctx: Context) -> Any:
     return None
 
 
-def eval_expr(expr: Any, sol: Mapping[str, Any], ctx: Context) -> Any:
+def eval_expr(expr: A.Expr, sol: Mapping[str, Bound], ctx: Context) -> Bound:
     ctx.tick()
     return _EXPRESSIONS[type(expr)](expr, sol, ctx)
 
 
-def _path(expr: A.Path, sol: Mapping[str, Any], ctx: Context) -> Any:
+def _path(expr: A.Path, sol: Mapping[str, Bound], ctx: Context) -> Bound:
     value = sol.get(expr.var)
     for step in expr.steps:
         value = _step(value, step, ctx)
     return value
 
 
-def _unary(expr: A.Unary, sol: Mapping[str, Any], ctx: Context) -> Any:
+def _unary(expr: A.Unary, sol: Mapping[str, Bound], ctx: Context) -> Bound:
     operand = eval_expr(expr.operand, sol, ctx)
     if expr.op == "!":
         t = truth(operand)
@@ -72,7 +72,7 @@ def _unary(expr: A.Unary, sol: Mapping[str, Any], ctx: Context) -> Any:
     return None
 
 
-def _binary(expr: A.Binary, sol: Mapping[str, Any], ctx: Context) -> Any:
+def _binary(expr: A.Binary, sol: Mapping[str, Bound], ctx: Context) -> Bound:
     if expr.op in ("&&", "||"):
         left = truth(eval_expr(expr.left, sol, ctx))
         if expr.op == "&&" and left is False:
@@ -87,7 +87,7 @@ def _binary(expr: A.Binary, sol: Mapping[str, Any], ctx: Context) -> Any:
 
 
 #: How each kind of expression node evaluates: the one dispatch of expressions, by node type.
-_EXPRESSIONS: dict[type, Callable[[Any, Mapping[str, Any], Context], Any]] = {
+_EXPRESSIONS: dict[type, Callable[[Any, Mapping[str, Bound], Context], Bound]] = {  # Any: each takes its key's node type
     Param: lambda expr, sol, ctx: ctx.value(expr),
     Literal: lambda expr, sol, ctx: ctx.value(expr),
     A.Var: lambda expr, sol, ctx: sol.get(expr.name),
@@ -110,7 +110,7 @@ def _scalar_kind(value: object) -> str | None:
     return None
 
 
-def compare(op: str, left: Any, right: Any) -> bool | None:
+def compare(op: str, left: Bound, right: Bound) -> bool | None:
     """Comparison without coercion; a null/unbound operand is unknown (§44.2)."""
     if left is None or right is None:
         return None
@@ -121,16 +121,20 @@ def compare(op: str, left: Any, right: Any) -> bool | None:
         else:
             equal = _canon(left) == _canon(right)
         return equal if op == "==" else not equal
-    lk, rk = _scalar_kind(left), _scalar_kind(right)
-    if lk is None or lk != rk or lk == "boolean":
+    # ordering only between two strings or two numbers (booleans are not ordered)
+    if isinstance(left, bool) or isinstance(right, bool):
         return None
-    if lk == "string":
-        left, right = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
-    ordered: bool = {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
-    return ordered
+    if isinstance(left, str):
+        if not isinstance(right, str):
+            return None
+        a, b = unicodedata.normalize("NFC", left), unicodedata.normalize("NFC", right)
+        return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return {"<": left < right, ">": left > right, "<=": left <= right, ">=": left >= right}[op]
+    return None
 
 
-def call(expr: A.Call, args: list[Any]) -> Any:
+def call(expr: A.Call, args: list[Bound]) -> Bound:
     name = expr.name
     if name == "IS_NULL":
         return args[0] is None
@@ -178,11 +182,11 @@ def call(expr: A.Call, args: list[Any]) -> Any:
 # --------------------------------------------------------------------- aggregation
 
 
-def _aggregate(agg: A.Aggregate, group: list[dict[str, Any]], ctx: Context) -> Any:
+def _aggregate(agg: A.Aggregate, group: list[Solution], ctx: Context) -> Bound:
     values = [eval_expr(agg.arg, s, ctx) for s in group]
     values = [v for v in values if v is not None]
     if agg.distinct:
-        unique: dict[Any, Any] = {}
+        unique: dict[Hashable, Bound] = {}
         for v in values:
             unique.setdefault(binding_key(v), v)
         values = list(unique.values())
@@ -191,9 +195,12 @@ def _aggregate(agg: A.Aggregate, group: list[dict[str, Any]], ctx: Context) -> A
     if not values:
         return None
     if agg.func in ("SUM", "AVG"):
-        if any(_scalar_kind(v) != "number" for v in values):
-            raise KqlError("TypeMismatch", f"{agg.func} takes numeric inputs")
-        total = math.fsum(values) if any(isinstance(v, float) for v in values) else sum(values)
+        numbers: list[int | float] = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise KqlError("TypeMismatch", f"{agg.func} takes numeric inputs")
+            numbers.append(v)
+        total = math.fsum(numbers) if any(isinstance(v, float) for v in numbers) else sum(numbers)
         if agg.func == "AVG":
             total = total / len(values)
         if not math.isfinite(total) or (float(total).is_integer() and not is_safe_integer(total)):
@@ -202,13 +209,14 @@ def _aggregate(agg: A.Aggregate, group: list[dict[str, Any]], ctx: Context) -> A
     kinds = {_scalar_kind(v) for v in values}
     if len(kinds) != 1 or None in kinds or "boolean" in kinds:
         raise KqlError("TypeMismatch", f"{agg.func} needs mutually comparable scalar inputs")
-    return min(values) if agg.func == "MIN" else max(values)
+    scalars = cast("list[str | float]", values)  # one kind: all strings, or all numbers
+    return min(scalars) if agg.func == "MIN" else max(scalars)
 
 
 # ------------------------------------------------------------------ ordering & rows
 
 
-def _sort_rank(value: Any) -> tuple[int, Any]:
+def _sort_rank(value: Bound) -> tuple[int, bool | int | float | str]:
     if isinstance(value, bool):
         return (0, value)
     if isinstance(value, (int, float)):
@@ -218,7 +226,7 @@ def _sort_rank(value: Any) -> tuple[int, Any]:
     return (3, _order_text(binding_key(value)))
 
 
-def _compare_rows(a: tuple[list[Any], str], b: tuple[list[Any], str], descending: list[bool]) -> int:
+def _compare_rows(a: tuple[list[Bound], str], b: tuple[list[Bound], str], descending: list[bool]) -> int:
     for av, bv, desc in zip(a[0], b[0], descending):
         if av is None and bv is None:
             continue
@@ -234,7 +242,7 @@ def _compare_rows(a: tuple[list[Any], str], b: tuple[list[Any], str], descending
     return (a[1] > b[1]) - (a[1] < b[1])
 
 
-def render(value: Any, ctx: Context) -> Any:
+def render(value: Bound, ctx: Context) -> Bound:
     """The JSON cell of a projected value (§42.5, §81.1)."""
     if isinstance(value, Hit):
         view = dict(ctx.nexus.view(value.element, ctx.seq))
@@ -250,7 +258,7 @@ def render(value: Any, ctx: Context) -> Any:
     return value
 
 
-def expr_text(expr: Any) -> str:
+def expr_text(expr: A.Projection) -> str:
     """A canonical rendering of a FIND/ORDER BY expression, used as column name."""
     if isinstance(expr, A.Var):
         return f"?{expr.name}"

@@ -6,7 +6,7 @@ names what it uses here instead of importing it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Callable, ContextManager, Mapping, Protocol
 
 from akrelay.kip.nexus import NexusBase
 from akrelay.kip.paging import CursorCodec
@@ -29,8 +29,8 @@ class KqlEnvironment(Protocol):
     @property
     def version(self) -> int: ...
 
-    # the definition is a Schema package's JSON object, read by key (typed where the package loader is)
-    def resolve(self, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]]: ...
+    #: ``(exact ref, definition)``; KQL reads only the exact ref (the definition is a Schema package's object)
+    def resolve(self, name: str, kind: str | None = None) -> tuple[str, Mapping[str, object]]: ...
 
 
 class KqlRuntime(Protocol):

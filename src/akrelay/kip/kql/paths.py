@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator, TypeAlias
 
 from akrelay.kip.elements import Concept
 from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.candidates import _grounded_id, _of
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
+    Solution,
 )
 from akrelay.kip.kql.errors import KqlError
 from akrelay.kip.kql.limits import LIMITS
@@ -19,11 +21,15 @@ from akrelay.kip.kql.values import (
 )
 
 
+#: A node of a raw path walk: a Concept id, or ``("lit", value)`` for a literal object (an endpoint only).
+_Node: TypeAlias = str | tuple[str, Bound]
+
+
 def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | None,
-          forward: bool) -> list[Any]:
+          forward: bool) -> list[_Node]:
     """Endpoints reachable from ``start`` in ``lo..hi`` hops over ``predicates`` (§45)."""
     max_hops = LIMITS["max_path_hops"]
-    reached: dict[Any, None] = {}
+    reached: dict[_Node, None] = {}
     if lo == 0:
         reached[start] = None
     frontier = [start]
@@ -33,8 +39,9 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
     limit = hi if hi is not None else max_hops
     while frontier and depth < limit:
         depth += 1
-        nxt: list[Any] = []
+        nxt: list[str] = []
         for node in frontier:
+            targets: list[_Node]
             if forward:
                 props = [p for p in ctx.nexus.propositions_about(node, ctx.seq) if p.predicate in predicates] \
                     if isinstance(node, str) else []
@@ -64,14 +71,15 @@ def _walk(ctx: Context, start: str, predicates: set[str], lo: int, hi: int | Non
     return list(reached)
 
 
-def _path_solutions(tup: A.TripleTuple, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _path_solutions(tup: A.TripleTuple, sol: Solution, ctx: Context) -> Iterator[Solution]:
     groups: dict[tuple[int, int | None], set[str]] = {}
     for step in tup.path:
         groups.setdefault((step.min_hops, step.max_hops), set()).add(
             ctx.resolve_symbol(ctx.value(step.predicate), "Predicate"))
     s_ok, subject = _grounded_id(tup.subject, sol, ctx)
     o_ok, obj = _grounded_id(tup.object, sol, ctx)
-    pairs: dict[tuple[Any, Any], None] = {}
+    pairs: dict[tuple[_Node, _Node], None] = {}
+    starts: list[Bound]
     for (lo, hi), predicates in groups.items():
         if s_ok:
             starts, forward = [subject], True

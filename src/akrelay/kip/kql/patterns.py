@@ -3,17 +3,25 @@ concept, assertion/evidence/activity) extends one solution."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, TypeAlias
 
-from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
+from akrelay.kip.elements import Activity, Assertion, Concept, Element, Evidence, Proposition
 from akrelay.kip.grounding import top as keyword_top
 from akrelay.kip.kql import belief as B
 from akrelay.kip.kql import nodes as A
-from akrelay.kip.kql.candidates import _concept_candidates, _grounded_id, _kind_candidates, _proposition_candidates
+from akrelay.kip.kql.candidates import (
+    KindClass,
+    _concept_candidates,
+    _grounded_id,
+    _kind_candidates,
+    _proposition_candidates,
+)
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
     Edge,
     Hit,
+    Solution,
     _element_of,
 )
 from akrelay.kip.kql.errors import KqlError
@@ -28,7 +36,7 @@ from akrelay.kip.kql.values import (
 from akrelay.kip.nexus import SEARCH_KINDS
 
 
-def _proposition_pattern(clause: A.PropositionPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _proposition_pattern(clause: A.PropositionPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     tup = clause.tuple
     props: Iterable[Proposition]
     if isinstance(tup, A.IdTuple):
@@ -50,14 +58,14 @@ def _proposition_pattern(clause: A.PropositionPattern, sol: dict[str, Any], ctx:
                 yield from unify(A.Var(clause.var), {"id": prop.id}, s, ctx)
 
 
-def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _structural_pattern(clause: A.StructuralPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     local = ctx.resolve_symbol(ctx.value(clause.field), "StructuralField")
     ref = ctx.exact_ref(local, "StructuralField")
     s_ok, subject = _grounded_id(clause.subject, sol, ctx)
     o_ok, obj = _grounded_id(clause.object, sol, ctx)
     tags = ctx.hints.get(clause.subject.name, ()) if isinstance(clause.subject, A.Var) else ()
     if s_ok:
-        sources: Any = [ctx.get(subject)]
+        sources: Iterable[Element | None] = [ctx.get(subject)]
     elif tags:  # the edge and the tags a later pattern requires, in one index intersection
         sources = ctx.nexus.concepts_tagged(tags, ctx.seq, structural=(local, obj) if o_ok and isinstance(obj, str)
                                             else None)
@@ -84,7 +92,7 @@ def _structural_pattern(clause: A.StructuralPattern, sol: dict[str, Any], ctx: C
                     yield {**s2, clause.var: edge}
 
 
-def _bind_virtual(var: str, value: Any, sol: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _bind_virtual(var: str, value: Bound, sol: Solution) -> Iterator[Solution]:
     if var in sol:
         if _same(sol[var], value):
             yield sol
@@ -92,7 +100,7 @@ def _bind_virtual(var: str, value: Any, sol: dict[str, Any]) -> Iterator[dict[st
     yield {**sol, var: value}
 
 
-def _belief_pattern(clause: A.BeliefPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _belief_pattern(clause: A.BeliefPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     ctx.used_projection = True
     target = clause.target
     if isinstance(target, A.Var):
@@ -123,7 +131,7 @@ def _belief_pattern(clause: A.BeliefPattern, sol: dict[str, Any], ctx: Context) 
                     matched = True
                     yield from _bind_virtual(clause.var, B.belief(ctx.rt, prop.id, ctx.seq, ctx.settings), s2)
             if not matched and o_ok and not isinstance(target.object, (A.ObjectPattern, A.TripleTuple)):
-                value = ctx.value(target.object) if isinstance(target.object, (Param, Literal)) else obj
+                value: Bound = ctx.value(target.object) if isinstance(target.object, (Param, Literal)) else obj
                 if isinstance(target.object, A.Var):
                     value = s[target.object.name]
                     element = _element_of(value)
@@ -132,7 +140,7 @@ def _belief_pattern(clause: A.BeliefPattern, sol: dict[str, Any], ctx: Context) 
                 yield from _bind_virtual(clause.var, missing, s)
 
 
-def _subjects(term: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
+def _subjects(term: A.Term, sol: Mapping[str, Bound], ctx: Context) -> Iterator[Element]:
     ok, eid = _grounded_id(term, sol, ctx)
     if ok:
         element = ctx.get(eid)
@@ -145,7 +153,7 @@ def _subjects(term: Any, sol: Mapping[str, Any], ctx: Context) -> Iterator[Any]:
     raise KqlError("ProjectionTargetUnbounded", "BELIEF needs a grounded subject (§46.3)")  # pragma: no cover
 
 
-def _belief_slot_pattern(clause: A.BeliefSlotPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _belief_slot_pattern(clause: A.BeliefSlotPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     ctx.used_projection = True
     predicate = clause.predicate
     pred_value = sol.get(predicate.name) if isinstance(predicate, A.Var) else ctx.value(predicate)
@@ -156,7 +164,7 @@ def _belief_slot_pattern(clause: A.BeliefSlotPattern, sol: dict[str, Any], ctx: 
             yield from _bind_virtual(clause.var, B.slot(ctx.rt, subject.id, local, ref, ctx.seq, ctx.settings), s)
 
 
-def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _search_pattern(clause: A.SearchPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     ctx.used_search = True
     mode = ctx.value(clause.mode) if clause.mode is not None else "keyword"
     if mode not in ("keyword", "semantic", "hybrid"):
@@ -185,6 +193,7 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
                           predicate_filter=predicate_filter, threshold=threshold, count=limit)
     for score, eid in hits:
         element = ctx.get(eid)
+        assert element is not None  # the search index names elements visible at ctx.seq
         if clause.var in sol:
             bound = _element_of(sol[clause.var])
             if bound is not None and bound.id == element.id:
@@ -193,23 +202,29 @@ def _search_pattern(clause: A.SearchPattern, sol: dict[str, Any], ctx: Context) 
         yield {**sol, clause.var: Hit(element, score, mode)}
 
 
-def _concept_pattern(clause: A.ConceptPattern, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _concept_pattern(clause: A.ConceptPattern, sol: Solution, ctx: Context) -> Iterator[Solution]:
     for element in _concept_candidates(clause.var, clause.pattern, sol, ctx):
         for s in match_element(element, clause.pattern, sol, ctx):
             yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)
 
 
-_KIND_OF_PATTERN = {A.AssertionPattern: (Assertion, "assertion"), A.EvidencePattern: (Evidence, "evidence"),
-                    A.ActivityPattern: (Activity, "activity")}
+#: An Assertion, Evidence or Activity pattern clause.
+ElementClause: TypeAlias = A.AssertionPattern | A.EvidencePattern | A.ActivityPattern
+
+_KIND_OF_PATTERN: dict[type, tuple[KindClass, str]] = {
+    A.AssertionPattern: (Assertion, "assertion"),
+    A.EvidencePattern: (Evidence, "evidence"),
+    A.ActivityPattern: (Activity, "activity"),
+}
 
 
-def _kind_pattern(clause: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _kind_pattern(clause: ElementClause, sol: Solution, ctx: Context) -> Iterator[Solution]:
     cls, kind = _KIND_OF_PATTERN[type(clause)]
     for element in _kind_candidates(cls, kind, clause.var, clause.pattern, sol, ctx):
         yield from _bind_element(clause, element, sol, ctx)
 
 
-def _bind_element(clause: Any, element: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _bind_element(clause: ElementClause, element: Element, sol: Solution, ctx: Context) -> Iterator[Solution]:
     """The solutions of one candidate element of an element pattern clause."""
     for s in match_element(element, clause.pattern, sol, ctx):
         yield from unify(A.Var(clause.var), {"id": element.id}, s, ctx)

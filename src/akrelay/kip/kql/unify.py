@@ -6,10 +6,13 @@ from __future__ import annotations
 import unicodedata
 from typing import Any, Callable, Iterator, Mapping
 
-from akrelay.kip.elements import Concept, Proposition
+from akrelay.jsontypes import JSONValue
+from akrelay.kip.elements import Concept, Element, Proposition
 from akrelay.kip.kql import nodes as A
 from akrelay.kip.kql.context import (
+    Bound,
     Context,
+    Solution,
     _canon,
     _is_ref,
     binding_key,
@@ -20,11 +23,11 @@ from akrelay.kip.kql.values import (
 )
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Bound, b: Bound) -> bool:
     return binding_key(a) == binding_key(b)
 
 
-def _scalar_matches(value: Any, stored: Any, ctx: Context) -> bool:
+def _scalar_matches(value: JSONValue, stored: Bound, ctx: Context) -> bool:
     """A parameter/literal constraint against a stored value (§9.6 equality)."""
     if _is_ref(stored):
         if isinstance(value, str):
@@ -37,7 +40,7 @@ def _scalar_matches(value: Any, stored: Any, ctx: Context) -> bool:
     return _canon(value) == _canon(stored)
 
 
-def _deref(stored: Any, ctx: Context) -> Any:
+def _deref(stored: Bound, ctx: Context) -> Bound:
     if _is_ref(stored):
         element = ctx.get(stored["id"])
         if element is not None:
@@ -45,14 +48,14 @@ def _deref(stored: Any, ctx: Context) -> Any:
     return stored
 
 
-def unify(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def unify(pv: A.Term, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     """Match one pattern value against a stored value, extending ``sol``."""
     ctx.tick()
     how = _UNIFY.get(type(pv))
     return how(pv, stored, sol, ctx) if how is not None else iter(())
 
 
-def _unify_var(pv: A.Var, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _unify_var(pv: A.Var, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     value = _deref(stored, ctx)
     if pv.name in sol:
         if _same(sol[pv.name], value):
@@ -61,12 +64,12 @@ def _unify_var(pv: A.Var, stored: Any, sol: dict[str, Any], ctx: Context) -> Ite
     yield {**sol, pv.name: value}
 
 
-def _unify_scalar(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _unify_scalar(pv: Param | Literal, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     if _scalar_matches(ctx.value(pv), stored, ctx):
         yield sol
 
 
-def _unify_object(pv: A.ObjectPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _unify_object(pv: A.ObjectPattern, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     if _is_ref(stored):
         element = ctx.get(stored["id"])
         if element is not None:
@@ -75,12 +78,12 @@ def _unify_object(pv: A.ObjectPattern, stored: Any, sol: dict[str, Any], ctx: Co
         yield from _match_members(list(pv.members), stored, sol, ctx)
 
 
-def _unify_array(pv: A.ArrayPattern, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _unify_array(pv: A.ArrayPattern, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     if isinstance(stored, list):
         yield from _match_items(list(pv.items), stored, sol, ctx)
 
 
-def _unify_tuple(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _unify_tuple(pv: A.TripleTuple | A.IdTuple, stored: Bound, sol: Solution, ctx: Context) -> Iterator[Solution]:
     if _is_ref(stored):
         element = ctx.get(stored["id"])
         if isinstance(element, Proposition):
@@ -88,7 +91,7 @@ def _unify_tuple(pv: Any, stored: Any, sol: dict[str, Any], ctx: Context) -> Ite
 
 
 #: How each kind of pattern value matches a stored value, by node type (others match nothing).
-_UNIFY: dict[type, Callable[[Any, Any, dict[str, Any], Context], Iterator[dict[str, Any]]]] = {
+_UNIFY: dict[type, Callable[[Any, Bound, Solution, Context], Iterator[Solution]]] = {  # Any: each takes its key's node type
     A.Var: _unify_var,
     Param: _unify_scalar,
     Literal: _unify_scalar,
@@ -99,8 +102,8 @@ _UNIFY: dict[type, Callable[[Any, Any, dict[str, Any], Context], Iterator[dict[s
 }
 
 
-def _match_members(members: list[tuple[str, Any]], stored: Mapping[str, Any], sol: dict[str, Any],
-                   ctx: Context) -> Iterator[dict[str, Any]]:
+def _match_members(members: list[tuple[str, A.Term]], stored: Mapping[str, Bound], sol: Solution,
+                   ctx: Context) -> Iterator[Solution]:
     if not members:
         yield sol
         return
@@ -111,7 +114,7 @@ def _match_members(members: list[tuple[str, Any]], stored: Mapping[str, Any], so
         yield from _match_members(rest, stored, extended, ctx)
 
 
-def _match_items(items: list[Any], stored: list[Any], sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def _match_items(items: list[A.Term], stored: list[Bound], sol: Solution, ctx: Context) -> Iterator[Solution]:
     if not items:
         yield sol
         return
@@ -120,10 +123,10 @@ def _match_items(items: list[Any], stored: list[Any], sol: dict[str, Any], ctx: 
             yield from _match_items(items[1:], stored, extended, ctx)
 
 
-def match_element(element: Any, pattern: A.ObjectPattern, sol: dict[str, Any],
-                  ctx: Context) -> Iterator[dict[str, Any]]:
+def match_element(element: Element, pattern: A.ObjectPattern, sol: Solution,
+                  ctx: Context) -> Iterator[Solution]:
     """An element against an object pattern; ``type`` is Schema-resolved (§43.1)."""
-    members = []
+    members: list[tuple[str, A.Term]] = []
     for name, pv in pattern.members:
         if name == "type" and isinstance(element, Concept) and isinstance(pv, (Param, Literal)):
             if ctx.resolve_symbol(ctx.value(pv), "ConceptType") != element.type:
@@ -133,7 +136,8 @@ def match_element(element: Any, pattern: A.ObjectPattern, sol: dict[str, Any],
     yield from _match_members(members, ctx.view(element), sol, ctx)
 
 
-def match_proposition(prop: Proposition, tup: Any, sol: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+def match_proposition(prop: Proposition, tup: A.TripleTuple | A.IdTuple, sol: Solution,
+                      ctx: Context) -> Iterator[Solution]:
     """A Proposition against a single-hop tuple or an id tuple."""
     if isinstance(tup, A.IdTuple):
         if ctx.value(tup.id) == prop.id:
@@ -143,8 +147,8 @@ def match_proposition(prop: Proposition, tup: Any, sol: dict[str, Any], ctx: Con
         yield from _match_step(prop, step, tup, sol, ctx)
 
 
-def _match_step(prop: Proposition, step: A.PathStep, tup: A.TripleTuple, sol: dict[str, Any],
-                ctx: Context) -> Iterator[dict[str, Any]]:
+def _match_step(prop: Proposition, step: A.PathStep, tup: A.TripleTuple, sol: Solution,
+                ctx: Context) -> Iterator[Solution]:
     predicate = step.predicate
     if isinstance(predicate, A.Var):
         ref = ctx.exact_ref(prop.predicate, "Predicate")
