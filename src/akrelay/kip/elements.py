@@ -13,7 +13,8 @@ from typing import Any, TypeAlias
 #: A JSON value kept as imported: Concept attributes, facet members, the signed envelope, a
 #: Proposition's object. Unchecked on purpose: the on-disk nexus decodes every element it reads
 #: with msgspec by these annotations, and any narrower one makes msgspec validate each value
-#: (``dict[str, object]`` decoded about 10% slower on this machine); ``JSON`` it cannot decode.
+#: (with ``object``, a capsule Concept's decode took 9% more CPU, docs/benchmarks.md); ``JSON``,
+#: a recursive alias, it cannot decode at all.
 Stored: TypeAlias = Any  # Any: see above; msgspec decodes element bodies by these annotations
 
 #: Engine origin of every imported element (§2.5): the importer, never the signer.
