@@ -19,7 +19,7 @@ from typing import Any
 
 from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_node, parse_params, post_kip
 from akrelay.cli.terminal import dumps, printable
-from akrelay.jsontypes import JSONObject
+from akrelay.jsontypes import JSONMapping, JSONObject
 
 
 
@@ -96,7 +96,7 @@ def _emit(entry: dict[str, Any], as_json: bool) -> int:
 
 def run_kql(args: argparse.Namespace) -> int:
     params = parse_params(args.param, "akrelay kql")
-    envelope: JSONObject
+    envelope: JSONMapping
     request: JSONObject = {"kip": "2.0", "operations": [{"language": "KQL", "command": args.query, "parameters": params}]}
     if args.relay:
         status, body = post_kip(args, request)

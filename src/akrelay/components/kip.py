@@ -17,7 +17,7 @@ from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.runtime import load_environment, preload
-from akrelay.kip.service import open_runtime, reindex
+from akrelay.kip.service import ReindexSummary, open_runtime, reindex
 from akrelay.http import kip as kip_http
 from akrelay.http.kip import JSON, KIP_PATH
 from akrelay.http.lifecycle import NotRunning
@@ -157,7 +157,7 @@ class KipComponent:
         """Why ``/readyz`` waits: the runtime still opens (a KIP request would wait for it)."""
         return "the KIP runtime is opening" if self.gateway.opening else None
 
-    def reindex(self) -> dict[str, Any]:
+    def reindex(self) -> ReindexSummary:
         """Rebuild the on-disk nexus from the whole log (``akrelay reindex --kip``)."""
         if self.gateway.data_dir is None:
             raise RuntimeError("only a relay with a data directory has a KIP nexus file")

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from akrelay.kip.package import DEFAULT_PACKAGE_PATH
 from akrelay.kip.space import TRUST_CLASSES, TrustState, space_id_for_origin
@@ -21,6 +21,15 @@ DEFAULT_POLICY = "akrelay:corroborated"
 #: The Space origin when neither the settings nor ``kip-config.json`` name one.
 DEFAULT_ORIGIN = "http://127.0.0.1:8080"
 CONFIG_FILE = "kip-config.json"
+
+
+class KipConfigDocument(TypedDict, total=False):
+    """``kip-config.json``: every member optional (a missing one takes its default)."""
+
+    origin: str
+    schema_packages: list[str]
+    trust: dict[str, str]          # Agent ID -> trust class
+    default_policy: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,7 @@ class KipConfig:
         return space_id_for_origin(self.origin)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any], *, origin: str | None = None) -> "KipConfig":
+    def from_dict(cls, doc: KipConfigDocument, *, origin: str | None = None) -> "KipConfig":
         allowed = {"origin", "schema_packages", "trust", "default_policy"}
         unknown = set(doc) - allowed
         if unknown:

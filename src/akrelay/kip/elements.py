@@ -8,8 +8,14 @@ transitions, so the state at any earlier ``space_seq`` is a filter, not a copy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-# Untyped here: attributes, facets and the signed envelope are JSON objects kept as imported.
+from typing import Any, TypeAlias
+
+#: A JSON value kept as imported: Concept attributes, facet members, the signed envelope, a
+#: Proposition's object. Unchecked on purpose: the on-disk nexus decodes every element it reads
+#: with msgspec by these annotations, and any narrower one makes msgspec validate each value
+#: (with ``object``, a capsule Concept's decode took 9% more CPU, docs/benchmarks.md); ``JSON``,
+#: a recursive alias, it cannot decode at all.
+Stored: TypeAlias = Any  # Any: see above; msgspec decodes element bodies by these annotations
 
 #: Engine origin of every imported element (§2.5): the importer, never the signer.
 IMPORT_ORIGIN_PRINCIPAL = "akrelay:importer"
@@ -23,7 +29,7 @@ class Concept:
     schema_ref: str
     key: str
     name: str
-    attributes: dict[str, Any]
+    attributes: dict[str, Stored]
     structural: dict[str, str]  # structural field -> element id
     created_seq: int
     created_at: str
@@ -36,7 +42,7 @@ class Proposition:
     subject: str               # Concept id
     predicate: str             # local predicate name
     predicate_ref: str
-    object: Any                # True, or {"id": element id}
+    object: Stored             # True, or {"id": element id}
     created_seq: int
     created_at: str
     import_id: str
@@ -51,7 +57,7 @@ class Assertion:
     stance: str
     asserted_at: str
     evidence: list[dict[str, str]]
-    facets: dict[str, dict[str, Any]]
+    facets: dict[str, dict[str, Stored]]
     created_seq: int
     created_at: str
     import_id: str             # the event the Assertion was derived from
@@ -75,12 +81,12 @@ class Assertion:
 class Evidence:
     id: str
     evidence_class: str
-    envelope: dict[str, Any]   # the exact signed envelope
+    envelope: dict[str, Stored]  # the exact signed envelope
     content_digest: str
     observed_at: str
     source: str                # Agent Concept id of the signer
     client_key: str
-    facets: dict[str, dict[str, Any]]
+    facets: dict[str, dict[str, Stored]]
     created_seq: int
     created_at: str
     import_id: str

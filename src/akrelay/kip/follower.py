@@ -20,11 +20,16 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.kip.mapping import import_record
 from akrelay.kip.nexus import Nexus, NexusBase
+from akrelay.store.base import Store
 from akrelay.store.follow import BURST_RATE, LogFollower
+
+if TYPE_CHECKING:
+    from akrelay.kip.runtime import KipRuntime
+    from akrelay.leader import LeaderLock
 
 log = logging.getLogger("akrelay.kip")
 #: records per lock hold of the in-memory nexus: a read waits for at most this many imports
@@ -39,15 +44,15 @@ DISK_BATCH = 2000
 REQUEST_CATCH_UP = 2000
 
 
-def rebuild(store: Any, space_id: str, batch: int = 2000) -> Nexus:
+def rebuild(store: Store, space_id: str, batch: int = 2000) -> Nexus:
     """A fresh in-memory nexus from the whole acceptance log."""
     nexus = Nexus(space_id)
     follow(store, nexus, batch=batch)
     return nexus
 
 
-def follow(store: Any, nexus: NexusBase, *, batch: int = 2000, lock: Any = None, chunk: int | None = None,
-           max_records: int | None = None, stop: threading.Event | None = None) -> int:
+def follow(store: Store, nexus: NexusBase, *, batch: int = 2000, lock: contextlib.AbstractContextManager[object] | None = None,
+           chunk: int | None = None, max_records: int | None = None, stop: threading.Event | None = None) -> int:
     """Import every record after ``nexus.head``; returns how many records were read.
 
     Records are imported ``chunk`` at a time, each chunk in one ``nexus.batch()``
@@ -92,8 +97,8 @@ class KipFollower(LogFollower):
     #: Hold off while the log grows this fast (records/s): see :class:`akrelay.store.follow.BurstGate`.
     burst_rate = BURST_RATE
 
-    def __init__(self, store: Any, runtime: Any, *, open_writer: Callable[[], NexusBase] | None = None,
-                 leader: Any = None, interval: float = 0.2, importer: bool = True) -> None:
+    def __init__(self, store: Store, runtime: KipRuntime, *, open_writer: Callable[[], NexusBase] | None = None,
+                 leader: LeaderLock | None = None, interval: float = 0.2, importer: bool = True) -> None:
         super().__init__(interval=interval)
         self.importer = importer or open_writer is None
         self.store, self.runtime = store, runtime
@@ -147,7 +152,7 @@ class KipFollower(LogFollower):
         finally:
             self._mutate.release()
 
-    def _runtime_mutex(self) -> Any:
+    def _runtime_mutex(self) -> contextlib.AbstractContextManager[object]:
         lock = self.runtime.lock
         return getattr(lock, "mutex", lock)
 

@@ -18,8 +18,7 @@ in [0, 1]; it is computed per query and never stored (§66.4).
 
 from __future__ import annotations
 
-from typing import Any
-
+from akrelay.jsontypes import JSONObject
 from akrelay.kip import budget as _budget
 from akrelay.kip.elements import Assertion, Concept, Evidence, Proposition
 from akrelay.kip.errors import KipError
@@ -75,10 +74,10 @@ def top(nexus: NexusBase, kind: str, term: str, seq: int, *, type_filter: str | 
     return hits[skip: skip + count], False
 
 
-def hit(nexus: NexusBase, eid: str, score: float) -> dict[str, Any]:
+def hit(nexus: NexusBase, eid: str, score: float) -> JSONObject:
     """One §66.4 hit: exact id, kind, schema identity, a safe snippet, retrieval info."""
     element = nexus.get(eid)
-    out: dict[str, Any] = {"id": eid}
+    out: JSONObject = {"id": eid}
     if isinstance(element, Concept):
         out.update(kind="concept", schema_ref=element.schema_ref, key=element.key, name=element.name, aliases=[],
                    snippet=_clip(element.attributes.get("statement") or element.name))
@@ -107,6 +106,6 @@ def _name(nexus: NexusBase, obj: object) -> str:
     return str(obj).lower() if isinstance(obj, bool) else str(obj)
 
 
-def _clip(text: str, size: int = 160) -> str:
+def _clip(text: object, size: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= size else text[: size - 1] + "…"

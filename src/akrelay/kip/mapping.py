@@ -18,8 +18,9 @@ valid time or context (§13.3, §13.6, §25.2). Nothing here reads the clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from akrelay.jsontypes import JSONObject
 from akrelay.kip.elements import Activity, Assertion, Concept, Evidence, Proposition
 from akrelay.kip.nexus import NexusBase, Transaction
 from akrelay.kip.space import AK_PACKAGE_REF
@@ -156,7 +157,7 @@ def _capsule_concept(tx: _Tx, event_id: str) -> Concept:
     return tx.add(concept, event_id)
 
 
-def _proposition(tx: _Tx, subject: Concept, predicate: str, obj: Any, object_name: str) -> Proposition:
+def _proposition(tx: _Tx, subject: Concept, predicate: str, obj: bool | dict[str, str], object_name: str) -> Proposition:
     nexus = tx.nexus
     existing = nexus.proposition(subject.id, predicate, obj)
     if existing is not None:
@@ -167,7 +168,7 @@ def _proposition(tx: _Tx, subject: Concept, predicate: str, obj: Any, object_nam
 
 
 def _assertion(tx: _Tx, prop: Proposition, agent: Concept, stance: str, asserted_at: str, evidence: Evidence,
-               facets: dict[str, dict[str, Any]] | None = None, text: str = "") -> Assertion:
+               facets: dict[str, JSONObject] | None = None, text: str = "") -> Assertion:
     assertion = Assertion(id=tx.new_id("a"), proposition=prop.id, asserted_by=agent.id, actor=agent.key,
                           stance=stance, asserted_at=asserted_at,
                           evidence=[{"id": evidence.id, "role": "support"}], facets=facets or {},

@@ -7,11 +7,10 @@ serve answer ``UnsupportedCapability`` (§67).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
-# Untyped here: META results are JSON documents built from Schema definitions (untyped in kip.package too).
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeAlias, TypeVar
 
 from akrelay import __version__
-from akrelay.jsontypes import JSONMapping
+from akrelay.jsontypes import JSONMapping, JSONObject, JSONValue
 from akrelay.kip import grounding
 from akrelay.kip.errors import KipError
 from akrelay.kip.kql import meta as ast
@@ -50,15 +49,17 @@ class MetaRuntime(Protocol):
     def budget_ms(self) -> int | None: ...
     def kql_available(self) -> bool: ...
     def type_count(self, type_name: str, seq: int) -> int: ...
-    def symbol_view(self, name: str, ref: str, sym: dict[str, Any]) -> dict[str, Any]: ...
+    def symbol_view(self, name: str, ref: str, sym: JSONObject) -> Result: ...
     def snapshot_at_time(self, at_ms: int, head: int) -> int: ...
 
-#: A command's bound parameters; a handler's answer: ``(result, extra result context)``.
 #: A request's bound parameters (JSON values, §74).
 Params = JSONMapping
-Outcome = tuple[Any, dict[str, Any]]
-# Any: the command; _HANDLERS picks the handler by its type, and each handler takes its own subclass
-Handler = Callable[["MetaRuntime", Any, Params, int], Outcome]
+#: A JSON object META builds; its values are read-only views (counts, constants, definitions are shared, not copied).
+Result: TypeAlias = dict[str, JSONValue]
+#: A handler's answer: ``(result, extra result context)``.
+Outcome = tuple[Result, Result]
+Handler = Callable[["MetaRuntime", Any, Params, int], Outcome]  # Any: the command; _HANDLERS picks by its type
+_C = TypeVar("_C", bound=ast.MetaCommand)
 _Listing = ast.ListTypes | ast.ListPredicates | ast.ListEpistemicPolicies
 
 MAX_LIMIT = 100
@@ -79,7 +80,7 @@ SAFETY_REMINDERS = [
 ]
 
 #: Registry capabilities (§67.4) and whether akrelay supports them.
-SUPPORTED_CAPABILITIES: dict[str, Any] = {
+SUPPORTED_CAPABILITIES: JSONObject = {
     "historical_reads": True,
     "historical_search": True,
     "search_index_freshness": {"mode": "synchronous"},
@@ -92,7 +93,7 @@ UNSUPPORTED_CAPABILITIES = (
     "kip1_migration", "memory_interface", "durable_brain_runtime", "receiver_fencing", "prospective_trials",
 )
 #: Engine-local capability names (§67.4 allows them beside the registry).
-ENGINE_CAPABILITIES: dict[str, Any] = {
+ENGINE_CAPABILITIES: JSONObject = {
     "akrelay.readonly_runtime": True,
     "akrelay.agent_knowledge_import": {"package": AK_PACKAGE_REF, "protocol": "agent-knowledge/1.0"},
     "akrelay.operator_trust_classes": ["trusted", "unknown", "blocked"],
@@ -104,12 +105,12 @@ LIMITS = {"max_operations_per_request": 32, "max_list_limit": MAX_LIMIT, "max_se
           "max_regex_subject": MAX_SUBJECT}
 
 
-def _limits(rt: "MetaRuntime") -> dict[str, Any]:
+def _limits(rt: "MetaRuntime") -> Result:
     """The declared limits, with this runtime's CPU budget per request (``None``: unlimited)."""
     return {**LIMITS, "cpu_budget_ms": rt.budget_ms}
 
 
-def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Params, seq: int) -> tuple[Any, dict[str, Any]]:
+def execute(rt: "MetaRuntime", cmd: ast.MetaCommand, params: Params, seq: int) -> Outcome:
     """Run one parsed META command at snapshot ``seq``: ``(result, extra result context)``."""
     missing = sorted(n for n in cmd.parameter_names() if n not in params)
     if missing:
@@ -128,13 +129,13 @@ def _as_of(rt: "MetaRuntime", value: Value | None, params: Params, seq: int) -> 
     return rt.nexus.check_seq(check_seq(resolve(value, params)))
 
 
-def _primer(rt: MetaRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -> Any:
+def _primer(rt: MetaRuntime, cmd: ast.DescribePrimer, params: Params, seq: int) -> Result:
     mode = resolve(cmd.mode, params) or "compact"
     if mode not in ("compact", "full"):
         raise KipError("ConstraintViolation", 'PRIMER MODE must be "compact" or "full"')
     env = rt.environment
     if mode == "full":
-        schema_map: dict[str, list[str]] | dict[str, list[dict[str, Any]]]
+        schema_map: dict[str, list[str]] | dict[str, list[Result]]
         schema_map = {"types": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("ConceptType")],
                       "predicates": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Predicate")],
                       "facets": [rt.symbol_view(n, r, s) for n, r, s in env.symbols_of("Facet")],
@@ -174,7 +175,7 @@ def _count_type(rt: MetaRuntime, type_name: str, seq: int) -> int:
     return rt.type_count(type_name, seq)
 
 
-def _protocol(rt: MetaRuntime, cmd: ast.DescribeProtocol, params: Params, seq: int) -> Any:
+def _protocol(rt: MetaRuntime, cmd: ast.DescribeProtocol, params: Params, seq: int) -> Result:
     return {
         "kip": "2.0", "specification": "KIP 2.0 (2.0-draft)", "runtime": "readonly",
         "engine": {"name": "akrelay", "version": __version__},
@@ -187,7 +188,7 @@ def _protocol(rt: MetaRuntime, cmd: ast.DescribeProtocol, params: Params, seq: i
     }
 
 
-def _capabilities(rt: MetaRuntime, cmd: ast.DescribeCapabilities, params: Params, seq: int) -> Any:
+def _capabilities(rt: MetaRuntime, cmd: ast.DescribeCapabilities, params: Params, seq: int) -> Result:
     supported = dict(SUPPORTED_CAPABILITIES)
     supported.update(ENGINE_CAPABILITIES)
     return {
@@ -203,7 +204,7 @@ def _capabilities(rt: MetaRuntime, cmd: ast.DescribeCapabilities, params: Params
     }
 
 
-def _space(rt: MetaRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> Any:
+def _space(rt: MetaRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) -> Result:
     wanted = resolve(cmd.space, params)
     if wanted is not None and wanted != rt.nexus.space_id:
         raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
@@ -215,13 +216,13 @@ def _space(rt: MetaRuntime, cmd: ast.DescribeSpace, params: Params, seq: int) ->
             "elements": rt.nexus.counts(seq)}
 
 
-def _schema_env(rt: MetaRuntime, cmd: ast.DescribeSchemaEnvironment, params: Params, seq: int) -> Any:
+def _schema_env(rt: MetaRuntime, cmd: ast.DescribeSchemaEnvironment, params: Params, seq: int) -> Result:
     at = _as_of(rt, cmd.as_of_seq, params, seq)
     return {**rt.environment.describe(), "space_id": rt.nexus.space_id, "as_of_seq": at}
 
 
-def _describe_symbol(kind: str) -> Callable[[MetaRuntime, ast.DescribeType | ast.DescribePredicate, Params, int], Any]:
-    def run(rt: MetaRuntime, cmd: ast.DescribeType | ast.DescribePredicate, params: Params, seq: int) -> Any:
+def _describe_symbol(kind: str) -> Callable[[MetaRuntime, ast.DescribeType | ast.DescribePredicate, Params, int], Result]:
+    def run(rt: MetaRuntime, cmd: ast.DescribeType | ast.DescribePredicate, params: Params, seq: int) -> Result:
         name = check_string(resolve(cmd.name, params), kind)
         ref, sym = rt.environment.resolve(name, "ConceptType" if kind == "TYPE" else "Predicate")
         local = ref.rsplit("/", 1)[1]
@@ -229,7 +230,7 @@ def _describe_symbol(kind: str) -> Callable[[MetaRuntime, ast.DescribeType | ast
     return run
 
 
-def _policy(rt: MetaRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Any:
+def _policy(rt: MetaRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, seq: int) -> Result:
     bound = resolve(cmd.policy, params)
     name = check_string(bound, "EPISTEMIC POLICY") if bound is not None else None
     pol = resolve_policy(name, rt.config.default_policy)
@@ -237,7 +238,7 @@ def _policy(rt: MetaRuntime, cmd: ast.DescribeEpistemicPolicy, params: Params, s
             "trust_state_version": rt.config.trust.version}
 
 
-def _snapshot(rt: MetaRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: int) -> Any:
+def _snapshot(rt: MetaRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: int) -> Result:
     if cmd.at_time is not None:
         at_text = resolve(cmd.at_time, params)
         if not isinstance(at_text, str):
@@ -256,7 +257,7 @@ def _snapshot(rt: MetaRuntime, cmd: ast.DescribeSnapshot, params: Params, seq: i
             "schema_environment_version": rt.environment.version, "head_seq": seq}
 
 
-def _paged(rt: MetaRuntime, family: str, items: list[dict[str, Any]], cmd: _Listing, params: Params, seq: int,
+def _paged(rt: MetaRuntime, family: str, items: Sequence[JSONMapping], cmd: _Listing, params: Params, seq: int,
            binding: list[str]) -> Outcome:
     limit = check_limit(resolve(cmd.limit, params)) if cmd.limit is not None else MAX_LIMIT
     if limit > MAX_LIMIT:
@@ -267,7 +268,7 @@ def _paged(rt: MetaRuntime, family: str, items: list[dict[str, Any]], cmd: _List
         token = check_cursor(resolve(cmd.cursor, params))
         seq, offset = rt.cursors.decode(token, family, bound)
     page = items[offset: offset + limit]
-    out: dict[str, Any] = {"items": page}
+    out: Result = {"items": page}
     if offset + limit < len(items):
         out["next_cursor"] = rt.cursors.encode(family, bound, seq, offset + limit)
     return out, {"snapshot_seq": seq}
@@ -324,17 +325,17 @@ def _search(rt: MetaRuntime, cmd: ast.Search, params: Params, seq: int) -> Outco
     hits, more = grounding.top(rt.nexus, kind, term, at, type_filter=type_filter, predicate_filter=predicate_filter,
                                threshold=threshold, skip=offset, count=limit)
     page = [grounding.hit(rt.nexus, eid, score) for score, eid in hits]
-    result: dict[str, Any] = {"hits": page}
+    result: Result = {"hits": page}
     if more:
         result["next_cursor"] = rt.cursors.encode("SEARCH", binding, at, offset + limit)
-    context = {"snapshot_seq": at, "search": {"index_seq": at, "current_space_seq": rt.nexus.head,
-                                              "consistency": "synchronous", "mode": "keyword",
-                                              "score_semantics": grounding.SCORE_SEMANTICS}}
+    context: Result = {"snapshot_seq": at, "search": {"index_seq": at, "current_space_seq": rt.nexus.head,
+                                                      "consistency": "synchronous", "mode": "keyword",
+                                                      "score_semantics": grounding.SCORE_SEMANTICS}}
     return result, context
 
 
-def _plain(fn: Callable[[MetaRuntime, Any, Params, int], Any]) -> Handler:
-    def run(rt: MetaRuntime, cmd: Any, params: Params, seq: int) -> Outcome:
+def _plain(fn: Callable[[MetaRuntime, _C, Params, int], Result]) -> Callable[[MetaRuntime, _C, Params, int], Outcome]:
+    def run(rt: MetaRuntime, cmd: _C, params: Params, seq: int) -> Outcome:
         return fn(rt, cmd, params, seq), {}
     return run
 

@@ -25,8 +25,9 @@ import unicodedata
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
+from akrelay.jsontypes import JSON, JSONObject
 from akrelay.kip import budget
 from akrelay.kip.elements import (
     IMPORT_CHANNEL, IMPORT_ORIGIN_PRINCIPAL, KIND_OF, Activity, Assertion, Concept, Element, Evidence, Proposition,
@@ -135,7 +136,7 @@ class NexusBase:
         """Concepts of ``type_name`` whose name equals ``name`` after NFC normalisation."""
         raise NotImplementedError
 
-    def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
+    def proposition(self, subject: str, predicate: str, obj: object, seq: int | None = None) -> Proposition | None:
         raise NotImplementedError
 
     def propositions_about(self, concept_id: str, seq: int | None = None) -> list[Proposition]:
@@ -286,12 +287,12 @@ class NexusBase:
 
     # ---- wire views --------------------------------------------------------------------
 
-    def view(self, element: Element, seq: int | None = None) -> dict[str, Any]:
+    def view(self, element: Element, seq: int | None = None) -> JSONObject:
         """The authorized element view (§6.2) at ``seq``; everything here is public."""
         seq = self.head if seq is None else seq
         kind = KIND_OF[type(element)]
         updated_at, updated_seq, version = element.created_at, element.created_seq, 1
-        body: dict[str, Any] = {"id": element.id, "kind": kind, "space_id": self.space_id}
+        body: JSONObject = {"id": element.id, "kind": kind, "space_id": self.space_id}
         if isinstance(element, Concept):
             hidden = element.type == "KnowledgeCapsule" and self.is_withheld(element.key)
             body.update(schema_ref=element.schema_ref, key=element.key,
@@ -308,13 +309,14 @@ class NexusBase:
                     updated_at, updated_seq, version = at, t_seq, version + 1
             body.update(proposition={"id": element.proposition}, asserted_by={"id": element.asserted_by},
                         stance=element.stance, mode="imported", asserted_at=element.asserted_at,
-                        evidence=element.evidence,
+                        # {id, role} string pairs: JSON already (the cast only widens list[dict[str, str]])
+                        evidence=cast(JSON, element.evidence),
                         lifecycle={"status": status, "supersedes": [], "superseded_by": [],
                                    "retracted_at": element.retracted_at(seq)})
         elif isinstance(element, Evidence):
-            payload = ({"mode": "withheld", "inline": None, "content_ref": None}
-                       if self.is_withheld(element.import_id) else
-                       {"mode": "inline", "inline": element.envelope, "content_ref": None})
+            payload: JSONObject = ({"mode": "withheld", "inline": None, "content_ref": None}
+                                   if self.is_withheld(element.import_id) else
+                                   {"mode": "inline", "inline": element.envelope, "content_ref": None})
             body.update(evidence_class=element.evidence_class, payload=payload,
                         content_digest=element.content_digest, media_type="application/json",
                         observed_at=element.observed_at, source=[{"id": element.source}], generated_by=None,
@@ -443,8 +445,9 @@ class Nexus(NexusBase):
             return None
         return element
 
-    # Any: each caller's ids come from an index of one kind (Concepts, Propositions, ...), the type it returns
-    def _visible(self, ids: Iterable[str], seq: int | None) -> Iterator[Any]:
+    # each caller's ids come from an index of one kind (Concepts, Propositions, ...), the type it returns:
+    # Element would need a cast per lookup, and a checked narrowing a test per element
+    def _visible(self, ids: Iterable[str], seq: int | None) -> Iterator[Any]:  # Any: the kind of the caller's index
         seq = self._head if seq is None else seq
         elements = self.elements
         for eid in ids:
@@ -483,7 +486,7 @@ class Nexus(NexusBase):
     def concepts_named(self, type_name: str, name: str, seq: int | None = None) -> list[Concept]:
         return list(self._visible(self._concept_by_name.get((type_name, nfc(name)), ()), seq))
 
-    def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
+    def proposition(self, subject: str, predicate: str, obj: object, seq: int | None = None) -> Proposition | None:
         pid = self._prop_by_tuple.get((subject, predicate, object_key(obj)))
         found = self.get(pid, seq) if pid else None
         return found if isinstance(found, Proposition) else None

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, cast
+from typing import Any, Iterable, Iterator, TypeAlias, cast
 
 import msgspec
 
@@ -60,6 +60,8 @@ _CLASSES = (Concept, Proposition, Assertion, Evidence, Activity)
 _KIND_NO = {kind: n for n, kind in enumerate(ELEMENT_KINDS)}
 _DECODERS = [msgspec.json.Decoder(cls) for cls in _CLASSES]
 _ENCODE = msgspec.json.Encoder().encode
+#: The values bound into a lookup's SQL.
+_Params: TypeAlias = tuple[str | int, ...]
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -122,7 +124,7 @@ def _unterm(token: str) -> str:
     return bytes.fromhex(token[1:]).decode("utf-8") if token.startswith(_HEX) else token
 
 
-def _lookup_columns(element: Element) -> tuple[Any, Any, Any]:
+def _lookup_columns(element: Element) -> tuple[str | None, str | None, str | None]:
     if isinstance(element, Concept):
         return element.type, element.key, nfc(element.name)
     if isinstance(element, Proposition):
@@ -441,27 +443,30 @@ class SqliteNexus(NexusBase):
             cache[eid] = element
         return element
 
-    def _one(self, sql: str, params: tuple[Any, ...], seq: int | None) -> Any:
+    def _one(self, sql: str, params: _Params, seq: int | None) -> Element | None:
         with self._lock:
             row = self._reader().execute(sql, params).fetchone()
             if row is None or row[2] > self._seq(seq):
                 return None
             return self._decode(row[0], row[1], row[3])
 
-    def _all(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "") -> list[Any]:
+    # _all and _paged: each caller's ``where`` selects one kind (Concepts, Propositions, ...), the type
+    # it returns; Element would need a cast per lookup, and a checked narrowing a test per element
+    def _all(self, where: str, params: _Params, seq: int | None,
+             index: str = "") -> list[Any]:  # Any: the kind the caller's where selects
         with self._lock:
             rows = self._reader().execute(
                 f"SELECT id, kind, body FROM elements {index} WHERE {where} AND seq <= ? ORDER BY ord",
                 (*params, self._seq(seq))).fetchall()
             return [self._decode(r[0], r[1], r[2]) for r in rows]
 
-    def _paged(self, where: str, params: tuple[Any, ...], seq: int | None, index: str = "", *,
-               order: str = "ord") -> Iterator[Any]:
+    def _paged(self, where: str, params: _Params, seq: int | None, index: str = "", *,
+               order: str = "ord") -> Iterator[Any]:  # Any: the kind the caller's where selects
         """A long lookup in ``order`` (``ord``: creation order; ``id``: element id), one bounded
         page (one complete statement) at a time. Pages by id start at 16 rows and grow: their
         consumer (a KQL page, see ``kql.evaluate``) usually stops in the first."""
         limit = self._seq(seq)
-        after: Any = -1 if order == "ord" else ""
+        after: int | str = -1 if order == "ord" else ""
         size = PAGE if order == "ord" else 16
         while True:
             with self._lock:
@@ -491,7 +496,7 @@ class SqliteNexus(NexusBase):
             found = cache.get(element_id)
             if found is not None:
                 return found if found.created_seq <= self._seq(seq) else None
-        return cast("Element | None", self._one("SELECT id, kind, seq, body FROM elements WHERE id = ?", (element_id,), seq))
+        return self._one("SELECT id, kind, seq, body FROM elements WHERE id = ?", (element_id,), seq)
 
     def concept(self, type_name: str, key: str, seq: int | None = None) -> Concept | None:
         return cast("Concept | None", self._one("SELECT id, kind, seq, body FROM elements WHERE kind = 0 AND a = ? AND b = ?",
@@ -500,7 +505,7 @@ class SqliteNexus(NexusBase):
     def concepts_named(self, type_name: str, name: str, seq: int | None = None) -> list[Concept]:
         return self._all("kind = 0 AND a = ? AND c = ?", (type_name, nfc(name)), seq, "INDEXED BY c_name")
 
-    def proposition(self, subject: str, predicate: str, obj: Any, seq: int | None = None) -> Proposition | None:
+    def proposition(self, subject: str, predicate: str, obj: object, seq: int | None = None) -> Proposition | None:
         return cast("Proposition | None", self._one(
             "SELECT id, kind, seq, body FROM elements WHERE kind = 1 AND a = ? AND b = ? AND c = ?",
             (subject, predicate, object_key(obj)), seq))
@@ -563,7 +568,7 @@ class SqliteNexus(NexusBase):
         return self._paged(f"ord IN (SELECT d.{column} FROM {table} d WHERE {where}{probes})",
                            (*params, *(p for *_, ps in others for p in ps)), seq, "NOT INDEXED")
 
-    def _tx(self, row: Any) -> Transaction | None:
+    def _tx(self, row: tuple[int, str, str, str, str, str] | None) -> Transaction | None:
         return Transaction(*row) if row is not None else None
 
     def transaction_at(self, seq: int) -> Transaction | None:

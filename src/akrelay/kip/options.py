@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.optionkit import _int, option, setting
 
 
-def budget_ms(text: Any) -> int:
+def budget_ms(text: object) -> int:
     """A CPU budget in milliseconds; 0 turns the budget off."""
     value = _int(text)
     if value < 0:

@@ -10,8 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from akrelay.jsontypes import JSONArray, JSONObject
 from akrelay.kip.errors import KipError
 from akrelay.kip.space import AK_PACKAGE_REF as AK_PACKAGE_REF  # re-exported: the package this module loads
 
@@ -36,7 +36,7 @@ class SchemaPackage:
     path: str                      # package path, e.g. "akrelay/agent-knowledge"
     version: str
     description: str
-    symbols: dict[str, dict[str, Any]]
+    symbols: dict[str, JSONObject]  # local name -> definition (its "kind" one of KIND_LIST)
     digest: str                    # sha256 over the artifact bytes
 
     def exact(self, name: str) -> str:
@@ -72,14 +72,14 @@ class SchemaEnvironment:
 
     packages: list[SchemaPackage]
     version: int = 1
-    _by_name: dict[str, list[tuple[SchemaPackage, dict[str, Any]]]] = field(default_factory=dict)
+    _by_name: dict[str, list[tuple[SchemaPackage, JSONObject]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for pkg in self.packages:
             for name, sym in pkg.symbols.items():
                 self._by_name.setdefault(name, []).append((pkg, sym))
 
-    def resolve(self, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]]:
+    def resolve(self, name: str, kind: str | None = None) -> tuple[str, JSONObject]:
         """Local name or exact ref -> (exact ref, definition); fails rather than guesses (§20.7)."""
         if not isinstance(name, str) or not name:
             raise KipError("TypeMismatch", "a schema symbol must be a non-empty string")
@@ -99,18 +99,19 @@ class SchemaEnvironment:
         pkg, sym = matches[0]
         return pkg.exact(name), sym
 
-    def symbols_of(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+    def symbols_of(self, kind: str) -> list[tuple[str, str, JSONObject]]:
         """[(local name, exact ref, definition)] of one kind, sorted by name."""
         out = [(name, pkg.exact(name), sym) for pkg in self.packages for name, sym in pkg.symbols.items()
                if sym["kind"] == kind]
         return sorted(out, key=lambda t: (t[0], t[1]))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
+        packages: JSONArray = [{"ref": CORE_REF, "status": "active", "builtin": True}]
+        packages.extend({"ref": p.ref, "status": "active", "integrity": {"content_digest": p.digest},
+                         "installed_by": "operator_configuration"} for p in self.packages)
         return {
             "schema_environment_version": self.version,
-            "packages": [{"ref": CORE_REF, "status": "active", "builtin": True}] + [
-                {"ref": p.ref, "status": "active", "integrity": {"content_digest": p.digest},
-                 "installed_by": "operator_configuration"} for p in self.packages],
+            "packages": packages,
             "aliases": {name: self.resolve(name)[0] for pkg in self.packages for name in sorted(pkg.symbols)},
             "lineage_maps": [],
             "draft_vocabulary": None,

@@ -20,15 +20,25 @@ operator state, never content).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-# Untyped here: projection documents (support, opposition, basis, ledger) are nested JSON objects read and trimmed by key.
+from typing import Any, TypeAlias, TypedDict
 
 from akrelay.jsontypes import JSON
-
 from akrelay.kip.space import TrustState
 from akrelay.kip.elements import Assertion, Concept, Proposition
 from akrelay.kip.errors import KipError
 from akrelay.kip.nexus import NexusBase
+
+#: A §27.2 projection document. Its readers (``kql.belief``, ``knowql.retrieval``, the explorer)
+#: read it by nested keys and ``kql.belief`` trims and rewrites its members in place, so a
+#: TypedDict here would need those modules changed with it (issue 25, left for their owners).
+Projection: TypeAlias = dict[str, Any]  # Any: nested members read, trimmed and rewritten by key by three consumers
+
+
+class RootGroup(TypedDict):
+    """One independence root (§23): an actor and the Assertions it contributed."""
+
+    root: str
+    assertion_ids: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +91,7 @@ def policy(name: str | None, default: str) -> Policy:
     return chosen
 
 
-def _groups(assertions: list[Assertion]) -> list[dict[str, Any]]:
+def _groups(assertions: list[Assertion]) -> list[RootGroup]:
     by_actor: dict[str, list[str]] = {}
     for a in assertions:
         by_actor.setdefault(a.actor, []).append(a.id)
@@ -90,7 +100,7 @@ def _groups(assertions: list[Assertion]) -> list[dict[str, Any]]:
 
 def project(nexus: NexusBase, proposition_id: str, *, trust: TrustState, policy_name: str | None = None,
             default_policy: str = "akrelay:corroborated", as_of: int | None = None,
-            schema_environment_version: int = 1, purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
+            schema_environment_version: int = 1, purpose: str | None = None, risk: str | None = None) -> Projection:
     """The §27.2 projection of one Proposition at ``as_of`` (head by default)."""
     seq = nexus.check_seq(as_of)
     pol = policy(policy_name, default_policy)

@@ -16,12 +16,11 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
-# Untyped here: KIP request and response envelopes, JSON objects (checked by data/kip-request.schema.json) read by key.
+from typing import Callable, Required, TypeAlias, TypedDict, cast
 
 import jsonschema
 
-from akrelay.jsontypes import JSONMapping
+from akrelay.jsontypes import JSONMapping, JSONObject, JSONValue
 from akrelay.kip import budget, meta
 from akrelay.kip.config import KipConfig
 from akrelay.kip.errors import KipError
@@ -31,7 +30,7 @@ from akrelay.kip.kql.grammar import parser
 from akrelay.kip.nexus import Nexus, NexusBase
 from akrelay.kip.package import AK_PACKAGE_REF, SchemaEnvironment, load_package
 from akrelay.kip.paging import CursorCodec
-from akrelay.kip.projection import POLICIES, project
+from akrelay.kip.projection import POLICIES, Projection, project
 
 #: Request members §71 defines; the schema closes the object.
 MAX_OPERATIONS = meta.LIMITS["max_operations_per_request"]
@@ -42,6 +41,63 @@ KNOWN_CAPABILITIES = set(meta.SUPPORTED_CAPABILITIES) | set(meta.ENGINE_CAPABILI
 MAX_REQUEST_DEPTH = meta.LIMITS["max_request_depth"]
 #: The KIP request schema (copied into akrelay/data), read once by :func:`preload`.
 REQUEST_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "kip-request.schema.json"
+
+#: A response envelope, or one of its parts: a JSON object whose values are read-only views
+#: (error details, META results and counts are placed in it as they are, not copied).
+Response: TypeAlias = dict[str, JSONValue]
+
+
+# The request envelope as data/kip-request.schema.json admits it (read by key once validated).
+class KipOperation(TypedDict, total=False):
+    op_id: str
+    language: str                  # "KQL" | "KML" | "META"; the parsed command is authoritative
+    command: str                   # exactly one of command and ast
+    ast: JSONObject
+    parameters: JSONObject
+    idempotency_key: str
+    options: JSONObject
+    extensions: JSONObject
+
+
+class KipExecution(TypedDict, total=False):
+    mode: str                      # "independent" | "sequence" | "atomic" (the schema requires it)
+    on_error: str                  # "stop" | "continue"
+    isolation: str
+    idempotency_key: str
+    extensions: JSONObject
+
+
+class KipSpaceSelector(TypedDict, total=False):
+    id: str
+    uri: str
+
+
+class KipReadBinding(TypedDict, total=False):
+    snapshot_token: str
+    extensions: JSONObject
+
+
+class KipPreconditions(TypedDict, total=False):
+    space_seq: int
+    schema_environment_version: int
+    extensions: JSONObject
+
+
+class KipRequest(TypedDict, total=False):
+    kip: Required[str]
+    request_id: str
+    space: KipSpaceSelector
+    compatibility_profile: str
+    execution: KipExecution
+    read: KipReadBinding
+    ingest: JSONObject
+    preconditions: KipPreconditions
+    operations: Required[list[KipOperation]]
+    parameters: JSONObject
+    context: JSONObject
+    requires: JSONObject           # capability name -> required (false: not required)
+    options: JSONObject
+    extensions: JSONObject
 
 
 class KipRuntime:
@@ -71,14 +127,14 @@ class KipRuntime:
 
     # ---- Python API ---------------------------------------------------------------------
 
-    def meta(self, command: str, parameters: JSONMapping | None = None) -> Any:
+    def meta(self, command: str, parameters: JSONMapping | None = None) -> Response:
         """Run one META command at the head; returns its result or raises ``KipError``."""
         with self.lock:
             result, _ = meta.execute(self, parse_meta(command), parameters or {}, self.nexus.head)
         return result
 
     def project_capsule(self, capsule_id: str, *, policy: str | None = None, as_of: int | None = None,
-                        purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
+                        purpose: str | None = None, risk: str | None = None) -> Projection:
         """The projection of ``(C, ak_holds, true)`` for a capsule's publish event hash."""
         with self.lock:
             seq = self.nexus.check_seq(as_of)
@@ -88,13 +144,13 @@ class KipRuntime:
             return self.project(prop.id, policy=policy, as_of=seq, purpose=purpose, risk=risk)
 
     def project(self, proposition_id: str, *, policy: str | None = None, as_of: int | None = None,
-                purpose: str | None = None, risk: str | None = None) -> dict[str, Any]:
+                purpose: str | None = None, risk: str | None = None) -> Projection:
         with self.lock:
             return project(self.nexus, proposition_id, trust=self.config.trust, policy_name=policy,
                            default_policy=self.config.default_policy, as_of=as_of,
                            schema_environment_version=self.environment.version, purpose=purpose, risk=risk)
 
-    def element(self, element_id: str, as_of: int | None = None) -> dict[str, Any]:
+    def element(self, element_id: str, as_of: int | None = None) -> JSONObject:
         """The element view of one id at ``as_of``."""
         with self.lock:
             seq = self.nexus.check_seq(as_of)
@@ -111,7 +167,7 @@ class KipRuntime:
     def type_count(self, type_name: str, seq: int) -> int:
         return self.nexus.type_count(type_name, seq)
 
-    def symbol_view(self, name: str, ref: str, sym: dict[str, Any]) -> dict[str, Any]:
+    def symbol_view(self, name: str, ref: str, sym: JSONObject) -> Response:
         definition = {k: v for k, v in sym.items() if k not in ("kind", "description")}
         return {"name": name, "ref": ref, "lineage": ref.split("@")[0] + "/" + name, "kind": sym["kind"],
                 "description": sym.get("description"), "definition": definition}
@@ -122,7 +178,7 @@ class KipRuntime:
 
     # ---- the wire runtime -------------------------------------------------------------
 
-    def execute(self, request: object) -> tuple[int, dict[str, Any]]:
+    def execute(self, request: object) -> tuple[int, Response]:
         """A request envelope -> ``(http status, response envelope)``."""
         request_id = request.get("request_id") if isinstance(request, dict) else None
         if not isinstance(request_id, str) or not 1 <= len(request_id) <= 256:
@@ -131,7 +187,7 @@ class KipRuntime:
             checked = self._check_envelope(request)
         except KipError as exc:
             return 400, self.failure(request_id, exc)
-        execution = checked.get("execution") or {}
+        execution: KipExecution = checked.get("execution") or {}
         mode = execution.get("mode", "independent")
         on_error = execution.get("on_error", "stop")
         shared = checked.get("parameters") or {}
@@ -142,10 +198,10 @@ class KipRuntime:
         try:
             with budget.scope(budget.Budget(self.budget_ms, time.thread_time)) as spent:
                 seq = self.nexus.head
-                results: list[dict[str, Any]] = []
+                results: list[Response] = []
                 stop = False
                 for op in checked["operations"]:
-                    entry: dict[str, Any] = {}
+                    entry: Response = {}
                     if "op_id" in op:
                         entry["op_id"] = op["op_id"]
                     if stop:
@@ -177,7 +233,7 @@ class KipRuntime:
             self.lock.__exit__(None, None, None)
         ok = sum(1 for r in results if r["status"] == "succeeded")
         status = "succeeded" if ok == len(results) else "failed" if ok == 0 else "partial"
-        response: dict[str, Any] = {"kip": "2.0"}
+        response: Response = {"kip": "2.0"}
         if request_id:
             response["request_id"] = request_id
         response.update({
@@ -191,9 +247,9 @@ class KipRuntime:
         })
         return 200, response
 
-    def failure(self, request_id: str | None, exc: KipError) -> dict[str, Any]:
+    def failure(self, request_id: str | None, exc: KipError) -> Response:
         """The response envelope of a request refused as a whole (no operation ran)."""
-        response: dict[str, Any] = {"kip": "2.0"}
+        response: Response = {"kip": "2.0"}
         if request_id:
             response["request_id"] = request_id
         response.update({"status": "failed", "results": [],
@@ -201,8 +257,7 @@ class KipRuntime:
                          "warnings": [], "error": exc.to_wire()})
         return response
 
-    # Any: the request is checked against data/kip-request.schema.json above, then read by key
-    def _check_envelope(self, request: object) -> dict[str, Any]:
+    def _check_envelope(self, request: object) -> KipRequest:
         """``request`` as the validated KIP request object; ``KipError`` when it is not one."""
         if not isinstance(request, dict):
             raise KipError("InvalidRequestEnvelope", "the request must be a JSON object")
@@ -218,48 +273,49 @@ class KipRuntime:
         problems = _schema_problems(request)
         if problems:
             raise KipError("InvalidRequestEnvelope", problems[0], details={"problems": problems[:10]})
-        ops = request["operations"]
+        checked = cast(KipRequest, request)  # what the schema admits (one cast per request)
+        ops = checked["operations"]
         if len(ops) > MAX_OPERATIONS:
             raise KipError("ResultLimitExceeded", f"at most {MAX_OPERATIONS} operations per request",
                            details={"max": MAX_OPERATIONS})
         op_ids = [op["op_id"] for op in ops if "op_id" in op]
         if len(op_ids) != len(set(op_ids)):
             raise KipError("InvalidRequestEnvelope", "op_id values must be unique within the request")
-        space = request.get("space")
+        space = checked.get("space")
         if space is not None and space.get("id", self.nexus.space_id) != self.nexus.space_id:
             raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
         if space is not None and "uri" in space and space["uri"].rstrip("/").lower() != self.config.origin.rstrip("/").lower():
             raise KipError("NotFoundOrNotVisible", "no such MemorySpace is visible here")
-        mode = (request.get("execution") or {}).get("mode")
+        mode = (checked.get("execution") or {}).get("mode")
         if mode == "atomic":
             raise KipError("UnsupportedCapability", "atomic execution (atomic_batch) is not supported by this "
                            "read-only runtime", details={"capability": "atomic_batch"})
-        isolation = (request.get("execution") or {}).get("isolation")
+        isolation = (checked.get("execution") or {}).get("isolation")
         if isolation is not None and isolation != "snapshot":
             raise KipError("UnsupportedIsolation", f"isolation {isolation!r} is not offered; reads use one snapshot",
                            details={"supported": ["snapshot"]})
-        if "ingest" in request:
+        if "ingest" in checked:
             raise KipError("InvalidRequestEnvelope", "an ingestion context needs a write transaction; this runtime "
                            "is read-only (§71.1, §76)")
-        if "read" in request and "snapshot_token" in request["read"]:
+        if "read" in checked and "snapshot_token" in checked["read"]:
             raise KipError("UnsupportedCapability", "snapshot tokens are not issued; use AS OF SEQ",
                            details={"capability": "snapshot_token"})
-        pre = request.get("preconditions") or {}
+        pre = checked.get("preconditions") or {}
         if "space_seq" in pre and pre["space_seq"] != self.nexus.head:
             raise KipError("PreconditionFailed", f"space_seq is {self.nexus.head}, not {pre['space_seq']}",
                            details={"space_seq": self.nexus.head})
         if "schema_environment_version" in pre and pre["schema_environment_version"] != self.environment.version:
             raise KipError("PreconditionFailed", "the Schema Environment version differs",
                            details={"schema_environment_version": self.environment.version})
-        for name, wanted in (request.get("requires") or {}).items():
+        for name, wanted in (checked.get("requires") or {}).items():
             if wanted is False:
                 continue
             if name not in KNOWN_CAPABILITIES or name in meta.UNSUPPORTED_CAPABILITIES:
                 raise KipError("UnsupportedCapability", f"required capability {name!r} is not supported",
                                details={"capability": name})
-        return request
+        return checked
 
-    def _operation(self, op: dict[str, Any], params: dict[str, Any], seq: int) -> tuple[Any, dict[str, Any]]:
+    def _operation(self, op: KipOperation, params: JSONMapping, seq: int) -> tuple[Response, Response]:
         if "ast" in op:
             raise KipError("UnsupportedCapability", "structured AST operations are not accepted; send command text",
                            details={"capability": "ast"})
@@ -275,7 +331,8 @@ class KipRuntime:
         if language == "META":
             return meta.execute(self, parse_meta(command), params, seq)
         if language == "KQL":
-            return execute_kql(self, command, params, seq)
+            # KQL types its cells as bound values; render() has made each a JSON view by now
+            return cast("tuple[Response, Response]", execute_kql(self, command, params, seq))
         raise KipError("InvalidSyntax", "the command does not start with a KQL, KML or META keyword",
                        details={"line": 1, "column": 1})
 
@@ -357,7 +414,7 @@ def _deeper_than(value: object, limit: int) -> bool:
     return False
 
 
-def _schema_problems(request: dict[str, Any]) -> list[str]:
+def _schema_problems(request: object) -> list[str]:
     """Static request-shape problems against the KIP request schema."""
     errors = sorted(request_validator().iter_errors(request), key=lambda e: list(e.absolute_path))
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypedDict
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig
@@ -19,9 +19,11 @@ from akrelay.kip.follower import KipFollower, follow as follow_log, legacy_snaps
 from akrelay.kip.nexus_sqlite import (
     FORMAT_VERSION, SqliteNexus, create_file, nexus_path, open_writer, stored_space,
 )
+from akrelay.kip.package import SchemaEnvironment
 from akrelay.kip.runtime import KipRuntime
 from akrelay.leader import LeaderLock
 from akrelay.store.base import Store
+from akrelay.store.capabilities import MetadataHolding
 
 CURSOR_SECRET_KEY = "relay.cursor_secret"
 FREEZE_AFTER = 10_000
@@ -33,12 +35,9 @@ MEMORY, DISK = "memory", "sqlite"
 BACKEND_ENV = "AKRELAY_KIP_NEXUS"
 
 
-def cursor_secret(store: Store) -> bytes:
+def cursor_secret(store: object) -> bytes:
     """A KIP cursor key derived from the relay's persisted secret, so all workers agree."""
-    base = None
-    getter = getattr(store, "meta_get", None)
-    if getter is not None:
-        base = getter(CURSOR_SECRET_KEY)
+    base = store.meta_get(CURSOR_SECRET_KEY) if isinstance(store, MetadataHolding) else None
     if base is None:
         return os.urandom(32)
     return hmac.new(base, b"akrelay-kip", hashlib.sha256).digest()
@@ -53,7 +52,7 @@ def withheld_predicate(store: Store) -> Callable[[str], bool]:
 
 
 def open_runtime(store: Store, data_dir: str | os.PathLike[str] | None, *, origin: str, follow: bool = True,
-                 backend: str | None = None, config: KipConfig | None = None, environment: Any = None,
+                 backend: str | None = None, config: KipConfig | None = None, environment: SchemaEnvironment | None = None,
                  budget_ms: int | None = DEFAULT_BUDGET_MS, importer: bool = True) -> tuple[KipRuntime, KipFollower]:
     """A runtime over ``store`` and the follower that keeps its nexus current.
 
@@ -109,7 +108,18 @@ def open_runtime(store: Store, data_dir: str | os.PathLike[str] | None, *, origi
     return runtime, follower
 
 
-def reindex(store: Store, data_dir: str | os.PathLike[str], *, origin: str) -> dict[str, Any]:
+class ReindexSummary(TypedDict):
+    """What ``akrelay reindex --kip`` reports of the rebuilt nexus."""
+
+    space_id: str
+    space_seq: int
+    transactions: int
+    elements: dict[str, int]       # element count per kind
+    file: str
+    format_version: int
+
+
+def reindex(store: Store, data_dir: str | os.PathLike[str], *, origin: str) -> ReindexSummary:
     """Rebuild the on-disk nexus from the whole log (``akrelay reindex --kip``).
 
     Refused while a running relay imports into this data directory. The new file is
@@ -131,7 +141,7 @@ def reindex(store: Store, data_dir: str | os.PathLike[str], *, origin: str) -> d
         nexus = SqliteNexus(fresh, config.space_id, writer=True)
         try:
             follow_log(store, nexus)
-            summary = {"space_id": nexus.space_id, "space_seq": nexus.head,
+            summary: ReindexSummary = {"space_id": nexus.space_id, "space_seq": nexus.head,
                        "transactions": len(nexus.transactions()), "elements": nexus.counts(),
                        "file": str(path), "format_version": FORMAT_VERSION}
         finally:

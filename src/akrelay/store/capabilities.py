@@ -87,3 +87,12 @@ def blocking_io(store: object) -> bool:
 def store_directory(store: object) -> Path | None:
     """The directory of a file-backed store, else ``None``."""
     return Path(store.path).parent if isinstance(store, FileBacked) and store.path is not None else None
+
+
+@runtime_checkable
+class MetadataHolding(Protocol):
+    """A store with the small metadata area of :class:`akrelay.store.base.Store` (a test's stand-in may lack it)."""
+
+    def meta_get(self, key: str) -> bytes | None:
+        """The value stored under ``key``; ``None`` if absent."""
+        ...
