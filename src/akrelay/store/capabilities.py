@@ -87,3 +87,29 @@ def blocking_io(store: object) -> bool:
 def store_directory(store: object) -> Path | None:
     """The directory of a file-backed store, else ``None``."""
     return Path(store.path).parent if isinstance(store, FileBacked) and store.path is not None else None
+
+
+class ChangeWakeups(Protocol):
+    """Wake-ups per key for readers on an event loop (:class:`akrelay.knowql.wakeup.Wakeups`).
+
+    A reader ``watch`` es a key, takes its ``mark`` before it reads the store, then awaits
+    ``wait``, which returns at once if the key changed since the mark; ``unwatch`` when done.
+    """
+
+    def watch(self, key: str, /) -> None: ...
+
+    def unwatch(self, key: str, /) -> None: ...
+
+    def mark(self, key: str, /) -> int: ...
+
+    async def wait(self, key: str, mark: int, timeout: float, /) -> None: ...
+
+
+@runtime_checkable
+class Waking(Protocol):
+    """A store that wakes the readers of what changed (the KnowQL turn stores: their turns' events)."""
+
+    @property
+    def wakeups(self) -> ChangeWakeups:
+        """The wake-ups its writers notify after each commit."""
+        ...
