@@ -100,3 +100,12 @@ def test_serve_refuses_a_bad_contexts_file_at_startup(tmp_path, capsys) -> None:
     assert main(["serve", "--data", str(data), "--knowql-contexts", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert not data.exists()  # refused before the store was opened
+
+
+def test_every_turn_store_wakes_its_tails_and_a_bare_store_does_not(store) -> None:
+    """Tails find wake-ups through the ``Waking`` capability, not ``getattr`` (a store without them polls)."""
+    from akrelay.store.capabilities import Waking
+
+    assert isinstance(store, Waking)
+    assert store.wakeups.mark("qry_none") == 0
+    assert not isinstance(object(), Waking)

@@ -202,7 +202,7 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str
             await asyncio.wait_for(asyncio.shield(future), timeout=min(ASK_TIMEOUT_S, max(0.0, turn.deadline - time.time())))
         except asyncio.TimeoutError:
             return None, "the answer took too long; try again"
-        return await anyio.to_thread.run_sync(service.query, turn.query_id), None
+        return dict(await anyio.to_thread.run_sync(service.query, turn.query_id)), None
     except KnowqlError as exc:
         return None, exc.message
 

@@ -156,12 +156,10 @@ def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
                 await asyncio.wait_for(asyncio.shield(future), timeout=max(0.0, turn.deadline - time.time()))
             except asyncio.TimeoutError:
                 message = f"timed out after {turn.timeout} s"
-                await anyio.to_thread.run_sync(
-                    service.store.finish, turn.query_id, "failed", {"error": message},
-                    {"type": "response.failed", "error": message})
+                await anyio.to_thread.run_sync(service.fail, turn.query_id, message)
             final = await anyio.to_thread.run_sync(service.query, turn.query_id)
             if final["status"] == "failed" and str(final.get("error", "")).startswith("timed out"):
-                raise KnowqlError(504, "timeout", final["error"], query_id=turn.query_id,
+                raise KnowqlError(504, "timeout", str(final["error"]), query_id=turn.query_id,
                                   session_id=turn.session_id)
             return 200, final
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from akrelay.jsontypes import JSON
 
 
@@ -14,7 +12,7 @@ class KnowqlError(Exception):
     turn names its ``query_id`` and ``session_id``).
     """
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    def __init__(self, status: int, code: str, message: str, **extra: JSON) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
         #: response headers the refusal adds (``Retry-After`` on a 429 or 503)

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable
-# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
+from typing import Iterable, cast
+
+from akrelay.knowql.documents import Event, PublicQuery, QueryDoc, QueryFields
 
 TERMINAL = ("completed", "failed", "cancelled")
 EVENT_OF = {"completed": "response.completed", "failed": "response.failed", "cancelled": "response.cancelled"}
 
 
-def public(doc: dict[str, Any]) -> dict[str, Any]:
+def public(doc: QueryDoc) -> PublicQuery:
     """A stored document without its private members (``_started``, ``_timeout``, …)."""
-    return {k: v for k, v in doc.items() if not k.startswith("_")}
+    return cast(PublicQuery, {k: v for k, v in doc.items() if not k.startswith("_")})
 
 
 def rfc3339(seconds: float) -> str:
@@ -40,33 +41,34 @@ def expired(status: str | None, deadline: float, now: float) -> bool:
     return status == "in_progress" and now > deadline
 
 
-def timeout(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def timeout(doc: QueryDoc) -> tuple[QueryFields, Event]:
     """The fields and terminal event that fail an expired turn (``doc`` is its stored document)."""
     limit = doc.get("_timeout")
     message = f"timed out after {limit} s" if limit else "timed out"
     return {"error": message}, {"type": "response.failed", "error": message}
 
 
-def finished(doc: dict[str, Any], status: str, fields: dict[str, Any], now: float) -> dict[str, Any]:
+def finished(doc: QueryDoc, status: str, fields: QueryFields, now: float) -> QueryDoc:
     """``doc`` moved to terminal ``status``: ``fields`` merged in, its run time measured from ``_started``."""
     assert status in TERMINAL
-    out = dict(doc)
-    out.update(fields)
+    # ``fields`` is a part of a query (mypy types TypedDict.update with the same TypedDict only)
+    out = cast(QueryDoc, {**doc, **fields})
     out["status"] = status
     out["runtime_ms"] = max(0, int(round((now - out.get("_started", now)) * 1000)))
     return out
 
 
-def terminal_event(query_id: str, status: str, event: dict[str, Any] | None, doc: dict[str, Any]) -> dict[str, Any]:
+def terminal_event(query_id: str, status: str, event: Event | None, doc: QueryDoc) -> Event:
     """The stream's last event: ``event`` (``response.<status>`` by default) with the failure's error."""
-    terminal = dict(event or {"type": EVENT_OF[status]})
+    terminal: Event = event.copy() if event else {"type": EVENT_OF[status]}
     terminal.setdefault("type", EVENT_OF[status])
     terminal["query_id"] = query_id
-    if status != "completed" and "error" not in terminal and doc.get("error"):
-        terminal["error"] = doc["error"]
+    error = doc.get("error")
+    if status != "completed" and "error" not in terminal and error:
+        terminal["error"] = error
     return terminal
 
 
-def progress_events(query_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def progress_events(query_id: str, events: Iterable[Event]) -> list[Event]:
     """Progress events as stored: each names its query."""
-    return [dict(event, query_id=query_id) for event in events]
+    return [{**event, "query_id": query_id} for event in events]

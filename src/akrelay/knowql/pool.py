@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 _T = TypeVar("_T")
 
@@ -22,8 +22,8 @@ class FairPool:
     def __init__(self, threads: int, *, name: str = "akrelay-knowql") -> None:
         self.size, self.name = threads, name
         self.threads: list[threading.Thread] = []
-        # Any: jobs of every result type share the queues (each future is typed where submit returns it)
-        self._queues: OrderedDict[str, deque[tuple[Future[Any], Callable[[], Any]]]] = OrderedDict()
+        #: per client, its queued turns: how to cancel each (its future) and how to run it (into its future)
+        self._queues: OrderedDict[str, deque[tuple[Callable[[], object], Callable[[], None]]]] = OrderedDict()
         self._running: Counter[str] = Counter()
         #: when each client with turns queued or running was last served (a newcomer: never, first)
         self._served: dict[str, int] = {}
@@ -33,10 +33,18 @@ class FairPool:
 
     def submit(self, client: str, fn: Callable[..., _T], *args: object) -> Future[_T]:
         future: Future[_T] = Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # noqa: BLE001 - handed to the future's owner
+                    future.set_exception(exc)
+
         with self._cond:
             if self._closed:
                 raise RuntimeError("the turn pool is shut down")
-            self._queues.setdefault(client, deque()).append((future, lambda: fn(*args)))
+            self._queues.setdefault(client, deque()).append((future.cancel, run))
             if len(self.threads) < self.size:
                 thread = threading.Thread(target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True)
                 self.threads.append(thread)
@@ -44,18 +52,18 @@ class FairPool:
             self._cond.notify()
         return future
 
-    def _next(self) -> tuple[str, Future[Any], Callable[[], Any]] | None:  # Any: as in _queues
+    def _next(self) -> tuple[str, Callable[[], None]] | None:
         """The next job (called with the lock held): the least-served client's oldest turn."""
         if not self._queues:
             return None
         client = min(self._queues, key=lambda c: (self._running[c], self._served.get(c, -1)))
         queue = self._queues[client]
-        future, job = queue.popleft()
+        _cancel, job = queue.popleft()
         if not queue:
             del self._queues[client]
         self._tick += 1
         self._served[client] = self._tick
-        return client, future, job
+        return client, job
 
     def _work(self) -> None:
         while True:
@@ -66,14 +74,10 @@ class FairPool:
                         return
                     self._cond.wait()
                     picked = self._next()
-                client, future, job = picked
+                client, job = picked
                 self._running[client] += 1
             try:
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(job())
-                    except BaseException as exc:  # noqa: BLE001 - handed to the future's owner
-                        future.set_exception(exc)
+                job()
             finally:
                 with self._cond:
                     self._running[client] -= 1
@@ -88,7 +92,7 @@ class FairPool:
             self._closed = True
             if cancel_futures:
                 for queue in self._queues.values():
-                    for future, _job in queue:
-                        future.cancel()
+                    for cancel, _job in queue:
+                        cancel()
                 self._queues.clear()
             self._cond.notify_all()

@@ -17,9 +17,13 @@ import socket
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
+from akrelay.knowql.documents import Owner, QueryDoc
 from akrelay.store.base import StoreUnavailable
+
+if TYPE_CHECKING:  # annotations only
+    from akrelay.knowql.store import TurnStore
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -35,7 +39,7 @@ ORPHAN_MESSAGE = "the relay process running the turn stopped before the turn end
 _boot: tuple[int, str] | None = None
 
 
-def owner() -> dict[str, Any]:
+def owner() -> Owner:
     """This process as a turn's owner (the token is per pid, so a forked worker gets its own)."""
     global _boot
     pid = os.getpid()
@@ -44,7 +48,7 @@ def owner() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": pid, "boot": _boot[1]}
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
@@ -56,7 +60,7 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def is_orphan(doc: dict[str, Any], me: dict[str, Any]) -> bool:
+def is_orphan(doc: QueryDoc, me: Owner) -> bool:
     """True when ``doc``'s owner was a process of this host that no longer runs."""
     mine = doc.get("_owner")
     if not isinstance(mine, dict) or mine.get("host") != me["host"]:
@@ -67,7 +71,7 @@ def is_orphan(doc: dict[str, Any], me: dict[str, Any]) -> bool:
     return not _alive(mine.get("pid"))
 
 
-def fail_orphans(store: Any) -> int:
+def fail_orphans(store: TurnStore) -> int:
     """Fail this host's turns whose process is gone; how many were failed."""
     me = owner()
     failed = 0
@@ -84,7 +88,7 @@ class Deferred:
     """Store writes refused during an outage, retried on a thread of their own until the store answers."""
 
     def __init__(self) -> None:
-        self._writes: OrderedDict[str, Callable[[], Any]] = OrderedDict()
+        self._writes: OrderedDict[str, Callable[[], object]] = OrderedDict()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -94,7 +98,7 @@ class Deferred:
     def __len__(self) -> int:
         return len(self._writes)
 
-    def add(self, key: str, write: Callable[[], Any], exc: BaseException) -> None:
+    def add(self, key: str, write: Callable[[], object], exc: BaseException) -> None:
         """Keep ``write`` (it raised ``exc``, a :class:`StoreUnavailable`) to run once the store is back."""
         with self._lock:
             self._writes[key] = write

@@ -27,8 +27,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable
-# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
+from typing import Callable, Generic, Sequence, TypeVar
 
 import redis
 import redis.client
@@ -36,9 +35,12 @@ import redis.exceptions
 
 from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql import lifecycle
+from akrelay.knowql.documents import Event, NewSession, QueryDoc, QueryFields, SessionDoc
 from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, rfc3339
 from akrelay.knowql.wakeup import Wakeups
 from akrelay.store.redis.client import connect, unavailable
+
+_T = TypeVar("_T")
 
 KEY_PREFIX = "akrelay:knowql:"
 #: Optimistic transactions retried at most this often before the request is refused as busy.
@@ -73,9 +75,9 @@ class RedisTurnStore:
         self.wakeups = _RedisWakeups(client, f"{prefix}wake")
 
     @classmethod
-    def connect(cls, url: str, **kwargs: Any) -> "RedisTurnStore":
+    def connect(cls, url: str, *, clock: Callable[[], float] = time.time, prefix: str = KEY_PREFIX) -> "RedisTurnStore":
         """A store over a new client for ``url`` (connected on first use, closed by :meth:`close`)."""
-        return cls(connect(url), **kwargs)
+        return cls(connect(url), clock=clock, prefix=prefix)
 
     def close(self) -> None:
         self.wakeups.stop()
@@ -92,9 +94,9 @@ class RedisTurnStore:
         return f"{self.prefix}in-progress"
 
     @_outage_is_503
-    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+    def in_progress(self, limit: int) -> list[QueryDoc]:
         """Up to ``limit`` stored documents of turns still ``in_progress``."""
-        out = []
+        out: list[QueryDoc] = []
         for qid in list(self._r.sscan_iter(self._running, count=256))[:limit]:
             status, doc = self._r.hmget(self._query(qid.decode()), "status", "doc")
             if status == b"in_progress" and doc is not None:
@@ -121,22 +123,22 @@ class RedisTurnStore:
     def _counts(self) -> str:
         return f"{self.prefix}status-counts"
 
-    # Any: ``body`` returns its result, or a function of the replies that gives it; each caller declares the type
-    def _transaction(self, watch: list[str], body: Callable[[redis.client.Pipeline], Any]) -> Any:
+    def _transaction(self, watch: list[str], body: Callable[[redis.client.Pipeline], _T | _FromReplies[_T]]) -> _T:
         """Run ``body`` on a pipeline watching ``watch``, again while another writer interferes.
 
         ``body`` reads in immediate mode (it may watch more keys), then calls ``pipe.multi()``
-        and queues its writes. It returns the result, or a function of the writes' replies.
+        and queues its writes. It returns the result, or (:class:`_FromReplies`) how the
+        result is read from the writes' replies.
         """
         for _ in range(MAX_RETRIES):
             with self._r.pipeline() as pipe:
                 try:
                     pipe.watch(*watch)  # type: ignore[no-untyped-call]  # redis-py leaves Pipeline.watch untyped
                     result = body(pipe)
+                    if isinstance(result, _FromReplies):  # returned after pipe.multi(), as its writes need
+                        return result.read(pipe.execute())
                     if pipe.explicit_transaction:
-                        replies = pipe.execute()
-                        if callable(result):
-                            return result(replies)
+                        pipe.execute()
                     return result
                 except redis.exceptions.WatchError:
                     continue
@@ -145,8 +147,8 @@ class RedisTurnStore:
     # ---- turns ------------------------------------------------------------------------------
 
     @_outage_is_503
-    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
-                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    def create_turn(self, session: NewSession | None, session_id: str, query: QueryDoc,
+                    deadline: float) -> tuple[SessionDoc, QueryDoc]:
         """Record ``query`` (in_progress) in a new ``session`` or the existing ``session_id``.
 
         Takes the session's in-flight slot (409 ``session_busy`` if another turn holds
@@ -157,20 +159,22 @@ class RedisTurnStore:
         skey = self._session(session_id)
         stamp = rfc3339(now)
 
-        def body(pipe: redis.client.Pipeline) -> tuple[dict[str, Any], dict[str, Any]]:
+        def body(pipe: redis.client.Pipeline) -> tuple[SessionDoc, QueryDoc]:
             doc_text, last, inflight, created = pipe.hmget(skey, "doc", "last", "inflight", "created")
             if session is not None:
                 if doc_text is not None:
                     raise conflict("session_exists", f"a session {session_id!r} exists already")
-                session_doc, last, created = dict(session), None, stamp.encode()
+                stored: NewSession = session
+                last, created = None, stamp.encode()
             elif doc_text is None:
                 raise not_found("session_not_found", f"no session {session_id!r}")
             else:
                 if inflight:
                     raise conflict("session_busy", f"query {_str(inflight)} is still in progress on this session")
-                session_doc = json.loads(doc_text)
+                stored = json.loads(doc_text)
             previous = _str(last) if last else None
-            doc = dict(query, session_id=session_id, previous_query_id=previous)
+            doc = query.copy()
+            doc["session_id"], doc["previous_query_id"] = session_id, previous
             pipe.multi()
             if session is not None:
                 pipe.hset(skey, mapping={"doc": _dump(session), "created": stamp})
@@ -180,10 +184,11 @@ class RedisTurnStore:
                 "session": session_id, "status": "in_progress", "deadline": repr(float(deadline)), "doc": _dump(doc)})
             pipe.hincrby(self._counts, "in_progress", 1)
             pipe.sadd(self._running, doc["id"])
-            session_doc.update(last_query_id=doc["id"], created_at=_text(created), updated_at=stamp)
+            session_doc: SessionDoc = {**stored, "last_query_id": doc["id"], "created_at": _text(created),
+                                       "updated_at": stamp}
             return session_doc, doc
 
-        return self._transaction([skey], body)  # type: ignore[no-any-return]
+        return self._transaction([skey], body)
 
     def _expire_session(self, session_id: str, now: float) -> None:
         inflight = self._r.hget(self._session(session_id), "inflight")
@@ -196,7 +201,7 @@ class RedisTurnStore:
         return {_str(k): int(v) for k, v in self._r.hgetall(self._counts).items() if int(v) > 0}
 
     @_outage_is_503
-    def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+    def get_query(self, query_id: str, *, now: float | None = None) -> QueryDoc | None:
         status, deadline, doc = self._r.hmget(self._query(query_id), "status", "deadline", "doc")
         if doc is None:
             return None
@@ -204,11 +209,12 @@ class RedisTurnStore:
         if lifecycle.expired(_text(status), float(deadline or 0), now):
             self.finish(query_id, "failed", *lifecycle.timeout(json.loads(doc)))
             return self.get_query(query_id, now=now)
-        return json.loads(doc)  # type: ignore[no-any-return]
+        found: QueryDoc = json.loads(doc)
+        return found
 
     @_outage_is_503
-    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
-               *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
+    def finish(self, query_id: str, status: str, fields: QueryFields, event: Event | None = None,
+               *, pending: Sequence[Event] = ()) -> bool:
         """Move an in_progress query to ``status`` with ``fields`` merged into its document.
 
         ``pending`` progress events, then ``event`` (the terminal one, ``response.<status>``
@@ -248,11 +254,11 @@ class RedisTurnStore:
         return done
 
     @_outage_is_503
-    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
+    def append_events(self, query_id: str, events: Sequence[Event]) -> int | None:
         """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
         qkey, ekey = self._query(query_id), self._events(query_id)
 
-        def body(pipe: redis.client.Pipeline) -> Any:
+        def body(pipe: redis.client.Pipeline) -> int | None | _FromReplies[int | None]:
             if pipe.hget(qkey, "status") != b"in_progress":
                 return None
             if not events:
@@ -260,7 +266,7 @@ class RedisTurnStore:
             pipe.multi()
             pipe.publish(self._wake, query_id)  # delivered after EXEC: a woken tail reads the push
             pipe.rpush(ekey, *(_dump(e) for e in lifecycle.progress_events(query_id, events)))
-            return lambda replies: int(replies[-1])  # the list's length after the push: the last seq
+            return _FromReplies(_last_seq)
 
         last: int | None = self._transaction([qkey], body)
         if last:
@@ -268,38 +274,38 @@ class RedisTurnStore:
         return last
 
     @_outage_is_503
-    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, Event]]:
         start = max(1, from_seq)
         out = []
         for offset, data in enumerate(self._r.lrange(self._events(query_id), start - 1, -1)):
-            event = json.loads(data)
+            event: Event = json.loads(data)
             out.append((start + offset, event["type"], event))
         return out
 
     # ---- sessions ---------------------------------------------------------------------------
 
     @_outage_is_503
-    def get_session(self, session_id: str) -> dict[str, Any] | None:
+    def get_session(self, session_id: str) -> SessionDoc | None:
         doc_text, last, created, updated = self._r.hmget(self._session(session_id), "doc", "last", "created", "updated")
         if doc_text is None:
             return None
-        doc: dict[str, Any] = json.loads(doc_text)
-        doc.update(last_query_id=_text(last) or None, created_at=_text(created), updated_at=_text(updated))
+        doc: SessionDoc = json.loads(doc_text)
+        doc["last_query_id"], doc["created_at"], doc["updated_at"] = _text(last) or None, _text(created), _text(updated)
         return doc
 
     @_outage_is_503
-    def session_queries(self, session_id: str) -> list[dict[str, Any]]:
+    def session_queries(self, session_id: str) -> list[QueryDoc]:
         ids = [_str(qid) for qid in self._r.lrange(self._queries(session_id), 0, -1)]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
-    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+    def recent_queries(self, session_id: str, limit: int) -> list[QueryDoc]:
         """The session's last ``limit`` queries, oldest first."""
         ids = [_str(qid) for qid in self._r.lrange(self._queries(session_id), -limit, -1)]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
     @_outage_is_503
-    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[QueryDoc]]:
         """The session's query count and ``limit`` of its queries from position ``offset`` (0-based)."""
         key = self._queries(session_id)
         total = int(self._r.llen(key))
@@ -327,7 +333,23 @@ class RedisTurnStore:
                     pipe.hincrby(self._counts, _str(status), -1)
             return existed
 
-        return self._transaction([skey, lkey], body)  # type: ignore[no-any-return]
+        return self._transaction([skey, lkey], body)
+
+
+class _FromReplies(Generic[_T]):
+    """What a transaction's body returns when its result is read from the replies of its writes."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[[list[object]], _T]) -> None:
+        self.read = read
+
+
+def _last_seq(replies: list[object]) -> int:
+    """The reply of a body's last write, an ``RPUSH``: the list's length after the push, so the last seq."""
+    length = replies[-1]
+    assert isinstance(length, int)
+    return length
 
 
 class _RedisWakeups(Wakeups):

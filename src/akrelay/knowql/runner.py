@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
-# Untyped here: turn, step and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from akrelay.knowql.compose import COMPOSE_DEFAULT, RETRIEVAL_DEFAULT, envelope
 from akrelay.knowql.contexts import Context
+from akrelay.knowql.documents import Event, OutputMessage, QueryDoc, QueryExtension, QueryFields, Step, Usage
 from akrelay.knowql.models import ComposerError, HistoryEntry, ModelEntry, TurnInput
 from akrelay.knowql.request import QueryDocument
 from akrelay.knowql.retrieval import Retrieval, retrieve
@@ -57,7 +57,7 @@ class Turn:
     #: who asked (the client IP): the admission slot the turn holds until it ends
     client: str = ""
     #: progress events not yet written, and when the runner last wrote them
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[Event] = field(default_factory=list)
     flushed_at: float = 0.0
 
 
@@ -92,7 +92,7 @@ class TurnRunner:
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def _emit(self, turn: Turn, event: dict[str, Any], *, flush: bool = False) -> None:
+    def _emit(self, turn: Turn, event: Event, *, flush: bool = False) -> None:
         """Queue a progress event; write the queue when asked, or when it is older than :data:`FLUSH_SECONDS`.
 
         Batching keeps a turn to a few store transactions (an extractive answer's
@@ -114,17 +114,18 @@ class TurnRunner:
         if self.store.append_events(turn.query_id, pending) is None:
             raise TurnEnded()
 
-    def _step(self, turn: Turn, steps: list[dict[str, Any]], step_id: str, fns: list[str],
+    def _step(self, turn: Turn, steps: list[Step], step_id: str, fns: list[str],
               commentary: str, status: str = "completed", *, flush: bool = False) -> None:
-        step = {"step_id": step_id, "status": status, "commentary": commentary, "fns": fns}
+        step: Step = {"step_id": step_id, "status": status, "commentary": commentary, "fns": fns}
         if status != "running":
             steps.append(step)
-        self._emit(turn, {"type": "response.step", **step}, flush=flush)
+        self._emit(turn, {"type": "response.step", "step_id": step_id, "status": status, "commentary": commentary,
+                          "fns": fns}, flush=flush)
 
     def _run(self, turn: Turn) -> None:
         started = self.clock()
         doc = turn.doc
-        steps: list[dict[str, Any]] = []
+        steps: list[Step] = []
         self._emit(turn, {"type": "response.created", "session_id": turn.session_id})
         self._step(turn, steps, "retrieve", ["search.question", "kip.nexus"], "ranking capsules for the ask",
                    "running", flush=True)
@@ -145,7 +146,7 @@ class TurnRunner:
                    f"{len(retrieval.artifacts)} capsule(s), {len(retrieval.chunks)} passage(s) at snapshot seq "
                    f"{retrieval.snapshot_seq} under {turn.policy}", flush=True)
         warnings = list(doc.warnings)
-        extension: dict[str, object] = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
+        extension: QueryExtension = {"snapshot_seq": retrieval.snapshot_seq, "index_seq": retrieval.index_seq,
                                         "policy": turn.policy, "scope": [c.slug for c in turn.scope],
                                         "warnings": warnings}
         if mode is not None:
@@ -154,8 +155,8 @@ class TurnRunner:
                 warnings.append("shape is ignored on a retrieval-only turn (seed 000 §7.3)")
             output_json: object = envelope(retrieval, name, kind, max_items=doc.max_retrieved,
                                            max_chars=doc.max_retrieved_chars, pointers=doc.pointers_only)
-            fields: dict[str, object] = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
-                      "usage": _usage(None)}
+            fields: QueryFields = {"model": None, "output": [_text("")], "output_json": output_json, "citations": [],
+                                   "usage": _usage(None)}
         else:
             assert turn.model is not None
             self._step(turn, steps, "compose", [turn.model.id], "composing the answer", "running")
@@ -182,23 +183,23 @@ class TurnRunner:
         duration = int(round((self.clock() - started) * 1000))
         self._emit(turn, {"type": "response.turn_rollup", "n_steps": len(steps), "n_tool_calls": 0,
                           "by_category": {}, "total_hits": len(retrieval.chunks), "duration_ms": duration})
-        fields.update(steps=steps, akrelay=extension, error=None)
+        fields["steps"], fields["akrelay"], fields["error"] = steps, extension, None
         pending, turn.pending = turn.pending, []
         self._finish(turn, "completed", fields, None, pending)
 
     def _fail(self, turn: Turn, message: str, outage: StoreUnavailable | None = None) -> None:
         pending, turn.pending = turn.pending, []
-        event = {"type": "response.failed", "error": message}
+        event: Event = {"type": "response.failed", "error": message}
         if outage is not None:
             self.deferred.add(turn.query_id, lambda: self.store.finish(turn.query_id, "failed", {"error": message},
                                                                        event, pending=pending), outage)
             return
         self._finish(turn, "failed", {"error": message}, event, pending)
 
-    def _finish(self, turn: Turn, status: str, fields: dict[str, Any], event: dict[str, Any] | None,
-                pending: list[dict[str, Any]]) -> None:
+    def _finish(self, turn: Turn, status: str, fields: QueryFields, event: Event | None,
+                pending: list[Event]) -> None:
         """The terminal compare-and-set; kept for later when the store is away (never a traceback)."""
-        def write() -> Any:
+        def write() -> bool:
             return self.store.finish(turn.query_id, status, fields, event, pending=pending)
 
         try:
@@ -207,11 +208,11 @@ class TurnRunner:
             self.deferred.add(turn.query_id, write, exc)
 
 
-def _text(text: str) -> dict[str, Any]:
+def _text(text: str) -> OutputMessage:
     return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
-def _usage(usage: dict[str, int] | None) -> dict[str, Any]:
+def _usage(usage: Mapping[str, int] | None) -> Usage:
     usage = usage or {}
     inp, out = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
     return {"input_tokens": inp, "output_tokens": out, "total_tokens": int(usage.get("total_tokens", inp + out)),
@@ -224,7 +225,7 @@ HISTORY_ANSWER_CHARS = 2000
 HISTORY_SOURCES = 16
 
 
-def history_of(queries: Sequence[dict[str, Any]]) -> tuple[HistoryEntry, ...]:
+def history_of(queries: Sequence[QueryDoc]) -> tuple[HistoryEntry, ...]:
     """The last :data:`HISTORY_TURNS` completed turns of ``queries`` (oldest first), each clipped.
 
     Bounded so that turn 200 of a session costs what turn 9 does: the store hands over
@@ -237,7 +238,7 @@ def history_of(queries: Sequence[dict[str, Any]]) -> tuple[HistoryEntry, ...]:
             continue
         ask = q["input"][0]["content"] if q.get("input") else ""
         answer = "".join(part.get("text", "") for item in q.get("output", []) for part in item.get("content", []))
-        sources = tuple(dict.fromkeys(c["source"] for c in q.get("citations") or []
-                                      if isinstance(c, dict) and isinstance(c.get("source"), str)))
+        sources = tuple(dict.fromkeys(source for c in q.get("citations") or []
+                                      if isinstance(c, dict) and isinstance(source := c.get("source"), str)))
         out.append(HistoryEntry(ask, answer[:HISTORY_ANSWER_CHARS], sources[:HISTORY_SOURCES]))
     return tuple(out[-HISTORY_TURNS:])

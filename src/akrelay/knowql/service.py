@@ -13,12 +13,13 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from akrelay.jsontypes import JSON
 from akrelay.knowql.admission import Admission
 from akrelay.knowql.compose import EXTRACTIVE_MODEL, ExtractiveComposer
 from akrelay.knowql.contexts import ContextRegistry
+from akrelay.knowql.documents import NewSession, Pinned, PublicQuery, QueryDoc, SessionPage
 from akrelay.knowql.errors import KnowqlError, bad_request, not_found
 from akrelay.knowql.models import EXTRA_COMPOSERS, TIERS, Catalog, Composer, ModelEntry
 from akrelay.knowql.pool import FairPool
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # annotations only (no early import of the relay, the KIP run
     from akrelay.kip.runtime import KipRuntime
     from akrelay.relay.core import Relay
     from akrelay.search.service import SearchService
+    from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -59,7 +61,7 @@ def title_of(ask: str) -> str:
     return cut + "…"
 
 
-def build_catalog(settings: Any, extractive: Composer) -> Catalog:
+def build_catalog(settings: Settings, extractive: Composer) -> Catalog:
     """The extractive composer, the configured LLM (if any) and any registered extra composers."""
     entries = [ModelEntry(EXTRACTIVE_MODEL, "Extractive (deterministic, no model)", "akrelay", extractive)]
     tiers = {tier: EXTRACTIVE_MODEL for tier in TIERS}
@@ -80,8 +82,7 @@ def build_catalog(settings: Any, extractive: Composer) -> Catalog:
 
 
 class KnowqlService:
-    # Any: the settings (one object for every area until they are typed per area)
-    def __init__(self, relay: Relay, settings: Any, *, store: TurnStore, contexts: ContextRegistry,
+    def __init__(self, relay: Relay, settings: Settings, *, store: TurnStore, contexts: ContextRegistry,
                  search: Callable[[], SearchService], runtime: Callable[[], KipRuntime], clock: Callable[[], float] = time.time,
                  default_policy: str = "akrelay:corroborated") -> None:
         # Only what a turn needs: holding the relay itself would keep it alive (the
@@ -106,7 +107,7 @@ class KnowqlService:
         self._open_lock = threading.Lock()
 
     @classmethod
-    def open(cls, relay: Relay, settings: Any, store: TurnStore, *, search: Callable[[], SearchService],
+    def open(cls, relay: Relay, settings: Settings, store: TurnStore, *, search: Callable[[], SearchService],
              runtime: Callable[[], KipRuntime]) -> "KnowqlService":
         """The service over ``store`` (the node backend's turn store, closed with the service)."""
         contexts = ContextRegistry.load(relay.config.origin, settings.knowql.contexts or None)
@@ -133,7 +134,7 @@ class KnowqlService:
         message = "the relay shut down before the turn ended"
         try:
             for query_id in unfinished:  # a compare-and-set: a turn that did end is left as it is
-                self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
+                self.fail(query_id, message)
         except StoreUnavailable as exc:  # Redis away at shutdown: the next start (or their deadlines) fails them
             log.warning("KnowQL: could not fail %d unfinished turn(s) at shutdown: %s", len(unfinished), exc)
         finally:
@@ -142,7 +143,7 @@ class KnowqlService:
 
     # ---- a turn ---------------------------------------------------------------------------
 
-    def accept(self, doc: QueryDocument, api_version: str, client: str = "") -> tuple[dict[str, Any], Turn]:
+    def accept(self, doc: QueryDocument, api_version: str, client: str = "") -> tuple[PublicQuery, Turn]:
         """Resolve ``doc`` and record its turn ``in_progress``; the public query document and the turn.
 
         The turn takes one of ``client``'s slots (:class:`Admission`: 429/503 when none is
@@ -155,28 +156,31 @@ class KnowqlService:
             self.admission.leave_turn(client)
             raise
 
-    def _accept(self, doc: QueryDocument, api_version: str, client: str) -> tuple[dict[str, Any], Turn]:
+    def _accept(self, doc: QueryDocument, api_version: str, client: str) -> tuple[PublicQuery, Turn]:
         now = self.clock()
         if doc.continues:
             session_id = self._continued_session(doc)
             session = self.store.get_session(session_id)
             if session is None:
                 raise not_found("session_not_found", f"no session {session_id!r}")
-            pinned, new_session = session, None
+            pinned: Pinned = session
+            new_session: NewSession | None = None
             scope = self.contexts.scope(session["scope"])
         else:
-            pinned = doc.pinned()
+            pinned = cast(Pinned, doc.pinned())  # the members documents.Pinned names
             self.catalog.resolve(pinned["models"])  # 400 before any 404 (seed order)
             scope = self.contexts.resolve_scope(doc.scope or ())
             pinned["scope"] = [c.slug for c in scope]
             session_id = new_id("ses_")
-            new_session = {"id": session_id, "object": "session", "project_id": PROJECT_ID,
-                           "created_by": CREATED_BY, "title": title_of(doc.ask), **pinned}
+            created: NewSession = {"id": session_id, "object": "session", "project_id": PROJECT_ID,
+                                   "created_by": CREATED_BY, "title": title_of(doc.ask), **pinned}
+            new_session = created
         mode = doc.retrieval_mode()
         model = None if mode is not None else self._model_for(pinned.get("models") or [])
-        policy = (pinned.get("vars") or {}).get("policy") or self.default_policy
+        chosen = (pinned.get("vars") or {}).get("policy")  # a policy name when given (request.py checks it)
+        policy = chosen if isinstance(chosen, str) and chosen else self.default_policy
         query_id = new_id("qry_")
-        query = {
+        query: QueryDoc = {
             "id": query_id, "object": "query", "session_id": session_id,
             "model": model.id if model is not None else None, "created": int(now), "status": "in_progress",
             "error": None, "previous_query_id": None, "input": [{"role": "user", "content": doc.ask}],
@@ -208,12 +212,16 @@ class KnowqlService:
             raise bad_request("session_id and previous_query_id name different sessions")
         return owner
 
-    def _model_for(self, preference: list[str]) -> Any:
+    def _model_for(self, preference: list[str]) -> ModelEntry:
         """The pinned preference's first available model; the default if it is no longer served."""
         try:
             return self.catalog.resolve(preference)
         except KnowqlError:
             return self.catalog.resolve([])
+
+    def fail(self, query_id: str, message: str) -> bool:
+        """Fail an in-progress turn with ``message`` (a compare-and-set: ``False`` if it had ended)."""
+        return self.store.finish(query_id, "failed", {"error": message}, {"type": "response.failed", "error": message})
 
     def run(self, turn: Turn) -> None:
         try:
@@ -229,20 +237,20 @@ class KnowqlService:
 
     # ---- resources ------------------------------------------------------------------------
 
-    def query(self, query_id: str) -> dict[str, Any]:
+    def query(self, query_id: str) -> PublicQuery:
         doc = self.store.get_query(query_id)
         if doc is None:
             raise not_found("query_not_found", f"no query {query_id!r}")
         return public(doc)
 
-    def cancel(self, query_id: str) -> dict[str, Any]:
+    def cancel(self, query_id: str) -> PublicQuery:
         """Idempotent: an in-progress turn becomes ``cancelled``; a terminal one is returned unchanged."""
         self.query(query_id)  # 404 first; also fails a turn whose deadline passed
         self.store.finish(query_id, "cancelled", {"error": "cancelled by client"},
                           {"type": "response.cancelled", "error": "cancelled by client"})
         return self.query(query_id)
 
-    def session(self, session_id: str, offset: int = 0, limit: int = SESSION_PAGE) -> dict[str, Any]:
+    def session(self, session_id: str, offset: int = 0, limit: int = SESSION_PAGE) -> SessionPage:
         """The session with one page of its queries (oldest first): ``limit`` from position ``offset``.
 
         ``akrelay.queries`` says where the page lies (``total``, ``offset``, ``limit``, ``next_offset``),
@@ -257,7 +265,7 @@ class KnowqlService:
                 "akrelay": {"queries": {"total": total, "offset": offset, "limit": limit,
                                         "next_offset": following if following < total else None}}}
 
-    def delete_session(self, session_id: str) -> dict[str, Any]:
+    def delete_session(self, session_id: str) -> dict[str, bool]:
         return {"deleted": self.store.delete_session(session_id)}
 
     def models(self) -> dict[str, JSON]:

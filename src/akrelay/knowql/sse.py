@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 import anyio
 import anyio.to_thread
 
+from akrelay.knowql.documents import Event, QueryDoc
 from akrelay.knowql.store import TERMINAL, TurnStore, public
 from akrelay.store.base import StoreUnavailable
+from akrelay.store.capabilities import Waking
 
 log = logging.getLogger("akrelay.knowql")
 
@@ -38,11 +40,11 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def event_frame(seq: int, event: dict[str, Any]) -> bytes:
+def event_frame(seq: int, event: Event) -> bytes:
     return f"id: {seq}\nevent: {event['type']}\ndata: {_json(event)}\n\n".encode("utf-8")
 
 
-def query_frame(doc: dict[str, Any]) -> bytes:
+def query_frame(doc: QueryDoc) -> bytes:
     return f"event: query\ndata: {_json(public(doc))}\n\n".encode("utf-8")
 
 
@@ -51,7 +53,7 @@ async def tail(store: TurnStore, query_id: str, from_seq: int = 1, *,
     """Frames of ``query_id`` from ``from_seq`` (inclusive) until its ``query`` frame."""
     next_seq = max(1, from_seq)
     started = last_sent = clock()
-    wakeups = getattr(store, "wakeups", None)
+    wakeups = store.wakeups if isinstance(store, Waking) else None
     if wakeups is not None:
         wakeups.watch(query_id)
     try:

@@ -22,10 +22,10 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
-# Untyped here: turn, session and event documents are JSON objects read by fixed keys (a TypedDict each is the next step).
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from akrelay.knowql import lifecycle
+from akrelay.knowql.documents import Event, NewSession, QueryDoc, QueryFields, SessionDoc
 from akrelay.knowql.errors import conflict, not_found
 from akrelay.knowql.lifecycle import TERMINAL, dump as _dump, public, rfc3339
 from akrelay.knowql.wakeup import Wakeups
@@ -55,21 +55,21 @@ SCHEMA = Schema("KnowQL turn store", {0: script(_SCHEMA_V1)})
 class TurnStore(Protocol):
     """What KnowQL needs from a shared store (SQLite file, or Redis for a deployment)."""
 
-    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
-                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]: ...
-    def get_query(self, query_id: str) -> dict[str, Any] | None: ...
-    def get_session(self, session_id: str) -> dict[str, Any] | None: ...
-    def session_queries(self, session_id: str) -> list[dict[str, Any]]: ...
-    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]: ...
-    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]: ...
+    def create_turn(self, session: NewSession | None, session_id: str, query: QueryDoc,
+                    deadline: float) -> tuple[SessionDoc, QueryDoc]: ...
+    def get_query(self, query_id: str) -> QueryDoc | None: ...
+    def get_session(self, session_id: str) -> SessionDoc | None: ...
+    def session_queries(self, session_id: str) -> list[QueryDoc]: ...
+    def recent_queries(self, session_id: str, limit: int) -> list[QueryDoc]: ...
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[QueryDoc]]: ...
     def delete_session(self, session_id: str) -> bool: ...
-    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None: ...
-    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
-               *, pending: list[dict[str, Any]] = ()) -> bool: ...  # type: ignore[assignment]
-    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]: ...
+    def append_events(self, query_id: str, events: Sequence[Event]) -> int | None: ...
+    def finish(self, query_id: str, status: str, fields: QueryFields, event: Event | None = None,
+               *, pending: Sequence[Event] = ()) -> bool: ...
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, Event]]: ...
     def session_of_query(self, query_id: str) -> str | None: ...
     def status_counts(self) -> dict[str, int]: ...
-    def in_progress(self, limit: int) -> list[dict[str, Any]]: ...
+    def in_progress(self, limit: int) -> list[QueryDoc]: ...
     def close(self) -> None: ...
 
 
@@ -117,14 +117,14 @@ class SqliteTurnStore:
             self._db.execute("COMMIT")
             return result
 
-    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def _read(self, sql: str, args: tuple[str | int, ...]) -> list[tuple[Any, ...]]:  # Any: the columns its SELECT names
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
     # ---- turns ------------------------------------------------------------------------------
 
-    def create_turn(self, session: dict[str, Any] | None, session_id: str, query: dict[str, Any],
-                    deadline: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    def create_turn(self, session: NewSession | None, session_id: str, query: QueryDoc,
+                    deadline: float) -> tuple[SessionDoc, QueryDoc]:
         """Insert ``query`` (in_progress) into a new ``session`` or the existing ``session_id``.
 
         Takes the session's in-flight slot (409 ``session_busy`` if another turn
@@ -134,7 +134,7 @@ class SqliteTurnStore:
         now = self.clock()
         self._expire_session(session_id, now)
 
-        def tx(db: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+        def tx(db: sqlite3.Connection) -> tuple[SessionDoc, QueryDoc]:
             stamp = rfc3339(now)
             if session is not None:
                 db.execute("INSERT INTO sessions (id, doc, last_query_id, inflight, created_at, updated_at) "
@@ -145,7 +145,8 @@ class SqliteTurnStore:
             last, inflight = row
             if inflight is not None:
                 raise conflict("session_busy", f"query {inflight} is still in progress on this session")
-            doc = dict(query, session_id=session_id, previous_query_id=last)
+            doc = query.copy()
+            doc["session_id"], doc["previous_query_id"] = session_id, last
             position = db.execute("SELECT COALESCE(MAX(position), 0) + 1 FROM queries WHERE session_id = ?",
                                   (session_id,)).fetchone()[0]
             db.execute("INSERT INTO queries (id, session_id, position, status, deadline, doc) VALUES (?, ?, ?, ?, ?, ?)",
@@ -161,7 +162,7 @@ class SqliteTurnStore:
         if rows and rows[0][0] is not None:
             self.get_query(rows[0][0], now=now)
 
-    def in_progress(self, limit: int) -> list[dict[str, Any]]:
+    def in_progress(self, limit: int) -> list[QueryDoc]:
         """Up to ``limit`` stored documents of turns still ``in_progress`` (orphans are looked for at start)."""
         rows = self._read("SELECT doc FROM queries WHERE status = 'in_progress' LIMIT ?", (limit,))
         return [json.loads(doc) for (doc,) in rows]
@@ -170,7 +171,7 @@ class SqliteTurnStore:
         """Turns per status (``/metrics``): one shared count for every worker."""
         return {status: count for status, count in self._read("SELECT status, COUNT(*) FROM queries GROUP BY status", ())}
 
-    def get_query(self, query_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+    def get_query(self, query_id: str, *, now: float | None = None) -> QueryDoc | None:
         rows = self._read("SELECT status, deadline, doc FROM queries WHERE id = ?", (query_id,))
         if not rows:
             return None
@@ -179,11 +180,11 @@ class SqliteTurnStore:
         if lifecycle.expired(status, deadline, now):
             self.finish(query_id, "failed", *lifecycle.timeout(json.loads(doc)))
             return self.get_query(query_id, now=now)
-        found: dict[str, Any] = json.loads(doc)
+        found: QueryDoc = json.loads(doc)
         return found
 
-    def finish(self, query_id: str, status: str, fields: dict[str, Any], event: dict[str, Any] | None = None,
-               *, pending: list[dict[str, Any]] = ()) -> bool:  # type: ignore[assignment]
+    def finish(self, query_id: str, status: str, fields: QueryFields, event: Event | None = None,
+               *, pending: Sequence[Event] = ()) -> bool:
         """Move an in_progress query to ``status`` with ``fields`` merged into its document.
 
         ``pending`` progress events, then ``event`` (the terminal one,
@@ -211,7 +212,7 @@ class SqliteTurnStore:
             self.wakeups.notify(query_id)
         return done
 
-    def append_events(self, query_id: str, events: list[dict[str, Any]]) -> int | None:
+    def append_events(self, query_id: str, events: Sequence[Event]) -> int | None:
         """Append progress events while the query is in progress; the last seq, or ``None`` if it ended."""
         def tx(db: sqlite3.Connection) -> int | None:
             row = db.execute("SELECT status FROM queries WHERE id = ?", (query_id,)).fetchone()
@@ -228,44 +229,44 @@ class SqliteTurnStore:
         return last
 
     @staticmethod
-    def _append(db: sqlite3.Connection, query_id: str, event: dict[str, Any]) -> int:
+    def _append(db: sqlite3.Connection, query_id: str, event: Event) -> int:
         seq: int = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM query_events WHERE query_id = ?",
                          (query_id,)).fetchone()[0]
         db.execute("INSERT INTO query_events (query_id, seq, type, data) VALUES (?, ?, ?, ?)",
                    (query_id, seq, event["type"], _dump(event)))
         return seq
 
-    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, dict[str, Any]]]:
+    def events(self, query_id: str, from_seq: int = 0) -> list[tuple[int, str, Event]]:
         rows = self._read("SELECT seq, type, data FROM query_events WHERE query_id = ? AND seq >= ? ORDER BY seq",
                           (query_id, from_seq))
         return [(seq, kind, json.loads(data)) for seq, kind, data in rows]
 
     # ---- sessions ---------------------------------------------------------------------------
 
-    def _session_doc(self, db: sqlite3.Connection, session_id: str) -> dict[str, Any]:
+    def _session_doc(self, db: sqlite3.Connection, session_id: str) -> SessionDoc:
         row = db.execute("SELECT doc, last_query_id, created_at, updated_at FROM sessions WHERE id = ?",
                          (session_id,)).fetchone()
-        doc: dict[str, Any] = json.loads(row[0])
-        doc.update(last_query_id=row[1], created_at=row[2], updated_at=row[3])
+        doc: SessionDoc = json.loads(row[0])
+        doc["last_query_id"], doc["created_at"], doc["updated_at"] = row[1], row[2], row[3]
         return doc
 
-    def get_session(self, session_id: str) -> dict[str, Any] | None:
+    def get_session(self, session_id: str) -> SessionDoc | None:
         with self._lock:
             exists = self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
             return self._session_doc(self._db, session_id) if exists else None
 
-    def session_queries(self, session_id: str) -> list[dict[str, Any]]:
+    def session_queries(self, session_id: str) -> list[QueryDoc]:
         ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position",
                                         (session_id,))]
         return [q for qid in ids if (q := self.get_query(qid)) is not None]
 
-    def recent_queries(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+    def recent_queries(self, session_id: str, limit: int) -> list[QueryDoc]:
         """The session's last ``limit`` queries, oldest first (one bounded read, however long the session)."""
         rows = self._read("SELECT doc FROM queries WHERE session_id = ? ORDER BY position DESC LIMIT ?",
                           (session_id, limit))
         return [json.loads(doc) for (doc,) in reversed(rows)]
 
-    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    def session_page(self, session_id: str, offset: int, limit: int) -> tuple[int, list[QueryDoc]]:
         """The session's query count and ``limit`` of its queries from position ``offset`` (0-based), oldest first."""
         total = self._read("SELECT COUNT(*) FROM queries WHERE session_id = ?", (session_id,))[0][0]
         ids = [r[0] for r in self._read("SELECT id FROM queries WHERE session_id = ? ORDER BY position LIMIT ? OFFSET ?",

@@ -96,3 +96,29 @@ class MetadataHolding(Protocol):
     def meta_get(self, key: str) -> bytes | None:
         """The value stored under ``key``; ``None`` if absent."""
         ...
+
+
+class ChangeWakeups(Protocol):
+    """Wake-ups per key for readers on an event loop (:class:`akrelay.knowql.wakeup.Wakeups`).
+
+    A reader ``watch`` es a key, takes its ``mark`` before it reads the store, then awaits
+    ``wait``, which returns at once if the key changed since the mark; ``unwatch`` when done.
+    """
+
+    def watch(self, key: str, /) -> None: ...
+
+    def unwatch(self, key: str, /) -> None: ...
+
+    def mark(self, key: str, /) -> int: ...
+
+    async def wait(self, key: str, mark: int, timeout: float, /) -> None: ...
+
+
+@runtime_checkable
+class Waking(Protocol):
+    """A store that wakes the readers of what changed (the KnowQL turn stores: their turns' events)."""
+
+    @property
+    def wakeups(self) -> ChangeWakeups:
+        """The wake-ups its writers notify after each commit."""
+        ...
