@@ -382,9 +382,10 @@ class RelayClient:
         parsed = self._parse(content)
         if response.status_code != 200:
             error = parsed.get("error") if isinstance(parsed, dict) else None
-            if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+            code = error.get("code") if isinstance(error, dict) else None
+            if not isinstance(error, dict) or not isinstance(code, str):
                 raise ResponseError(f"HTTP {response.status_code} without an Identity §8.1 error body")
-            raise ServiceError(response.status_code, error["code"], str(error.get("message", "")), error.get("data"),
+            raise ServiceError(response.status_code, code, str(error.get("message", "")), error.get("data"),
                                response.headers.get("retry-after"))
         return parsed
 

@@ -345,8 +345,8 @@ def docs_page(doc: JSONObject) -> str:
         for method, op_value in _members(methods).items():
             op = _members(op_value)
             params = ", ".join(f"{p['name']} ({p['in']})" for p in map(_members, _elements(op.get("parameters"))))
-            body = _members(_members(op.get("requestBody")).get("content"))
-            request = ", ".join(f"{media}: {_schema_name(_members(v).get('schema'))}" for media, v in body.items())
+            content = _members(_members(op.get("requestBody")).get("content"))
+            request = ", ".join(f"{media}: {_schema_name(_members(v).get('schema'))}" for media, v in content.items())
             responses = "".join(
                 f"<li><code>{h(code)}</code> {h(_members(r).get('description', ''))}{_media_schemas(r)}</li>"
                 for code, r in _members(op.get("responses")).items())

@@ -191,7 +191,7 @@ class RelayApp(Litestar):
             await self._serve(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == ScopeType.HTTP:
             method = scope["method"]
             if method == "HEAD":
                 scope["method"] = "GET"  # in place: the observer reads the matched route from this scope

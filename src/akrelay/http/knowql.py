@@ -114,8 +114,8 @@ async def _answer(request: Request[object, object, State], work: Callable[[str],
         return _json_response(bad_request(str(exc.detail)).to_wire(), 400, version)
     if isinstance(result, ASGIStreamingResponse):
         return result
-    status, body = result
-    return _json_response(body, status, version)
+    status, document = result
+    return _json_response(document, status, version)
 
 
 def _sse(frames: AsyncIterator[bytes], version: str) -> ASGIStreamingResponse:
