@@ -13,11 +13,13 @@ from __future__ import annotations
 import ssl
 import threading
 from contextlib import contextmanager
-# Loose types: httpcore's get_extra_info and socket options are untyped upstream.
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterable, Iterator, TypeAlias, Union
 
 import httpcore
 import httpx
+
+#: A socket option as httpcore takes it (``httpcore._backends.base.SOCKET_OPTION``, not exported).
+SocketOption: TypeAlias = Union[tuple[int, int, int], tuple[int, int, Union[bytes, bytearray]], tuple[int, int, None, int]]
 
 #: The deadline of the request running in this thread (see :class:`DeadlineStream`).
 request_deadline = threading.local()
@@ -71,7 +73,7 @@ class DeadlineStream(httpcore.NetworkStream):
         return DeadlineStream(self._inner.start_tls(ssl_context, server_hostname,
                                                     budget(timeout, httpcore.ConnectTimeout)))
 
-    def get_extra_info(self, info: str) -> Any:
+    def get_extra_info(self, info: str) -> object:
         return self._inner.get_extra_info(info)
 
 
@@ -79,7 +81,7 @@ class DeadlineBackend(httpcore.SyncBackend):
     """The system network backend, its connections bound by the request deadline."""
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
+                    socket_options: Iterable[SocketOption] | None = None) -> httpcore.NetworkStream:
         return DeadlineStream(super().connect_tcp(host, port, budget(timeout, httpcore.ConnectTimeout),
                                                   local_address, socket_options))
 

@@ -27,12 +27,13 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, NotRequired, Sequence, TypedDict, cast
+from typing import Callable, Iterator, Mapping, NotRequired, Sequence, TypedDict, cast
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
 from akrelay.boundedhttp import deadline, deadline_transport, json_values, unasked_coding
+from akrelay.jsontypes import JSON, JSONObject
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.query import MAX_LIMIT as MAX_QUERY_LIMIT
 from akrelay.protocol.records import (
@@ -71,7 +72,7 @@ class ResponseError(Exception):
 class ServiceError(Exception):
     """The service refused the request with an Identity §8.1 error body."""
 
-    def __init__(self, status: int, code: str, message: str, data: Any = None, retry_after: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, data: JSON = None, retry_after: str | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.data, self.retry_after = status, code, message, data, retry_after
 
@@ -150,10 +151,18 @@ def _as_response_error() -> Iterator[None]:
         raise ResponseError(exc.message) from None
 
 
+class EnvelopeDocument(TypedDict):
+    """A verified envelope as JSON (Identity §4): the event, its ID (``hash``) and the signature."""
+
+    event: JSONObject
+    hash: str
+    signature: str
+
+
 class AcceptanceRecord(TypedDict):
     """An acceptance record (§9.3.1) whose envelope verified: the envelope as JSON, when and where it was accepted."""
 
-    envelope: dict[str, Any]
+    envelope: EnvelopeDocument
     accepted_at: int
     seq: int
 
@@ -190,6 +199,11 @@ class SearchCoverage(TypedDict):
     reasons: list[str]
 
 
+class SearchRanking(TypedDict):
+    mode: str
+    id: str
+
+
 class SearchPage(TypedDict):
     """One ranked-search page, not yet checked against its request (:func:`validate_search_response` does)."""
 
@@ -197,8 +211,11 @@ class SearchPage(TypedDict):
     checkpoint: int
     as_of: int
     result: list[SearchHit]
+    ranking: SearchRanking
     coverage: SearchCoverage
     next_cursor: NotRequired[str]
+    #: akrelay's extension: the log seq its index had reached (not checked).
+    index_seq: NotRequired[JSON]
 
 
 class Discovery(TypedDict, total=False):
@@ -209,11 +226,11 @@ class Discovery(TypedDict, total=False):
     endpoints: dict[str, str]
     features: list[str]
     search_modes: list[str]
-    knowql: dict[str, Any]
+    knowql: JSONObject
 
 
 #: A KnowQL Query document (``POST /query``): its shape is KnowQL's (docs/knowql.md), not the relay's.
-QueryDocument = dict[str, Any]
+QueryDocument = JSONObject
 
 
 def _raw(response: httpx.Response) -> Iterator[bytes]:
@@ -291,7 +308,7 @@ class RelayClient:
     def __enter__(self) -> "RelayClient":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_url(self, url: str) -> None:
@@ -302,7 +319,7 @@ class RelayClient:
         if not same:
             raise ResponseError(f"endpoint {url!r} is not on the service origin {self.origin}")
 
-    def _request(self, method: str, url: str, *, body: bytes | None = None, max_body: int | None = None) -> Any:
+    def _request(self, method: str, url: str, *, body: bytes | None = None, max_body: int | None = None) -> JSON:
         headers = {"content-type": "application/json"} if body is not None else None
         with self._exchange(method, url, body=body, headers=headers) as (response, at, seconds):
             return self._checked(response, self._read_body(response, url, (at, seconds), max_body or self.max_body))
@@ -360,18 +377,19 @@ class RelayClient:
                 raise self._late(response.request.method, url, limit[1])
         return data
 
-    def _checked(self, response: httpx.Response, content: bytes | bytearray) -> Any:
+    def _checked(self, response: httpx.Response, content: bytes | bytearray) -> JSON:
         """The parsed body of a 200 answer; anything else raises ``ServiceError`` or ``ResponseError``."""
         parsed = self._parse(content)
         if response.status_code != 200:
             error = parsed.get("error") if isinstance(parsed, dict) else None
-            if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+            code = error.get("code") if isinstance(error, dict) else None
+            if not isinstance(error, dict) or not isinstance(code, str):
                 raise ResponseError(f"HTTP {response.status_code} without an Identity §8.1 error body")
-            raise ServiceError(response.status_code, error["code"], str(error.get("message", "")), error.get("data"),
+            raise ServiceError(response.status_code, code, str(error.get("message", "")), error.get("data"),
                                response.headers.get("retry-after"))
         return parsed
 
-    def _parse(self, content: bytes | bytearray) -> Any:
+    def _parse(self, content: bytes | bytearray) -> JSON:
         from akrelay.protocol.ijson import parse_strict
 
         values, most = json_values(content), max(4096, self.max_body // BYTES_PER_VALUE)
@@ -385,7 +403,7 @@ class RelayClient:
     # -- verification -------------------------------------------------------------------------
 
     @staticmethod
-    def verify_record(record: Any, expected_id: str | None = None) -> AcceptanceRecord:
+    def verify_record(record: object, expected_id: str | None = None) -> AcceptanceRecord:
         """An acceptance record whose envelope verifies (and has ``expected_id``): the core's rule."""
         with _as_response_error():
             validate_record(record, expected_id)
@@ -413,9 +431,11 @@ class RelayClient:
             validate_discovery(doc, self.origin)
         except ProtocolError as exc:
             raise ResponseError(f"invalid discovery document: {exc.message}") from None
+        assert isinstance(doc, dict)  # validate_discovery checked that it is an object
         endpoints = doc.get("endpoints", {})
         if not isinstance(endpoints, dict):
             raise ResponseError("discovery endpoints is not an object")
+        advertised: dict[str, str] = {}
         for key, url in endpoints.items():
             if not isinstance(url, str):
                 raise ResponseError(f"endpoint {key} is not a string")
@@ -423,11 +443,13 @@ class RelayClient:
             if parts.query or parts.fragment or "?" in url or "#" in url:
                 raise ResponseError(f"endpoint {key} carries a query or fragment")
             self._check_url(url)
-        self.endpoints.update({k: v for k, v in endpoints.items() if k in ("events", "query", "batch", "search")})
+            if key in ("events", "query", "batch", "search"):
+                advertised[key] = url
+        self.endpoints.update(advertised)
         self.discovery = cast(Discovery, doc)
         return self.discovery
 
-    def _check_service(self, doc: Any) -> None:
+    def _check_service(self, doc: object) -> None:
         """A relay that names another origin than the one asked: say which is which, and the way out.
 
         Agent Knowledge §9.2 makes ``service`` equal the origin serving the document and
@@ -443,7 +465,7 @@ class RelayClient:
                 f"only by its own origin (Agent Knowledge §9.2)\nhint: use --relay {service} (or restart the "
                 f"relay with --origin {self.origin} if that is its public origin)")
 
-    def submit(self, envelope: bytes | dict[str, Any]) -> AcceptanceRecord:
+    def submit(self, envelope: bytes | Mapping[str, object]) -> AcceptanceRecord:
         """Submit one envelope; the returned record must carry the same envelope."""
         from akrelay.protocol.envelope import verify_envelope
 
@@ -458,17 +480,17 @@ class RelayClient:
         record = self._request("GET", self._endpoint("events") + "/" + event_id)
         return self.verify_record(record, event_id)
 
-    def query_page(self, params: Sequence[tuple[str, str]] | dict[str, Any]) -> QueryPage:
-        pairs = list(params.items()) if isinstance(params, dict) else list(params)
+    def query_page(self, params: Sequence[tuple[str, str]] | Mapping[str, object]) -> QueryPage:
+        pairs = list(params.items()) if isinstance(params, Mapping) else list(params)
         url = self._endpoint("query") + ("?" + urlencode(pairs) if pairs else "")
         page = self._request("GET", url)
         with _as_response_error():
             check_list_shape(page, self.origin, max_items=MAX_QUERY_LIMIT)
         return cast(QueryPage, page)
 
-    def query_pages(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> Iterator[QueryPage]:
+    def query_pages(self, params: Sequence[tuple[str, str]] | Mapping[str, object] | None = None) -> Iterator[QueryPage]:
         """Yield every page of one checkpoint-bound enumeration, checking it as it goes."""
-        base = [(k, str(v)) for k, v in (params.items() if isinstance(params, dict) else (params or []))]
+        base = [(k, str(v)) for k, v in (params.items() if isinstance(params, Mapping) else (params or []))]
         if any(k == "cursor" for k, _ in base):
             raise ValueError("start an enumeration without a cursor")
         try:
@@ -497,7 +519,7 @@ class RelayClient:
             if cursor is None:
                 return
 
-    def query(self, params: Sequence[tuple[str, str]] | dict[str, Any] | None = None) -> QueryResult:
+    def query(self, params: Sequence[tuple[str, str]] | Mapping[str, object] | None = None) -> QueryResult:
         """Follow every page; the result's ``checkpoint`` is safe to persist as the next ``after_seq``."""
         records: list[AcceptanceRecord] = []
         pages: list[QueryPage] = []
@@ -515,7 +537,7 @@ class RelayClient:
             validate_batch_response(page, requested, self.origin)
         return cast(BatchPage, page)
 
-    def post_json(self, path: str, value: Any, *, timeout: float | None = None) -> tuple[int, Any]:
+    def post_json(self, path: str, value: object, *, timeout: float | None = None) -> tuple[int, JSON]:
         """POST ``value`` to ``path`` on this origin (no discovery): the status and the parsed body,
         or ``None`` when the body is not strict JSON. For APIs whose answers are not §8.1 errors (KIP)."""
         url = self.origin + path
@@ -528,12 +550,12 @@ class RelayClient:
         except ResponseError:
             return response.status_code, None
 
-    def search_page(self, body: dict[str, Any]) -> SearchPage:
+    def search_page(self, body: Mapping[str, object]) -> SearchPage:
         """One ranked search (§9.5) at the advertised endpoint; the caller checks the page against its request
         (:func:`akrelay.protocol.records.validate_search_response`) before it trusts the type."""
         return cast(SearchPage, self._request("POST", self._endpoint("search"), body=json.dumps(body).encode()))
 
-    def ask(self, document: dict[str, Any], *, on_event: Callable[[dict[str, Any]], None] | None = None,
+    def ask(self, document: Mapping[str, object], *, on_event: Callable[[JSON], None] | None = None,
             timeout: float = 930.0) -> QueryDocument:
         """Run one KnowQL turn (``POST /query``) and return its Query document.
 

@@ -7,15 +7,15 @@ small modules of theirs and must not pay for the rest (``akrelay --help``, the l
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from typing import Callable
 
 
-def lazy_exports(package: str, namespace: dict[str, object], exports: dict[str, str]) -> Callable[[str], Any]:
+def lazy_exports(package: str, namespace: dict[str, object], exports: dict[str, str]) -> Callable[[str], object]:
     """A module ``__getattr__`` for ``package``: ``exports`` maps a name to the submodule defining it."""
 
-    # Loose types: a module ``__getattr__`` hands back whatever the submodule defines (mypy types the names
-    # from the package's own imports, so object here would only hide them)
-    def attribute(name: str) -> Any:
+    # A module ``__getattr__`` hands back whatever the submodule defines: mypy types each exported name
+    # from the package's own imports under TYPE_CHECKING, and any other name read through it is an object.
+    def attribute(name: str) -> object:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

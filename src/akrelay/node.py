@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence, TypeVar, overload, runtime_checkable
+from typing import (TYPE_CHECKING, Callable, Collection, Iterable, Mapping, Protocol, Sequence, TypeVar, overload,
+                    runtime_checkable)
 
 from akrelay.backend import Backend, backend_class, backend_for, relay_config
 from akrelay.relay.core import Relay
@@ -291,18 +292,23 @@ def build_components(relay: Relay, settings: Settings, names: Collection[str], *
     return registry.build(assembly, names)
 
 
-# Loose types: discovery documents are merged member by member, each kind (list, map, value) as found.
-def merge_discovery(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _members(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _elements(value: object) -> list[object]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def merge_discovery(doc: dict[str, object], extra: Mapping[str, object]) -> dict[str, object]:
     """Merge a component's members: lists and maps extend the relay's, other members are set."""
     for key, value in extra.items():
-        if key == "endpoints":
-            doc["endpoints"] = {**doc.get("endpoints", {}), **value}
+        if key in ("endpoints", "limits"):
+            doc[key] = {**_members(doc.get(key)), **_members(value)}
         elif key in ("features", "search_modes"):
-            merged = list(doc.get(key, []))
-            merged.extend(v for v in value if v not in merged)
+            merged = _elements(doc.get(key))
+            merged.extend(v for v in _elements(value) if v not in merged)
             doc[key] = merged
-        elif key == "limits":
-            doc["limits"] = {**doc.get("limits", {}), **value}
         else:
             doc[key] = value
     return doc
@@ -366,7 +372,7 @@ class RelayNode:
     @overload
     def component(self, name: str, kind: type[C]) -> C: ...
 
-    def component(self, name: str, kind: type[Any] = object) -> Any:
+    def component(self, name: str, kind: type[object] = object) -> object:
         """The component called ``name``, checked to be a ``kind``.
 
         ``KeyError`` when this node was built without it, ``TypeError`` when it is of another type.

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-# Loose types: the OpenAPI document is nested literals built and edited by key path (doc["paths"][p]["get"]);
-# as JSON every step would need an isinstance, and the document is checked whole by tests/test_openapi.py.
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from litestar import get
 from litestar.response.base import ASGIResponse
+
+from akrelay.jsontypes import JSON, JSONArray, JSONObject
 
 if TYPE_CHECKING:
     from litestar.handlers import HTTPRouteHandler
@@ -31,12 +31,12 @@ OPENAPI_PATH = "/openapi.json"
 DOCS_PATH = "/docs"
 
 
-def agent_knowledge_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
+def agent_knowledge_schema() -> JSONObject:
+    schema: JSONObject = json.loads(resources.files("akrelay").joinpath("data", SCHEMA_FILE).read_text("utf-8"))
     return schema
 
 
-def _rebase(node: Any) -> Any:
+def _rebase(node: JSON) -> JSON:
     """``#/$defs/x`` -> ``#/components/schemas/x`` throughout."""
     if isinstance(node, dict):
         return {k: (v.replace("#/$defs/", "#/components/schemas/") if k == "$ref" and isinstance(v, str)
@@ -46,26 +46,26 @@ def _rebase(node: Any) -> Any:
     return node
 
 
-def ref(name: str) -> dict[str, str]:
+def ref(name: str) -> JSONObject:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _json(schema: JSONObject, description: str) -> JSONObject:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 ERROR = _json(ref("ErrorBody"), "Refused: the error object names a stable code (docs/api.md)")
-RATE_LIMITED = {"description": "Too many requests from this client; Retry-After says when to retry",
+RATE_LIMITED: JSONObject = {"description": "Too many requests from this client; Retry-After says when to retry",
                 "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                 "content": {"application/json": {"schema": ref("ErrorBody")}}}
 
-UNAVAILABLE = {"description": "The shared store (Redis) is unreachable now; Retry-After says when to retry "
+UNAVAILABLE: JSONObject = {"description": "The shared store (Redis) is unreachable now; Retry-After says when to retry "
                               "(resubmitting an envelope is safe: idempotent)",
                "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                "content": {"application/json": {"schema": ref("ErrorBody")}}}
 
 #: Schemas of akrelay's own members (the protocol's are taken from its JSON Schema).
-OWN_SCHEMAS: dict[str, Any] = {
+OWN_SCHEMAS: JSONObject = {
     "Health": {"type": "object", "required": ["status"], "properties": {"status": {"const": "ok"}}},
     "ErrorBody": {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message"],
@@ -94,7 +94,7 @@ OWN_SCHEMAS: dict[str, Any] = {
                                                                   "name": {"type": "string"}}}},
 }
 
-_B64_LIST = {"type": "array", "items": {"type": "string"}}
+_B64_LIST: JSONObject = {"type": "array", "items": {"type": "string"}}
 OWN_SCHEMAS.update({
     "LogEntries": {"type": "object", "required": ["entries", "size"], "properties": {
         "size": {"type": "integer", "minimum": 0},
@@ -110,17 +110,17 @@ OWN_SCHEMAS.update({
 })
 
 KNOWQL_ERROR = _json(ref("ErrorBody"), "Refused (seed 000 §9.4 error body)")
-SSE: dict[str, Any] = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
+SSE: JSONObject = {"description": "Server-sent events (one JSON event per frame, then `event: query`)",
        "content": {"text/event-stream": {"schema": {"type": "string"}}}}
 
 
-def _id_param(name: str = "id") -> dict[str, Any]:
+def _id_param(name: str = "id") -> JSONObject:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def _query_params() -> list[dict[str, Any]]:
+def _query_params() -> JSONArray:
     names = ("q", "actor", "type", "kind", "target", "relation", "tag", "profile", "language", "verdict", "cursor")
-    params = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
+    params: JSONArray = [{"name": n, "in": "query", "required": False, "schema": {"type": "string"}} for n in names]
     for n in ("created_from", "created_before", "after_seq"):
         params.append({"name": n, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
     params.append({"name": "limit", "in": "query", "required": False,
@@ -128,12 +128,12 @@ def _query_params() -> list[dict[str, Any]]:
     return params
 
 
-def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] | None = None) -> dict[str, Any]:
+def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] | None = None) -> JSONObject:
     """The document for this relay's configuration (extension routes only when they are served)."""
     source = agent_knowledge_schema()
-    schemas = {name: _rebase(schema) for name, schema in source["$defs"].items()}
+    schemas: JSONObject = {name: _rebase(schema) for name, schema in _members(source["$defs"]).items()}
     schemas.update(OWN_SCHEMAS)
-    paths: dict[str, Any] = {
+    paths: JSONObject = {
         "/.well-known/agent-knowledge": {"get": {
             "summary": "Discovery document (Knowledge §9.2)", "operationId": "discovery",
             "responses": {"200": _json(ref("discoveryDocument"), "The discovery document")}}},
@@ -233,10 +233,10 @@ def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] 
     }
 
 
-def _log_paths() -> dict[str, Any]:
+def _log_paths() -> JSONObject:
     """The Merkle log of acceptances (issue 23; docs/transparency.md)."""
 
-    def q(name: str, required: bool = False) -> dict[str, Any]:
+    def q(name: str, required: bool = False) -> JSONObject:
         return {"name": name, "in": "query", "required": required, "schema": {"type": "integer", "minimum": 0}}
 
     return {
@@ -278,11 +278,12 @@ def _log_paths() -> dict[str, Any]:
     }
 
 
-def _knowql_paths() -> dict[str, Any]:
-    header = {"name": "X-Pinecone-Api-Version", "in": "header", "required": False,
-              "schema": {"type": "string", "enum": ["2026-07", "unstable"]}}
+def _knowql_paths() -> JSONObject:
+    header: JSONObject = {"name": "X-Pinecone-Api-Version", "in": "header", "required": False,
+                          "schema": {"type": "string", "enum": ["2026-07", "unstable"]}}
     query_ok = _json(ref("KnowqlQuery"), "The terminal Query document")
-    query_ok["content"]["text/event-stream"] = SSE["content"]["text/event-stream"]
+    query_ok["content"] = {**_members(query_ok["content"]),
+                           "text/event-stream": _members(SSE["content"])["text/event-stream"]}
     return {
         "/query": {"post": {
             "summary": "Ask a question (KnowQL; docs/knowql.md)", "operationId": "knowqlQuery", "parameters": [header],
@@ -325,19 +326,30 @@ def _version() -> str:
         return "0"
 
 
-def docs_page(doc: dict[str, Any]) -> str:
+def _members(value: JSON | None) -> JSONObject:
+    """An object of the document as one (what is not an object reads as an empty one)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _elements(value: JSON | None) -> JSONArray:
+    """An array of the document as one (what is not an array reads as an empty one)."""
+    return value if isinstance(value, list) else []
+
+
+def docs_page(doc: JSONObject) -> str:
     """A server-rendered, script-free view of the document: every operation and its schemas."""
     from akrelay.explorer.html import h, page
 
     rows = []
-    for path, methods in doc["paths"].items():
-        for method, op in methods.items():
-            params = ", ".join(f"{p['name']} ({p['in']})" for p in op.get("parameters", []))
-            body = op.get("requestBody", {}).get("content", {})
-            request = ", ".join(f"{media}: {_schema_name(v.get('schema', {}))}" for media, v in body.items())
+    for path, methods in _members(doc["paths"]).items():
+        for method, op_value in _members(methods).items():
+            op = _members(op_value)
+            params = ", ".join(f"{p['name']} ({p['in']})" for p in map(_members, _elements(op.get("parameters"))))
+            content = _members(_members(op.get("requestBody")).get("content"))
+            request = ", ".join(f"{media}: {_schema_name(_members(v).get('schema'))}" for media, v in content.items())
             responses = "".join(
-                f"<li><code>{h(code)}</code> {h(r.get('description', ''))}{_media_schemas(r)}</li>"
-                for code, r in op.get("responses", {}).items())
+                f"<li><code>{h(code)}</code> {h(_members(r).get('description', ''))}{_media_schemas(r)}</li>"
+                for code, r in _members(op.get("responses")).items())
             rows.append(f'<section class="belief" id="{h(op.get("operationId", ""))}"><h3><code>{h(method.upper())}'
                         f" {h(path)}</code></h3><p>{h(op.get('summary', ''))}</p>"
                         + (f"<p class=\"muted\">parameters: {h(params)}</p>" if params else "")
@@ -345,23 +357,23 @@ def docs_page(doc: dict[str, Any]) -> str:
                         + f"<ul>{responses}</ul></section>")
     schemas = "".join(f'<details id="schema-{h(name)}"><summary><code>{h(name)}</code></summary>'
                       f'<pre>{h(json.dumps(schema, indent=2))}</pre></details>'
-                      for name, schema in doc["components"]["schemas"].items())
-    body = (f"<h1>HTTP API</h1><p>{h(doc['info']['description'])}</p>"
+                      for name, schema in _members(_members(doc["components"])["schemas"]).items())
+    body = (f"<h1>HTTP API</h1><p>{h(_members(doc['info'])['description'])}</p>"
             f'<p>Machine-readable: <a href="{OPENAPI_PATH}">{OPENAPI_PATH}</a> (OpenAPI {h(doc["openapi"])}).</p>'
             f"{''.join(rows)}<h2>Schemas</h2>{schemas}")
     return page("API", body)
 
 
-def _media_schemas(response: dict[str, Any]) -> str:
+def _media_schemas(response: JSON) -> str:
     from akrelay.explorer.html import h
 
-    names = [_schema_name(c.get("schema", {})) for c in response.get("content", {}).values()]
+    names = [_schema_name(_members(c).get("schema")) for c in _members(_members(response).get("content")).values()]
     return " — " + h(", ".join(names)) if names else ""
 
 
-def _schema_name(schema: dict[str, Any]) -> str:
-    target = schema.get("$ref", "")
-    return target.rsplit("/", 1)[-1] if target else str(schema.get("type", "any"))
+def _schema_name(schema: JSON | None) -> str:
+    target = _members(schema).get("$ref", "")
+    return target.rsplit("/", 1)[-1] if isinstance(target, str) and target else str(_members(schema).get("type", "any"))
 
 
 def routes(relay: Relay, settings: Settings, present: dict[str, bool] | None = None) -> list[HTTPRouteHandler]:

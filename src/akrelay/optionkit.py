@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 ENV_PREFIX = "AKRELAY_"
 
-_Area = TypeVar("_Area")
+_Area = TypeVar("_Area", bound="DataclassInstance")
 
 
-def _positive_int(text: Any) -> int:
+def _positive_int(text: object) -> int:
     value = _int(text)
     if value < 1:
         raise ValueError("must be a positive integer")
     return value
 
 
-def _int(text: Any) -> int:
+def _int(text: object) -> int:
     if isinstance(text, bool):
         raise ValueError("must be an integer")
     if isinstance(text, int):
@@ -33,8 +36,8 @@ def _int(text: Any) -> int:
     return int(text.strip())
 
 
-def _rate(text: Any) -> float:
-    if isinstance(text, bool):
+def _rate(text: object) -> float:
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError("must be a number")
     value = float(text)
     if not value >= 0 or value == float("inf"):
@@ -42,8 +45,8 @@ def _rate(text: Any) -> float:
     return value
 
 
-def _seconds(text: Any) -> float:
-    if isinstance(text, bool):
+def _seconds(text: object) -> float:
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError("must be a number of seconds")
     value = float(text)
     if not 0 < value < float("inf"):
@@ -51,20 +54,20 @@ def _seconds(text: Any) -> float:
     return value
 
 
-def _port(text: Any) -> int:
+def _port(text: object) -> int:
     value = _int(text)
     if not 0 <= value <= 65535:
         raise ValueError("must be a TCP port (0-65535)")
     return value
 
 
-def _str(text: Any) -> str:
+def _str(text: object) -> str:
     if not isinstance(text, str):
         raise ValueError("must be a string")
     return text
 
 
-def _bool(text: Any) -> bool:
+def _bool(text: object) -> bool:
     if isinstance(text, bool):
         return text
     if isinstance(text, str) and text.strip().lower() in ("1", "true", "yes", "on"):
@@ -85,8 +88,9 @@ class Option:
     """
 
     name: str
-    parse: Callable[[Any], Any]
-    default: Any
+    #: Takes a flag's or an environment variable's text, or a TOML config file's value.
+    parse: Callable[[object], object]
+    default: object
     help: str
     kind: str = "value"
     metavar: str | None = None
@@ -104,7 +108,7 @@ class Option:
 #: Every serve option, in help order. Extend with :func:`option`.
 OPTIONS: dict[str, Option] = {}
 
-def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
+def option(name: str, parse: Callable[[object], object], default: object, help: str, *,
            kind: str = "value", metavar: str | None = None, serve_only: bool = False) -> Option:
     """Declare a serve option (a one-line change for any area)."""
     if kind not in ("value", "flag", "list"):
@@ -118,7 +122,7 @@ def option(name: str, parse: Callable[[Any], Any], default: Any, help: str, *,
 OPTION_KEY = "akrelay.option"
 
 
-def setting(name: str) -> Any:
+def setting(name: str) -> Any:  # Any: a dataclass field default; the field's own annotation gives its type
     """A typed field of an area's frozen settings that holds the declared option ``name``.
 
     The option (parser, default, help, flag and environment variable) stays the
@@ -127,19 +131,21 @@ def setting(name: str) -> Any:
     """
     opt = OPTIONS[name]
     if opt.kind == "list":
+        assert isinstance(opt.default, (list, tuple)), f"list option {name} has a default that is not a list"
         default = tuple(opt.default)
         return dataclasses.field(default_factory=lambda: default, metadata={OPTION_KEY: name})
     return dataclasses.field(default=opt.default, metadata={OPTION_KEY: name})
 
 
-def option_names(cls: type[Any]) -> dict[str, str]:
+def option_names(cls: "type[DataclassInstance]") -> dict[str, str]:
     """``{field name: option name}`` of a settings dataclass (only the fields that hold an option)."""
     return {f.name: f.metadata[OPTION_KEY] for f in dataclasses.fields(cls) if OPTION_KEY in f.metadata}
 
 
-def area_kwargs(cls: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
+def area_kwargs(cls: "type[DataclassInstance]",
+                values: Mapping[str, object]) -> dict[str, Any]:  # Any: keyword arguments of typed fields (parsed values)
     """The keyword arguments of a settings dataclass's option fields from values keyed by option name."""
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for field_name, name in option_names(cls).items():
         if name in values:
             value = values[name]
@@ -147,11 +153,11 @@ def area_kwargs(cls: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def build_area(cls: type[_Area], values: Mapping[str, Any]) -> _Area:
+def build_area(cls: type[_Area], values: Mapping[str, object]) -> _Area:
     """An area's settings from resolved option values (by option name); a missing one keeps its default."""
     return cls(**area_kwargs(cls, values))
 
 
-def area_values(area: object) -> dict[str, Any]:
+def area_values(area: "DataclassInstance") -> dict[str, object]:
     """``{option name: value}`` of an area's settings (the inverse of :func:`build_area`)."""
     return {name: getattr(area, field_name) for field_name, name in option_names(type(area)).items()}

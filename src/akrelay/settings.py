@@ -14,14 +14,17 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
 
 from akrelay.optionkit import (  # noqa: F401  (re-exported: the settings' public names)
     ENV_PREFIX, OPTIONS, Option, _bool, _int, _port, _positive_int, _rate, _seconds, _str, area_kwargs, area_values,
     build_area, option, setting,
 )
 
-_Area = TypeVar("_Area")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Area = TypeVar("_Area", bound="DataclassInstance")
 
 #: The resolved settings, serialized for Granian worker processes.
 RESOLVED_ENV = "AKRELAY__RESOLVED_SETTINGS"
@@ -42,7 +45,7 @@ def load_option_modules() -> None:
 
 
 option("data", _str, "./akrelay-data", "data directory (SQLite store, TLS certificate, relay secret)", metavar="DIR")
-def _store_url(text: Any) -> str:
+def _store_url(text: object) -> str:
     """The ``--store`` value as given (stripped): :func:`akrelay.backend.backend_class` parses it against
     the backend registry, which knows the schemes (``""``/``sqlite``: the embedded store in ``--data``)."""
     return _str(text).strip()
@@ -53,7 +56,7 @@ option("store", _store_url, "",
        "shared by several relay nodes (docs/operations.md, Scaling out)", metavar="URL")
 
 
-def _namespace(text: Any) -> str:
+def _namespace(text: object) -> str:
     value = _str(text).strip()
     if not value or any(c.isspace() for c in value):
         raise ValueError("must be a non-empty word without spaces")
@@ -99,7 +102,7 @@ option("licence_allow", _str, [], "accept only these licence URLs; each argument
 option("core_only", _bool, False,
        "serve only the Knowledge core endpoints (no search, KIP or federation extensions)", kind="flag",
        serve_only=True)
-def _followers(text: Any) -> str:
+def _followers(text: object) -> str:
     value = _str(text).strip().lower()
     if value not in ("process", "thread"):
         raise ValueError("must be 'process' or 'thread'")
@@ -118,7 +121,7 @@ option("follow_max_defer", _seconds, 1.0,
 option("refuse_legacy_retract", _bool, False,
        "refuse knowledge.retract payloads without `license` (the earlier draft's form, accepted by default)", kind="flag")
 # Federation (docs/federation.md): the peer file enables the sync loop inside serve.
-def _peer_file(text: Any) -> str:
+def _peer_file(text: object) -> str:
     """The peer file's path; its content is checked by the sync component (``akrelay.node.check_components``) at startup."""
     return _str(text)
 
@@ -141,9 +144,9 @@ option("push_poll", _seconds, 0.1,
        "the other workers' commits (Redis announces them instead)", metavar="SECONDS", serve_only=True)
 
 
-def _interval(text: Any) -> float:
+def _interval(text: object) -> float:
     """Seconds, or 0 for never."""
-    if isinstance(text, bool):
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError("must be a number of seconds")
     value = float(text)
     if not 0 <= value < float("inf"):
@@ -157,7 +160,7 @@ option("no_reconcile", _bool, False,
 option("reconcile_interval", _interval, 3600.0,
        "seconds between two set reconciliations with each peer that advertises it, which heal holes the "
        "after_seq pull leaves (0: only on first contact and with `akrelay sync --reconcile`)", metavar="SECONDS")
-def _offer_count(text: Any) -> int:
+def _offer_count(text: object) -> int:
     value = _int(text)
     if not 0 <= value <= 100_000:
         raise ValueError("must be an integer from 0 through 100000")
@@ -203,7 +206,7 @@ class FederationSettings:
 
 
 #: The areas' settings: ``Settings`` field name -> its frozen dataclass (options declared in its module).
-AREAS: dict[str, type[Any]] = {
+AREAS: "dict[str, type[DataclassInstance]]" = {
     "federation": FederationSettings, "search": SearchSettings, "kip": KipSettings, "knowql": KnowqlSettings,
     "explorer": ExplorerSettings, "observability": ObservabilitySettings,
 }
@@ -252,7 +255,7 @@ class Settings:
     #: Where each value came from: ``flag``, ``env``, ``file``, ``default``, ``launcher`` or ``code``.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     #: Every option's value by option name, also those of an option no field above holds yet (:meth:`view`).
-    option_values: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    option_values: Mapping[str, object] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.origin is None:
@@ -265,15 +268,16 @@ class Settings:
             name: given.get(name, opt.default) if name not in held else held[name] for name, opt in OPTIONS.items()})
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> "Settings":
+    def from_values(cls, values: Mapping[str, object], sources: Mapping[str, str] | None = None) -> "Settings":
         """Settings from parsed values keyed by option name (an option not given keeps its default)."""
         unknown = set(values) - set(OPTIONS)
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
-        areas = {name: build_area(area, values) for name, area in AREAS.items()}
-        return cls(**area_kwargs(cls, values), **areas, sources=dict(sources or {}), option_values=dict(values))
+        kwargs = area_kwargs(cls, values)
+        kwargs.update({name: build_area(area, values) for name, area in AREAS.items()})
+        return cls(**kwargs, sources=dict(sources or {}), option_values=dict(values))
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: object) -> "Settings":
         """These settings with some options (by option name) changed; their source becomes ``code``."""
         unknown = set(changes) - set(OPTIONS)
         if unknown:
@@ -289,7 +293,7 @@ class Settings:
         """
         return build_area(cls, self.option_values)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """``{option name: value}`` of every option, in declaration order (a list option as a list)."""
         return {name: list(value) if isinstance(value, tuple) else value for name, value in self.option_values.items()}
 
@@ -322,7 +326,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, include_serve_only: bool =
             parser.add_argument(opt.flag, dest=opt.name, default=None, metavar=opt.metavar, help=help_text)
 
 
-def _parse(opt: Option, raw: Any, source: str) -> Any:
+def _parse(opt: Option, raw: object, source: str) -> object:
     try:
         if opt.kind == "list":
             if isinstance(raw, str):
@@ -337,15 +341,18 @@ def _parse(opt: Option, raw: Any, source: str) -> Any:
         raise SettingsError(f"{opt.flag} from {source}: {raw!r} {exc}") from None
 
 
-def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
+def load_settings(args: argparse.Namespace | Mapping[str, object] | None = None,
                   env: Mapping[str, str] | None = None,
                   config: str | os.PathLike[str] | None = None) -> Settings:
     """Resolve every option: flag > environment > config file > default."""
     load_option_modules()
     env = os.environ if env is None else env
-    given = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
-    config = given.get("config") or config or env.get(ENV_PREFIX + "CONFIG")
-    file_values: dict[str, Any] = {}
+    given: dict[str, object] = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})
+    given_config = given.get("config")
+    if given_config is not None and not isinstance(given_config, (str, os.PathLike)):
+        raise SettingsError(f"--config: {given_config!r} is not a path")
+    config = given_config or config or env.get(ENV_PREFIX + "CONFIG")
+    file_values: dict[str, object] = {}
     if config:
         path = Path(config)
         try:
@@ -360,7 +367,7 @@ def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
             if name not in OPTIONS:
                 raise SettingsError(f"config file {path}: unknown option {key!r}")
             file_values[name] = value
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     sources: dict[str, str] = {}
     for name, opt in OPTIONS.items():
         if given.get(name) is not None:
@@ -373,8 +380,9 @@ def load_settings(args: argparse.Namespace | Mapping[str, Any] | None = None,
             values[name], sources[name] = opt.default, "default"
     if (values.get("tls_cert") is None) != (values.get("tls_key") is None):
         raise SettingsError("--tls-cert and --tls-key must be given together")
-    if values.get("origin") is None and "port" in values:
-        values["origin"] = served_origin(values.get("host", "127.0.0.1"), values["port"])
+    host, port = values.get("host", "127.0.0.1"), values.get("port")
+    if values.get("origin") is None and isinstance(host, str) and isinstance(port, int):  # parsed: always so
+        values["origin"] = served_origin(host, port)
     return Settings.from_values(values, sources)
 
 
@@ -403,7 +411,7 @@ def from_resolved_env(env: Mapping[str, str] | None = None) -> Settings:
     return load_settings({}, env)
 
 
-def defaults(**overrides: Any) -> Settings:
+def defaults(**overrides: object) -> Settings:
     """Default settings (no flags, no environment, no file) plus ``overrides``."""
     return load_settings({}, {}).replace(**overrides) if overrides else load_settings({}, {})
 

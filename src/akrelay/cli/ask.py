@@ -11,14 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-# Loose types: a KnowQL turn document or stream event as the relay sent it; the printers read optional
-# members with .get() and show them as text, so nothing is narrowed first.
-from typing import Any
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.search import EXIT_REFUSED, EXIT_RESPONSE, EXIT_USAGE
-from akrelay.cli.terminal import dumps, printable
-from akrelay.jsontypes import JSONObject
+from akrelay.cli.terminal import dumps, elements, members, printable
+from akrelay.jsontypes import JSON, JSONObject
 
 DEFAULT_SCOPE = "knowledge"
 EXIT_FAILED = 4
@@ -55,22 +52,23 @@ def build_document(args: argparse.Namespace) -> JSONObject:
     return doc
 
 
-def format_citations(doc: dict[str, Any]) -> list[str]:
+def format_citations(doc: JSONObject) -> list[str]:
     lines = []
-    for n, citation in enumerate(doc.get("citations") or [], start=1):
+    for n, citation in enumerate(map(members, elements(doc.get("citations"))), start=1):
         belief = citation.get("belief", "unknown")
         title = citation.get("title") or ""
         lines.append(printable(f"[{n}] {belief:<12} {citation.get('source')}  {title}", keep=""))
     return lines
 
 
-def format_retrieval(envelope: dict[str, Any]) -> list[str]:
-    lines = [f"{envelope['counts']['artifacts']} capsule(s), {envelope['counts']['chunks']} passage(s)"]
-    for artifact in envelope.get("artifacts", []):
-        belief = artifact.get("belief", {}).get("status", "unknown")
+def format_retrieval(envelope: JSONObject) -> list[str]:
+    counts = members(envelope["counts"])
+    lines = [f"{counts['artifacts']} capsule(s), {counts['chunks']} passage(s)"]
+    for artifact in map(members, elements(envelope.get("artifacts"))):
+        belief = members(artifact.get("belief")).get("status", "unknown")
         lines.append(printable(f"  {artifact.get('rank', '?'):>3}. {belief:<12} {artifact['source']}  "
                                f"{artifact.get('name', '')}", keep=""))
-    for chunk in envelope.get("chunks", []):
+    for chunk in map(members, elements(envelope.get("chunks"))):
         text = " ".join(str(chunk.get("text", "")).split())
         text = text if len(text) <= 100 else text[:99] + "…"
         lines.append(printable(f"  - {chunk['kind']:<10} {chunk['source']}  {text}", keep=""))
@@ -89,8 +87,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     streamed = not args.json and not args.retrieval_only
 
-    def show(event: dict[str, Any]) -> None:
-        if event.get("type") == "response.output_text.delta":
+    def show(event: JSON) -> None:
+        if isinstance(event, dict) and event.get("type") == "response.output_text.delta":
             sys.stdout.write(printable(str(event.get("delta", ""))))
             sys.stdout.flush()
 
@@ -108,7 +106,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(printable(f"error: the turn {doc.get('status')}: {doc.get('error')}", keep=""), file=sys.stderr)
         return EXIT_FAILED
     if args.retrieval_only:
-        print("\n".join(format_retrieval(doc.get("output_json") or {"counts": {"artifacts": 0, "chunks": 0}})))
+        print("\n".join(format_retrieval(members(doc.get("output_json")) or {"counts": {"artifacts": 0, "chunks": 0}})))
     else:
         print()
         if doc.get("output_json") is not None:
@@ -117,7 +115,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if citations:
             print("\nCitations:")
             print("\n".join(citations))
-    extension = doc.get("akrelay") or {}
+    extension = members(doc.get("akrelay"))
     print("\n" + printable(f"session {doc.get('session_id')}  query {doc.get('id')}  "
                            f"snapshot seq {extension.get('snapshot_seq')}", keep=""))
     return 0

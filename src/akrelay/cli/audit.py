@@ -11,10 +11,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from akrelay.client import RelayClient
+    from akrelay.client import AcceptanceRecord, RelayClient
 
 EXIT_MISMATCH, EXIT_USAGE = 1, 2
 
@@ -178,8 +178,7 @@ def cmd_witness(args: argparse.Namespace) -> int:
     return 0
 
 
-# Loose types: a record as the client checked it (validate_record), read by key
-def prove(client: RelayClient, record: Mapping[str, Any], *, wait: float = 15.0) -> str:
+def prove(client: RelayClient, record: AcceptanceRecord, *, wait: float = 15.0) -> str:
     """``get/submit --prove``: wait (up to ``wait`` s) for a checkpoint covering ``record``, verify its inclusion.
 
     Returns a one-line summary; raises :class:`akrelay.relay.audit.AuditFailure` on a mismatch.

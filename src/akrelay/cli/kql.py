@@ -13,12 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-# Loose types: the KIP response envelope as a relay (or the local runtime) wrote it. The printer reads
-# optional members with .get() and prints whatever JSON it finds, so nothing is narrowed first.
-from typing import Any
 
 from akrelay.cli.kip import DEFAULT_DATA, add_target_args, open_node, parse_params, post_kip
-from akrelay.cli.terminal import dumps, printable
+from akrelay.cli.terminal import dumps, elements, members, printable
 from akrelay.jsontypes import JSONMapping, JSONObject
 
 
@@ -54,23 +51,23 @@ def _cell_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def format_table(result: dict[str, Any]) -> str:
-    columns = result.get("columns", [])
-    body = [[_cell(c) for c in row] for row in result.get("rows", [])]
+def format_table(result: JSONObject) -> str:
+    columns = [col if isinstance(col, str) else _cell_text(col) for col in elements(result.get("columns"))]
+    body = [[_cell(c) for c in elements(row)] for row in elements(result.get("rows"))]
     widths = [max([len(col)] + [len(r[i]) for r in body]) for i, col in enumerate(columns)]
     lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths)).rstrip(),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in body]
     footer = f"({len(body)} row{'s' if len(body) != 1 else ''}"
     if result.get("next_cursor"):
-        footer += "; more available, next cursor: " + result["next_cursor"]
+        footer += f"; more available, next cursor: {result['next_cursor']}"
     lines.append(printable(footer + ")", keep=""))
     return "\n".join(lines)
 
 
-def _print_error(error: dict[str, Any]) -> None:
+def _print_error(error: JSONObject) -> None:
     where = ""
-    details = error.get("details") or {}
+    details = members(error.get("details"))
     if "line" in details:
         where = f" (line {details['line']}, column {details.get('column')})"
     print(printable(f"akrelay kql: {error['code']}{where}: {error['message']}", keep=""), file=sys.stderr)
@@ -78,13 +75,13 @@ def _print_error(error: dict[str, Any]) -> None:
         print(printable(f"  hint: {error['hint']}", keep=""), file=sys.stderr)
 
 
-def _emit(entry: dict[str, Any], as_json: bool) -> int:
+def _emit(entry: JSONObject, as_json: bool) -> int:
     if entry.get("status") != "succeeded":
         if as_json:
             print(dumps({"error": entry["error"], "context": entry.get("context")}, indent=2))
-        _print_error(entry["error"])
+        _print_error(members(entry["error"]))
         return 1
-    result = dict(entry["result"])
+    result = dict(members(entry["result"]))
     if "next_cursor" in entry:
         result["next_cursor"] = entry["next_cursor"]
     if as_json:

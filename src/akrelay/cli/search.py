@@ -12,13 +12,16 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 from akrelay.cli.client import relay_args
 from akrelay.cli.store import add_store_arguments, missing_log, store_values
-from akrelay.cli.terminal import dumps, printable
+from akrelay.cli.terminal import dumps, members, printable
 from akrelay.jsontypes import JSONObject
 from akrelay.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from akrelay.client import SearchPage
 
 # Exit codes, as for the other client commands: 1 refused, 2 usage/local error, 3 bad response.
 EXIT_REFUSED, EXIT_USAGE, EXIT_RESPONSE = 1, 2, 3
@@ -75,7 +78,7 @@ def build_request(text: str, mode: str, filters: list[str], limit: int | None) -
     return body
 
 
-def format_page(page: Mapping[str, Any]) -> str:  # Loose types: a page already checked by the client (validate_search_response)
+def format_page(page: SearchPage) -> str:
     """A listing: one header with ranking and coverage, then one line per hit."""
     coverage = page["coverage"]
     state = "exhaustive" if coverage["exhaustive"] else "NOT exhaustive (" + ", ".join(coverage["reasons"]) + ")"
@@ -88,9 +91,10 @@ def format_page(page: Mapping[str, Any]) -> str:  # Loose types: a page already 
     for rank, hit in enumerate(page["result"], 1):
         record = hit["record"]
         event = record["envelope"]["event"]
-        payload = event["payload"]
+        payload = members(event["payload"])
         label = payload.get("title") or payload.get("summary") or payload.get("reason") or ""
-        label = label if len(label) <= 80 else label[:79] + "…"
+        if isinstance(label, str) and len(label) > 80:
+            label = label[:79] + "…"
         lines.append(f"{rank:>3}. {record['envelope']['hash']}  seq {record['seq']}  {event['type']}  {label!r}")
         if "explanation" in hit:
             lines.append(f"     {hit['explanation']}")

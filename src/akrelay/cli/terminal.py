@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from akrelay.jsontypes import JSON, JSONArray, JSONObject
+
 
 def _escape(ch: str) -> str:
     return repr(ch)[1:-1]  # only ever called for a non-printable character, which repr escapes
@@ -43,6 +45,16 @@ def dumps(value: object, *, indent: int | None = None, separators: tuple[str, st
         else:
             out.append("".join(f"\\u{unit:04x}" for unit in _utf16(ch)))
     return "".join(out)
+
+
+def members(value: JSON | None) -> JSONObject:
+    """A member of a relay's answer read as an object: what is not one reads as an empty one (nothing to print)."""
+    return value if isinstance(value, dict) else {}
+
+
+def elements(value: JSON | None) -> JSONArray:
+    """A member of a relay's answer read as an array: what is not one reads as an empty one (nothing to print)."""
+    return value if isinstance(value, list) else []
 
 
 def _utf16(ch: str) -> list[int]:

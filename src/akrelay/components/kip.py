@@ -9,8 +9,7 @@
 from __future__ import annotations
 
 import threading
-# Loose types: the KIP response envelope and the reindex summary as the KIP runtime returns them.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from akrelay.kip.budget import DEFAULT_BUDGET_MS
 from akrelay.kip.config import KipConfig, space_id_for_origin
@@ -109,7 +108,7 @@ class Gateway:
                     environment=self.environment, budget_ms=self.budget_ms, follow=False)
             return self._runtime
 
-    def handle(self, body: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:
+    def handle(self, body: bytes, content_type: str | None) -> tuple[int, Mapping[str, object]]:
         runtime = self.runtime()
         media = (content_type or "").partition(";")[0].strip().lower()
         if media != JSON:

@@ -7,8 +7,7 @@ routes, ``POST /query`` and its companions, are :mod:`akrelay.http.knowql`.
 from __future__ import annotations
 
 import threading
-# Loose types: the search service seen by KnowQL (an optional component) and its callables.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import anyio
 
@@ -25,6 +24,7 @@ if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
     from akrelay.knowql.store import TurnStore
     from akrelay.relay.core import Relay
+    from akrelay.search.service import SearchService
 
 
 class KnowqlComponent:
@@ -69,7 +69,7 @@ class KnowqlComponent:
             self._checks = anyio.CapacityLimiter(SHAPE_CHECKS)
         return self._checks
 
-    def _search(self) -> Any:
+    def _search(self) -> SearchService:
         found = self.search.service
         # No waiting for the index: the turn's snapshot is the lower of the index
         # position and the nexus head, reported as akrelay.snapshot_seq.

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-# Loose types: the search service's options by keyword, as SearchService takes them.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from akrelay.http import search as search_http
 from akrelay.http.lifecycle import NotRunning
@@ -27,7 +26,12 @@ def data_dir_of(relay: Relay) -> Path | None:
     return relay.data_dir
 
 
-def _options(settings: Settings) -> dict[str, Any]:
+class _Options(TypedDict):
+    budget: Budget
+    writer_threads: int
+
+
+def _options(settings: Settings) -> _Options:
     """Service options from the serve settings."""
     return {"budget": Budget(candidates=settings.search.candidates, seconds=settings.search.timeout_ms / 1000),
             "writer_threads": settings.search.writer_threads}

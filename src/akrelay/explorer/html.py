@@ -51,9 +51,9 @@ def link(url: str, text: object, cls: str | None = None) -> str:
     return f'<a href="{h(url)}"{extra}>{h(text)}</a>'
 
 
-def when(ms: int | float | str | None) -> str:
+def when(ms: object) -> str:
     """A Unix-ms timestamp as UTC ISO text (the raw value when it is not one)."""
-    if ms is None:
+    if not isinstance(ms, (int, float, str)):
         return h(ms)
     try:
         return datetime.fromtimestamp(int(ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from importlib import resources
-from typing import Any, Callable
-# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
+from typing import TYPE_CHECKING, Callable, Sequence
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
@@ -25,11 +24,16 @@ from litestar.response.base import ASGIResponse
 import akrelay.explorer.options  # noqa: F401  (declares --no-explorer)
 from akrelay.explorer import views
 from akrelay.explorer.html import BASE, SECURITY_HEADERS
+from akrelay.explorer.views import Belief, Document, as_list, as_object, as_text, event_id, event_of
 from akrelay.http.querystring import query_pairs
+from akrelay.jsontypes import JSONObject
 from akrelay.observability.sources import Sources
 from akrelay.protocol.errors import ProtocolError
-from akrelay.relay.core import Relay
+from akrelay.relay.core import QueryPage, Relay
 from akrelay.protocol.payload import ASSESS, PUBLISH, RETRACT
+
+if TYPE_CHECKING:
+    from akrelay.settings import Settings
 
 #: Litestar adds ``; charset=utf-8`` to a ``text/`` media type itself (naming it here doubled it).
 HTML = "text/html"
@@ -65,7 +69,7 @@ def error_page(path: str, status: int, allow: str | None) -> Response[bytes] | N
     return Response(content=body.encode("utf-8"), status_code=status, media_type=HTML, headers=headers)
 
 
-def _records(page: Any) -> list[dict[str, Any]]:
+def _records(page: QueryPage) -> list[Document]:
     return [r.to_dict() for r in page.records]
 
 
@@ -85,34 +89,36 @@ def recent(relay: Relay) -> str:
     return views.recent_page(records, checkpoint)
 
 
-def capsule(relay: Relay, sources: Sources, event_id: str) -> str:
+def capsule(relay: Relay, sources: Sources, capsule_id: str) -> str:
     """Everything the capsule page shows; a ProtocolError (not found, malformed) propagates."""
-    record = relay.get(event_id).to_dict()
-    event = record["envelope"]["event"]
-    payload = event.get("payload", {})
-    related = _records(relay.query([("target", event_id), ("limit", "1000")]))
-    incoming = [r for r in related if r["envelope"]["event"]["type"] == PUBLISH]
-    assessments = [r for r in related if r["envelope"]["event"]["type"] == ASSESS]
-    retractions = [r for r in related if r["envelope"]["event"]["type"] == RETRACT
-                   and r["envelope"]["event"]["actor"] == event.get("actor")]
-    outgoing = []
-    for rel in payload.get("relations", []) or []:
+    record: Document = relay.get(capsule_id).to_dict()
+    event = event_of(record)
+    payload = as_object(event.get("payload"))
+    related = _records(relay.query([("target", capsule_id), ("limit", "1000")]))
+    incoming = [r for r in related if event_of(r)["type"] == PUBLISH]
+    assessments = [r for r in related if event_of(r)["type"] == ASSESS]
+    retractions = [r for r in related if event_of(r)["type"] == RETRACT
+                   and event_of(r)["actor"] == event.get("actor")]
+    outgoing: list[tuple[str, str, str | None]] = []
+    for rel in map(as_object, as_list(payload.get("relations"))):
+        target_id = as_text(rel["target"])
         title = None
         try:
-            target = relay.get(rel["target"]).to_dict()["envelope"]["event"]
-            title = target.get("payload", {}).get("title")
+            target: Document = relay.get(target_id).to_dict()
+            found = as_object(event_of(target).get("payload")).get("title")
+            title = found if isinstance(found, str) else None
         except ProtocolError:
             pass
-        outgoing.append((rel["relation"], rel["target"], title))
-    beliefs: list[tuple[str, Any, Any]] = []
+        outgoing.append((as_text(rel["relation"]), target_id, title))
+    beliefs: list[Belief] = []
     if event.get("type") == PUBLISH:
-        beliefs = _beliefs(sources, event_id)
+        beliefs = _beliefs(sources, capsule_id)
     return views.capsule_page(record, outgoing=outgoing, incoming=incoming, beliefs=beliefs,
                               retractions=retractions, assessments=assessments,
                               retracted=_retracted(relay, assessments))
 
 
-def _retracted(relay: Relay, records: list[dict[str, Any]]) -> frozenset[str]:
+def _retracted(relay: Relay, records: Sequence[Document]) -> frozenset[str]:
     """The IDs of ``records`` that their own author retracted (shown, but marked as withdrawn).
 
     One indexed query per record (``target``, ``type``, ``actor``, ``limit=1``); the
@@ -120,37 +126,39 @@ def _retracted(relay: Relay, records: list[dict[str, Any]]) -> frozenset[str]:
     """
     out = set()
     for r in records:
-        event_id, actor = r["envelope"]["hash"], r["envelope"]["event"].get("actor", "")
-        page = relay.query([("target", event_id), ("type", RETRACT), ("actor", actor), ("limit", "1")])
+        record_id, actor = event_id(r), as_text(event_of(r).get("actor", ""))
+        page = relay.query([("target", record_id), ("type", RETRACT), ("actor", actor), ("limit", "1")])
         if page.records:
-            out.add(event_id)
+            out.add(record_id)
     return frozenset(out)
 
 
-def _beliefs(sources: Sources, event_id: str) -> list[tuple[str, Any, Any]]:
-    """``(policy, projection or None, error)`` per policy; each projection gains ``sources``:
-    assertion id -> (the event it was imported from, its signer, its stance), for the ledger's links."""
+def _beliefs(sources: Sources, capsule_id: str) -> list[Belief]:
+    """The belief per policy (the projection, or why there is none), with the sources of the ledger's
+    assertions: assertion id -> (the event it was imported from, its signer, its stance), for its links."""
+    from akrelay.kip.elements import Assertion
+
     try:
         runtime = sources.kip_runtime()
     except Exception as exc:  # noqa: BLE001 - KIP not available: the page still renders
-        return [(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(sources)]
-    out: list[tuple[str, Any, Any]] = []
+        return [Belief(p, None, f"the KIP runtime is not available ({type(exc).__name__})") for p in _policies(sources)]
+    out: list[Belief] = []
     for policy in _policies(sources):
         try:
-            projection = runtime.project_capsule(event_id, policy=policy)
+            projection: Document = runtime.project_capsule(capsule_id, policy=policy)
         except Exception as exc:  # noqa: BLE001 - KipError (not imported yet, retracted) or a closing nexus
-            out.append((policy, None, getattr(exc, "message", None) or str(exc)))
+            out.append(Belief(policy, None, getattr(exc, "message", None) or str(exc)))
             continue
-        ledger = projection.get("explanation", {}).get("ledger", {})
-        ids = {aid for name in ("contributing", "opposing", "uncertain") for aid in ledger.get(name, []) or []}
-        ids |= {x.get("assertion_id") for x in ledger.get("eligibility_exclusions", []) or [] if isinstance(x, dict)}
-        origins = {}
+        ledger = as_object(as_object(projection.get("explanation")).get("ledger"))
+        ids = {aid for name in ("contributing", "opposing", "uncertain") for aid in as_list(ledger.get(name))}
+        ids |= {x.get("assertion_id") for x in as_list(ledger.get("eligibility_exclusions")) if isinstance(x, dict)}
+        origins: dict[str, tuple[str, str, str]] = {}
         with runtime.lock:
             for aid in ids:
-                element = runtime.nexus.get(aid)
-                if element is not None and hasattr(element, "import_id"):
+                element = runtime.nexus.get(aid) if isinstance(aid, str) else None
+                if isinstance(aid, str) and isinstance(element, Assertion):
                     origins[aid] = (element.import_id, element.actor, element.stance)
-        out.append((policy, {**projection, "sources": origins}, None))
+        out.append(Belief(policy, projection, None, origins))
     return out
 
 
@@ -178,19 +186,19 @@ def search(relay: Relay, raw_query: bytes) -> tuple[str, int]:
     return views.search_page(params, _records(page), None, page.next_cursor), 200
 
 
-def status(relay: Relay, settings: Any, sources: Sources) -> str:
+def status(relay: Relay, settings: Settings, sources: Sources) -> str:
     from akrelay.observability.status import relay_status
 
     return views.status_page(relay_status(relay, settings, sources), relay.config.origin)
 
 
-async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str, Any] | None, str | None]:
+async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[Document | None, str | None]:
     """One synchronous KnowQL turn, as ``POST /query`` runs it (the no-script Ask form)."""
     from akrelay.knowql import API_VERSIONS
     from akrelay.knowql.errors import KnowqlError
     from akrelay.knowql.request import parse_document
 
-    doc_value: dict[str, Any] = {"ask": ask, "scope": ["knowledge"]}
+    doc_value: JSONObject = {"ask": ask, "scope": ["knowledge"]}
     if policy:
         doc_value["vars"] = {"policy": policy}
     try:
@@ -207,8 +215,7 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[dict[str
         return None, exc.message
 
 
-# Any: the settings (one object for every area until they are typed per area)
-def routes(relay: Relay, settings: Any, sources: Sources) -> list[HTTPRouteHandler]:
+def routes(relay: Relay, settings: Settings, sources: Sources) -> list[HTTPRouteHandler]:
     if settings.explorer.disabled:
         return []
     assets = {name: resources.files("akrelay.explorer").joinpath("static", name).read_bytes() for name in STATIC}

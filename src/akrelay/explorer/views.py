@@ -6,8 +6,7 @@ Nothing here does I/O, so each page can be rendered and checked in isolation;
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
-# Untyped here: records, projections and turns arrive as JSON documents (Record.to_dict(), KIP, KnowQL) read by key.
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from akrelay.explorer.html import (BASE, agent_url, capsule_url, definition, h, items, link, page, search_url, short,
                                    when)
@@ -17,14 +16,38 @@ from akrelay.observability.status import RelayStatus
 SEARCH_FILTERS = ("actor", "type", "kind", "tag", "language", "verdict", "relation", "target", "profile")
 
 
-def _event(record: dict[str, Any]) -> dict[str, Any]:
-    event: dict[str, Any] = record["envelope"]["event"]
-    return event
+#: A JSON document as the pages read it (an acceptance record, a projection, a KnowQL Query document):
+#: each member is narrowed where it is read, and one of another kind reads as absent.
+Document = Mapping[str, object]
 
 
-def _title(record: dict[str, Any]) -> str:
-    event = _event(record)
-    payload = event.get("payload", {})
+def as_object(value: object) -> Document:
+    """A member read as an object (anything else reads as an empty one)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: object) -> Sequence[object]:
+    """A member read as an array (anything else reads as an empty one)."""
+    return value if isinstance(value, list) else ()
+
+
+def as_text(value: object) -> str:
+    """A member read as text (anything else reads as the empty string)."""
+    return value if isinstance(value, str) else ""
+
+
+def event_of(record: Document) -> Document:
+    return as_object(as_object(record["envelope"])["event"])
+
+
+def event_id(record: Document) -> str:
+    """The record's event ID (its envelope's ``hash``)."""
+    return as_text(as_object(record["envelope"])["hash"])
+
+
+def _title(record: Document) -> str:
+    event = event_of(record)
+    payload = as_object(event.get("payload"))
     if event.get("type") == "knowledge.publish":
         return str(payload.get("title", ""))
     if event.get("type") == "knowledge.assess":
@@ -32,35 +55,36 @@ def _title(record: dict[str, Any]) -> str:
     return f"{event.get('type', 'event')}"
 
 
-def record_row(record: dict[str, Any]) -> str:
+def record_row(record: Document) -> str:
     """One line of a list: title link, kind, author and time."""
-    event = _event(record)
-    payload = event.get("payload", {})
-    eid = record["envelope"]["hash"]
+    event = event_of(record)
+    payload = as_object(event.get("payload"))
+    eid = event_id(record)
+    actor = as_text(event.get("actor"))
     kind = payload.get("kind") or payload.get("verdict") or event.get("type", "")
     return (f'{link(capsule_url(eid), _title(record) or eid, "title")} <span class="tag">{h(kind)}</span> '
-            f'<span class="muted">by {link(agent_url(event.get("actor", "")), short(event.get("actor", "")))} · '
+            f'<span class="muted">by {link(agent_url(actor), short(actor))} · '
             f'{when(event.get("created_at"))} · seq {h(record.get("seq"))}</span>')
 
 
-def recent_page(records: Sequence[dict[str, Any]], checkpoint: int) -> str:
+def recent_page(records: Sequence[Document], checkpoint: int) -> str:
     body = (f"<h1>Recent capsules</h1><p class=\"muted\">The latest accepted capsules; checkpoint {h(checkpoint)}.</p>"
             + items(record_row(r) for r in records))
     return page("Recent", body)
 
 
 def _context(ctx: object) -> str:
-    if not isinstance(ctx, dict):
+    if not isinstance(ctx, Mapping):
         return '<p class="muted">none</p>'
     rows = [("scope", h(ctx.get("scope", "")))]
     for name in ("conditions", "limitations"):
-        rows.append((name, items(h(v) for v in ctx.get(name, []) or [])))
+        rows.append((name, items(h(v) for v in as_list(ctx.get(name)))))
     return definition(rows)
 
 
-def _evidence(evidence: Any) -> str:
+def _evidence(evidence: object) -> str:
     out = []
-    for e in evidence or []:
+    for e in map(as_object, as_list(evidence)):
         url = e.get("url", "")
         target = link(url, url) if isinstance(url, str) and url.startswith("https://") else h(url)
         extra = " · ".join(h(e[k]) for k in ("role", "media_type", "digest") if e.get(k))
@@ -69,38 +93,45 @@ def _evidence(evidence: Any) -> str:
 
 
 def _reproduction(rep: object) -> str:
-    if not isinstance(rep, dict):
+    if not isinstance(rep, Mapping):
         return '<p class="muted">none</p>'
-    steps = "".join(f"<li>{h(s)}</li>" for s in rep.get("steps", []) or [])
+    steps = "".join(f"<li>{h(s)}</li>" for s in as_list(rep.get("steps")))
     rows = [(k, h(rep[k])) for k in ("environment", "expected", "observed") if rep.get(k) is not None]
     return (definition(rows) if rows else "") + (f"<ol>{steps}</ol>" if steps else "")
 
 
-def belief_block(policy: str, projection: dict[str, Any] | None, error: str | None = None) -> str:
+#: Where each assertion of a ledger came from: assertion id -> (the event it was imported from, its signer,
+#: its stance), for the ledger's links.
+AssertionSources = Mapping[str, tuple[str, str, str]]
+
+
+def belief_block(policy: str, projection: Document | None, error: str | None = None,
+                 sources: AssertionSources | None = None) -> str:
     """The BELIEF status under one policy, with the ledger that explains it."""
     if projection is None:
         return f'<section class="belief"><h3>{h(policy)}</h3><p class="muted">unavailable: {h(error)}</p></section>'
-    ledger = projection.get("explanation", {}).get("ledger", {})
+    ledger = as_object(as_object(projection.get("explanation")).get("ledger"))
     status = projection.get("status", "")
-    reasons = projection.get("uncertainty", {}).get("reasons", []) or projection.get("conflict_reasons", [])
-    sources = projection.get("sources", {})
+    reasons = as_list(as_object(projection.get("uncertainty")).get("reasons")) or as_list(projection.get("conflict_reasons"))
+    known = sources or {}
 
     def assertion(aid: str) -> str:
-        if aid not in sources:
+        if aid not in known:
             return h(aid)
-        event_id, actor, stance = sources[aid]
+        event_id, actor, stance = known[aid]
         return f"{link(capsule_url(event_id), aid)} <span class=\"muted\">({h(stance)} by {h(short(actor))})</span>"
 
-    rows = [(name, ", ".join(assertion(str(x)) for x in ledger.get(name, []) or []) or '<span class="muted">none</span>')
+    rows = [(name, ", ".join(assertion(str(x)) for x in as_list(ledger.get(name))) or '<span class="muted">none</span>')
             for name in ("contributing", "opposing", "uncertain")]
-    exclusions = ledger.get("eligibility_exclusions", []) or []
+    exclusions = as_list(ledger.get("eligibility_exclusions"))
     rows.append(("exclusions", items(_exclusion(x, assertion) for x in exclusions)))
-    trust = ", ".join(f"{short(t.get('actor', ''))}: {t.get('class', '')}" for t in ledger.get("trust_decisions", []))
+    trust = ", ".join(f"{short(as_text(t.get('actor', '')))}: {t.get('class', '')}"
+                      for t in map(as_object, as_list(ledger.get("trust_decisions"))))
     rows.append(("trust", h(trust)))
-    rows.append(("snapshot", h(projection.get("basis", {}).get("snapshot_seq"))))
-    rules = items(h(r) for r in ledger.get("rules", []))
+    rows.append(("snapshot", h(as_object(projection.get("basis")).get("snapshot_seq"))))
+    rules = items(h(r) for r in as_list(ledger.get("rules")))
     return (f'<section class="belief"><h3>{h(policy)}: <span class="status status-{h(status)}">{h(status)}</span>'
-            f'{" <span class=muted>(" + h(", ".join(reasons)) + ")</span>" if reasons else ""}</h3>'
+            f'{" <span class=muted>(" + h(", ".join(map(str, reasons))) + ")</span>" if reasons else ""}</h3>'
             f"{definition(rows)}<details><summary>rules</summary>{rules}</details></section>")
 
 
@@ -111,46 +142,58 @@ EXCLUSION_REASONS = {"retracted": "retracted by its author", "withheld": "withhe
 
 def _exclusion(item: object, assertion: Callable[[str], str]) -> str:
     """One excluded assertion: which one (linked to its event) and why, not the ledger's raw object."""
-    if not isinstance(item, dict) or not isinstance(item.get("assertion_id"), str):
+    aid = item.get("assertion_id") if isinstance(item, Mapping) else None
+    if not isinstance(item, Mapping) or not isinstance(aid, str):
         return h(item)
     reason = str(item.get("reason", ""))
-    return f"{assertion(item['assertion_id'])}: {h(EXCLUSION_REASONS.get(reason, reason) or 'excluded')}"
+    return f"{assertion(aid)}: {h(EXCLUSION_REASONS.get(reason, reason) or 'excluded')}"
 
 
-def _assessments(records: Sequence[dict[str, Any]], retracted: frozenset[str] = frozenset()) -> str:
+def _assessments(records: Sequence[Document], retracted: frozenset[str] = frozenset()) -> str:
     """Assessments with their verdicts; one its author retracted is struck through and marked so."""
     rows = []
     for r in records:
-        event = _event(r)
-        payload = event.get("payload", {})
+        event = event_of(r)
+        payload = as_object(event.get("payload"))
+        actor = as_text(event.get("actor"))
         verdict = f'<span class="verdict verdict-{h(payload.get("verdict"))}">{h(payload.get("verdict"))}</span>'
-        if r["envelope"]["hash"] in retracted:
+        if event_id(r) in retracted:
             verdict = f'<del class="retracted">{verdict}</del> <span class="warning">retracted by its author</span>'
         rows.append(f'{verdict} '
-                    f'by {link(agent_url(event.get("actor", "")), short(event.get("actor", "")))}: '
-                    f'{h(payload.get("summary", ""))} <span class="muted">{link(capsule_url(r["envelope"]["hash"]), "event")}'
+                    f'by {link(agent_url(actor), short(actor))}: '
+                    f'{h(payload.get("summary", ""))} <span class="muted">{link(capsule_url(event_id(r)), "event")}'
                     f" · {when(event.get('created_at'))}</span>")
     return items(rows)
 
 
-def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, str | None]],
-                 incoming: Sequence[dict[str, Any]], beliefs: Sequence[tuple[str, dict[str, Any] | None, str | None]],
-                 retractions: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]],
+class Belief(NamedTuple):
+    """A capsule's belief under one policy: its projection and the sources of its assertions, or why none."""
+
+    policy: str
+    projection: Document | None
+    error: str | None = None
+    sources: AssertionSources | None = None
+
+
+def capsule_page(record: Document, *, outgoing: Sequence[tuple[str, str, str | None]],
+                 incoming: Sequence[Document], beliefs: Sequence[Belief],
+                 retractions: Sequence[Document], assessments: Sequence[Document],
                  retracted: frozenset[str] = frozenset()) -> str:
     """A capsule (or any event) with its relations both ways, assessments and beliefs.
 
     ``outgoing`` is ``(relation, target id, target title or None)``; ``incoming`` the
     publications that name this one in their relations.
     """
-    event = _event(record)
-    payload = event.get("payload", {})
-    eid = record["envelope"]["hash"]
+    event = event_of(record)
+    payload = as_object(event.get("payload"))
+    eid = event_id(record)
     etype = event.get("type", "")
+    actor = as_text(event.get("actor"))
     parts = [f"<h1>{h(_title(record) or eid)}</h1>"]
     if retractions:
         parts.append('<p class="warning">Retracted by its author.</p>')
     meta = [("event ID", f"<code>{h(eid)}</code>"), ("seq", h(record.get("seq"))), ("type", h(etype)),
-            ("author", link(agent_url(event.get("actor", "")), event.get("actor", ""))),
+            ("author", link(agent_url(actor), actor)),
             ("created", when(event.get("created_at"))), ("accepted", when(record.get("accepted_at"))),
             ("licence", h(payload.get("license", ""))),
             ("raw envelope", link(f"/v1/knowledge/events/{eid}", "signed envelope (JSON)"))]
@@ -158,8 +201,9 @@ def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, s
         meta.insert(3, ("kind", h(payload["kind"])))
     if payload.get("language"):
         meta.append(("language", h(payload["language"])))
-    if payload.get("target"):
-        meta.append(("target", link(capsule_url(payload["target"]), payload["target"])))
+    target = payload.get("target")
+    if target:
+        meta.append(("target", link(capsule_url(as_text(target)), target)))
     parts.append(definition(meta))
     for label, key in (("Statement", "statement"), ("Summary", "summary"), ("Reason", "reason"), ("Basis", "basis")):
         if payload.get(key) is not None:
@@ -168,25 +212,25 @@ def capsule_page(record: dict[str, Any], *, outgoing: Sequence[tuple[str, str, s
         parts.append("<h2>Context</h2>" + _context(payload.get("context")))
     parts.append("<h2>Evidence</h2>" + _evidence(payload.get("evidence")))
     parts.append("<h2>Reproduction</h2>" + _reproduction(payload.get("reproduction")))
-    tags = " ".join(link(search_url(tag=t), t, "tag") for t in payload.get("tags", []) or [])
+    tags = " ".join(link(search_url(tag=str(t)), t, "tag") for t in as_list(payload.get("tags")))
     parts.append("<h2>Tags</h2>" + (f"<p>{tags}</p>" if tags else '<p class="muted">none</p>'))
     parts.append("<h2>Relations</h2><h3>From this capsule</h3>" + items(
         f'<span class="rel">{h(rel)}</span> {link(capsule_url(target), title or target, "relation")}'
         for rel, target, title in outgoing))
     incoming_rows = []
     for r in incoming:
-        for rel in _event(r).get("payload", {}).get("relations", []) or []:
+        for rel in map(as_object, as_list(as_object(event_of(r).get("payload")).get("relations"))):
             if rel.get("target") == eid:
-                incoming_rows.append(f'{link(capsule_url(r["envelope"]["hash"]), _title(r), "relation")} '
+                incoming_rows.append(f'{link(capsule_url(event_id(r)), _title(r), "relation")} '
                                      f'<span class="rel">{h(rel.get("relation"))}</span> this capsule')
     parts.append("<h3>To this capsule</h3>" + items(incoming_rows))
     parts.append("<h2>Assessments</h2>" + _assessments(assessments, retracted))
     if beliefs:
-        parts.append("<h2>Belief</h2>" + "".join(belief_block(p, proj, err) for p, proj, err in beliefs))
+        parts.append("<h2>Belief</h2>" + "".join(belief_block(*belief) for belief in beliefs))
     return page(_title(record) or eid, "".join(parts))
 
 
-def agent_page(agent_id: str, capsules: Sequence[dict[str, Any]], assessments: Sequence[dict[str, Any]],
+def agent_page(agent_id: str, capsules: Sequence[Document], assessments: Sequence[Document],
                more: bool, retracted: frozenset[str] = frozenset()) -> str:
     body = (f"<h1>Agent</h1><p><code>{h(agent_id)}</code></p>"
             f"<h2>Capsules</h2>{items(record_row(r) for r in capsules)}"
@@ -196,7 +240,7 @@ def agent_page(agent_id: str, capsules: Sequence[dict[str, Any]], assessments: S
     return page("Agent", body)
 
 
-def search_page(params: dict[str, str], records: Sequence[dict[str, Any]] | None, error: str | None,
+def search_page(params: dict[str, str], records: Sequence[Document] | None, error: str | None,
                 next_cursor: str | None) -> str:
     fields = [f'<label>words <input type="search" name="q" value="{h(params.get("q", ""))}" autofocus></label>']
     for name in SEARCH_FILTERS:
@@ -214,7 +258,7 @@ def search_page(params: dict[str, str], records: Sequence[dict[str, Any]] | None
 
 
 def ask_page(policies: Sequence[str], *, ask: str = "", policy: str | None = None,
-             answer: dict[str, Any] | None = None, error: str | None = None) -> str:
+             answer: Document | None = None, error: str | None = None) -> str:
     """The question box; without script it posts the form and shows the synchronous answer."""
     options = "".join(f'<option value="{h(p)}"{" selected" if p == policy else ""}>{h(p)}</option>' for p in policies)
     form = (f'<form id="ask-form" method="post" action="{BASE}/ask">'
@@ -223,12 +267,12 @@ def ask_page(policies: Sequence[str], *, ask: str = "", policy: str | None = Non
     text, cites, status = "", "", ""
     if answer is not None:
         status = str(answer.get("status", ""))
-        for out in answer.get("output", []) or []:
-            for content in out.get("content", []) or []:
+        for out in map(as_object, as_list(answer.get("output"))):
+            for content in map(as_object, as_list(out.get("content"))):
                 text += str(content.get("text", ""))
         if answer.get("error"):
             text = text or str(answer["error"])
-        cites = "".join(citation_item(i, c) for i, c in enumerate(answer.get("citations", []) or [], 1))
+        cites = "".join(citation_item(i, c) for i, c in enumerate(map(as_object, as_list(answer.get("citations"))), 1))
     # The answer's first line is its lead (the fact, its citation and belief): shown above the evidence.
     lead, _, text = text.partition("\n")
     text = text.lstrip("\n")
@@ -241,7 +285,7 @@ def ask_page(policies: Sequence[str], *, ask: str = "", policy: str | None = Non
     return page("Ask", body, scripts=("ask.js",))
 
 
-def citation_item(number: int, citation: dict[str, Any]) -> str:
+def citation_item(number: int, citation: Document) -> str:
     source = str(citation.get("source", ""))
     belief = citation.get("belief", "")
     return (f'<li value="{number}">{link(capsule_url(source), citation.get("title") or source, "citation")} '

@@ -16,7 +16,7 @@ then the store the node opened). Handlers that write mark themselves with
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 import anyio
 import msgspec
@@ -24,7 +24,7 @@ from litestar import Litestar, Request, asgi, get, post
 from litestar.datastructures import State
 from litestar.enums import ScopeType
 from litestar.response.base import ASGIResponse
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from akrelay.http.body import BODYLESS_METHODS, BodyReader, Buffered
 from akrelay.http.errors import EXCEPTION_HANDLERS, JSON
@@ -38,7 +38,9 @@ from akrelay.settings import Settings
 from akrelay.store.capabilities import blocking_io
 
 if TYPE_CHECKING:  # annotations only
+    from litestar import Response
     from litestar.handlers import BaseRouteHandler
+    from litestar.plugins import PluginProtocol
     from akrelay.relay.core import Relay
 
 log = logging.getLogger("akrelay.http")
@@ -53,14 +55,37 @@ def _require_json(request: Request[object, object, State]) -> None:
     check_content_type(request.headers.get("content-type"))
 
 
+@runtime_checkable
+class Opening(Protocol):
+    """A component that keeps opening something after its ``start()`` (``/readyz`` waits for it)."""
+
+    def opening(self) -> str | None:
+        """Why ``/readyz`` waits, or ``None`` once it is open."""
+        ...
+
+
+@runtime_checkable
+class ErrorPages(Protocol):
+    """A component that answers the app's 404 and 405 in its own URL space (the explorer's HTML pages)."""
+
+    def error_page(self, path: str, status: int, allow: str | None) -> Response[bytes] | None: ...
+
+
 class Node(Protocol):
-    """What the app needs of its owner (:class:`akrelay.node.RelayNode`): no import upwards."""
+    """What the app needs of its owner (:class:`akrelay.node.RelayNode`): no import upwards.
+
+    Its components may also be :class:`Opening` or :class:`ErrorPages`.
+    """
 
     relay: Relay
     settings: Settings
 
     @property
     def components(self) -> Sequence[object]: ...
+    @property
+    def started(self) -> bool:
+        """Between a completed ``start()`` and ``stop()`` (``/readyz``)."""
+        ...
     def routes(self) -> list[BaseRouteHandler]: ...
     def discovery(self) -> dict[str, object]: ...
     def rate_limits(self) -> RateLimits: ...
@@ -143,7 +168,7 @@ class RelayApp(Litestar):
     observer: "RequestObserver | None" = None  # set by build_app: latency metrics, JSON access log
 
     @staticmethod
-    def _get_default_plugins(plugins: list[Any]) -> list[Any]:
+    def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:
         """Litestar's default plugins less the pydantic and attrs ones, which akrelay does not use.
 
         Litestar adds those whenever the libraries are installed, and importing its pydantic
@@ -155,15 +180,18 @@ class RelayApp(Litestar):
 
         return [*plugins, MsgspecDIPlugin()]
 
-    # Loose types: Litestar's own __call__ takes any ASGI scope (lifespan too), and this override dispatches on it
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.observer is not None:
+    # Litestar's __call__ takes a scope and its receive and send of one kind (HTTP, websocket or lifespan) as
+    # independent unions; the kind is known only after the scope's type is read, which narrows the scope alone.
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:  # Any: one ASGI kind per call (above)
+        if scope["type"] != "http":  # lifespan, websocket: Litestar's own
+            await super().__call__(scope, receive, send)
+        elif self.observer is not None:
             await self.observer(self._serve, scope, receive, send)
         else:
             await self._serve(scope, receive, send)
 
-    async def _serve(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == ScopeType.HTTP:
             method = scope["method"]
             if method == "HEAD":
                 scope["method"] = "GET"  # in place: the observer reads the matched route from this scope
@@ -182,11 +210,11 @@ class RelayApp(Litestar):
 def _headers_only(send: Send) -> Send:
     """``send`` for a HEAD request: the GET answer's status and headers, an empty body."""
 
-    async def head(message: Any) -> None:
+    async def head(message: Message) -> None:
         if message["type"] == "http.response.body":
             if message.get("more_body", False):
                 return
-            message = {"type": "http.response.body", "body": b""}
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
         await send(message)
 
     return head
@@ -194,9 +222,8 @@ def _headers_only(send: Send) -> Send:
 
 def opening(node: Node) -> str | None:
     """What a component of ``node`` still opens in the background (``/readyz`` waits for it), or ``None``."""
-    for component in getattr(node, "components", ()):
-        still = getattr(component, "opening", None)
-        reason = still() if callable(still) else None
+    for component in node.components:
+        reason = component.opening() if isinstance(component, Opening) else None
         if reason:
             return str(reason)
     return None
@@ -210,7 +237,7 @@ def build_app(node: Node) -> "RelayApp":
     relay, settings = node.relay, node.settings
     read_body = BodyReader(settings.max_envelope_bytes, settings.body_timeout)
     submitter = SubmitEndpoint(relay, read_body)
-    readiness = Readiness(relay.store, lambda: bool(getattr(node, "started", True)), lambda: opening(node))
+    readiness = Readiness(relay.store, lambda: node.started, lambda: opening(node))
     handlers = core_routes(node, submitter) + health_routes(readiness) + node.routes()
     buckets = node.rate_limits()
     app = RelayApp(
@@ -229,7 +256,7 @@ def build_app(node: Node) -> "RelayApp":
     app.state.relay = relay
     app.state.settings = settings
     #: Components that answer 404/405 in their own URL space (the explorer's HTML pages).
-    app.state.error_pages = [c.error_page for c in node.components if hasattr(c, "error_page")]
+    app.state.error_pages = [c.error_page for c in node.components if isinstance(c, ErrorPages)]
     app.ingest = IngestFastPath(submitter, buckets["write"])
     app.read_body = read_body
     app.observer = RequestObserver(log_json=settings.observability.log_json, fast_path=EVENTS_PATH)

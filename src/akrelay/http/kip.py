@@ -11,8 +11,7 @@ budget (``--kip-budget-ms``) never stalls the event loop or other routes.
 
 from __future__ import annotations
 
-# Loose types: the KIP response envelope as the runtime returns it.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import anyio
 import anyio.to_thread
@@ -31,7 +30,7 @@ JSON = "application/json"
 KIP_THREADS = 4
 
 
-def routes(handle: Callable[[bytes, str | None], tuple[int, dict[str, Any]]]) -> list[BaseRouteHandler]:
+def routes(handle: Callable[[bytes, str | None], tuple[int, Mapping[str, object]]]) -> list[BaseRouteHandler]:
     """The KIP route; ``handle(body, content_type)`` answers ``(status, envelope)``."""
     limiter = anyio.CapacityLimiter(KIP_THREADS)
 

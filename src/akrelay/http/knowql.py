@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-# Loose types: KnowQL documents (requests, turns, SSE frames) are checked by akrelay.knowql's own
-# models; the HTTP layer only encodes what they return.
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, Protocol, TypeAlias
 
 import anyio
 import anyio.to_thread
@@ -46,6 +45,10 @@ SSE = "text/event-stream"
 QUERY_PATH = "/query"
 #: Query Documents checked at once per worker (a shape within the caps takes up to ~0.2 s of CPU).
 SHAPE_CHECKS = 2
+
+#: What a handler's work returns: a status and the document to encode (built and checked by
+#: akrelay.knowql; the HTTP layer only encodes it), or a started event stream.
+Answer: TypeAlias = "tuple[int, object] | ASGIStreamingResponse"
 
 
 class KnowqlHost(Protocol):
@@ -92,7 +95,7 @@ def _json_response(body: object, status: int, version: str, headers: dict[str, s
                         headers={VERSION_HEADER: version, **(headers or {})})
 
 
-async def _answer(request: Request[object, object, State], work: Callable[[str], Awaitable[Any]]) -> ASGIResponse:
+async def _answer(request: Request[object, object, State], work: Callable[[str], Awaitable[Answer]]) -> ASGIResponse:
     """Run ``work(version)``; refusals become seed 000 §9.4 bodies; the version is echoed."""
     version = API_VERSIONS[0]
     try:
@@ -111,11 +114,11 @@ async def _answer(request: Request[object, object, State], work: Callable[[str],
         return _json_response(bad_request(str(exc.detail)).to_wire(), 400, version)
     if isinstance(result, ASGIStreamingResponse):
         return result
-    status, body = result
-    return _json_response(body, status, version)
+    status, document = result
+    return _json_response(document, status, version)
 
 
-def _sse(frames: Any, version: str) -> ASGIStreamingResponse:
+def _sse(frames: AsyncIterator[bytes], version: str) -> ASGIStreamingResponse:
     """An SSE response (built directly: a handler's JSON media type would override a ``Stream``'s)."""
     return ASGIStreamingResponse(iterator=frames, media_type=SSE, headers={
         "Cache-Control": "no-store", "X-Accel-Buffering": "no", VERSION_HEADER: version})
@@ -129,7 +132,7 @@ def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
     # by the rate-limit middleware instead of the read bucket.
     @post(QUERY_PATH, status_code=200, opt={"rate": "knowql"})
     async def query(request: Request[object, object, State]) -> ASGIResponse:
-        async def work(version: str) -> Any:
+        async def work(version: str) -> Answer:
             from akrelay.http.ingest import check_content_type
 
             check_content_type(request.headers.get("content-type"))
@@ -142,7 +145,7 @@ def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
                 doc = parse_document(value)
             if (isinstance(value, dict) and value.get("stream") is None and not doc.background
                     and SSE in (request.headers.get("accept") or "")):
-                doc = _with(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
+                doc = replace(doc, stream=True)  # seed 000 §6.2: negotiated through Accept
             service = current()
             accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, version, client_ip(request.scope))
             if doc.background:
@@ -169,7 +172,7 @@ def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
     async def query_events(request: Request[object, object, State]) -> ASGIResponse:
         query_id = request.path_params["query_id"]
 
-        async def work(version: str) -> Any:
+        async def work(version: str) -> Answer:
             service = current()
             await anyio.to_thread.run_sync(service.query, query_id)  # 404 before any SSE byte
             last = (request.headers.get("last-event-id") or "").strip()
@@ -193,7 +196,7 @@ def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
     async def session(request: Request[object, object, State]) -> ASGIResponse:
         session_id = request.path_params["id"]
 
-        async def work(version: str) -> Any:
+        async def work(version: str) -> Answer:
             offset = _page_param(request, "offset", 0, 0, None)
             limit = _page_param(request, "limit", SESSION_PAGE, 1, SESSION_PAGE_MAX)
             return 200, await anyio.to_thread.run_sync(current().session, session_id, offset, limit)
@@ -254,12 +257,6 @@ def _resource(method: Callable[..., HTTPRouteHandler], path: str, call: Callable
         return await _answer(request, work)
 
     return resource
-
-
-def _with(doc: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(doc, **changes)
 
 
 def discovery(relay: Relay, settings: Settings) -> dict[str, object]:

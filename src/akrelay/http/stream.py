@@ -34,8 +34,7 @@ import logging
 import threading
 import time
 from collections import Counter
-# Loose types: ``call`` runs any blocking function of the relay in a thread and returns its result.
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, TypeVar, TypeVarTuple
 
 import anyio
 import anyio.to_thread
@@ -57,6 +56,9 @@ if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
+
+_Result = TypeVar("_Result")
+_Args = TypeVarTuple("_Args")
 
 log = logging.getLogger("akrelay.push")
 
@@ -193,7 +195,7 @@ class StreamHub:
         self._quiet()
 
     # -- frames -----------------------------------------------------------------------
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, fn: Callable[[*_Args], _Result], *args: *_Args) -> _Result:
         if self._offload:
             return await anyio.to_thread.run_sync(fn, *args)
         return fn(*args)

@@ -9,13 +9,14 @@ not given reads as absent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from akrelay.components.kip import KipComponent
     from akrelay.components.knowql import KnowqlComponent
     from akrelay.components.search import SearchComponent
     from akrelay.federation.state import StateStore
+    from akrelay.kip.runtime import KipRuntime
     from akrelay.knowql.service import KnowqlService
 
 
@@ -27,8 +28,7 @@ class Sources:
     #: the backend's federation state for reading (``None`` from it: no state kept yet)
     federation_state: Callable[[], StateStore | None] | None = None
 
-    # Loose types: the explorer reads the runtime's elements without narrowing their kinds
-    def kip_runtime(self) -> Any:
+    def kip_runtime(self) -> KipRuntime:
         """The node's running KIP runtime (caught up); raises without KIP or while it is not running."""
         if self.kip is None:
             raise LookupError("this relay runs no KIP component")
