@@ -17,7 +17,7 @@ follows the capsule it assesses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 # Untyped here: artifacts, chunks and capsule details are JSON objects read by key.
 
 from akrelay.kip.elements import Assertion, Evidence
@@ -100,7 +100,7 @@ def _assessment_counts(nexus: NexusBase, assertion_ids: Sequence[str]) -> int:
 def _detail(record: Record, chunks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     payload = record.envelope.payload
     stated = payload.get("context")
-    context = stated if isinstance(stated, dict) else {}
+    context: Mapping[str, object] = stated if isinstance(stated, dict) else {}
     return {"basis": payload.get("basis") if isinstance(payload.get("basis"), str) else "",
             "assessments": [{"source": c["source"], "verdict": c.get("verdict"), "text": c["text"]}
                             for c in chunks if c["kind"] == "assessment"],
