@@ -107,7 +107,7 @@ def capsule(relay: Relay, sources: Sources, event_id: str) -> str:
     beliefs: list[tuple[str, Any, Any]] = []
     if event.get("type") == PUBLISH:
         beliefs = _beliefs(sources, event_id)
-    return views.capsule_page(record, outgoing=outgoing, incoming=incoming, beliefs=beliefs,
+    return views.capsule_page(dict(record), outgoing=outgoing, incoming=incoming, beliefs=beliefs,
                               retractions=retractions, assessments=assessments,
                               retracted=_retracted(relay, assessments))
 

@@ -9,8 +9,7 @@ and runs its signer is :class:`akrelay.components.log.LogComponent`.
 
 from __future__ import annotations
 
-# Loose types: the log's JSON answers as akrelay.relay.transparency builds them.
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import anyio
 import msgspec
@@ -40,7 +39,7 @@ def routes(tlog: TransparencyLog, *, offload: bool, cosigned: Callable[[str], st
 
         return dict(query_pairs(request.scope["query_string"]))
 
-    def answer(body: dict[str, Any]) -> ASGIResponse:
+    def answer(body: Mapping[str, object]) -> ASGIResponse:
         return ASGIResponse(body=msgspec.json.encode(body), status_code=200, media_type=JSON)
 
     @get("/v1/knowledge/checkpoint", sync_to_thread=offload)

@@ -89,7 +89,7 @@ class Event(TypedDict):
 
 
 class EnvelopeObject(TypedDict):
-    """An envelope as a JSON object (Identity §5.2)."""
+    """A verified envelope as a JSON object (Identity §5.2)."""
 
     hash: str
     event: Event
@@ -97,7 +97,7 @@ class EnvelopeObject(TypedDict):
 
 
 class AcceptanceRecord(TypedDict):
-    """The §8.3 acceptance record's wire form."""
+    """The §8.3 acceptance record's wire form, of a verified envelope."""
 
     envelope: EnvelopeObject
     accepted_at: int

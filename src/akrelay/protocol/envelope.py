@@ -78,6 +78,7 @@ class Envelope:
         return self.event["payload"]
 
     def to_dict(self) -> EnvelopeObject:
+        """The envelope as a JSON object (Identity §5.2); the event is the verified one, not a copy."""
         return {"hash": self.id, "event": self.event, "signature": self.signature}
 
     def canonical_bytes(self) -> bytes:
