@@ -510,7 +510,7 @@ class RelayClient:
                 for record in records:
                     validate_record(record)
             for record in records:
-                event_id = record["envelope"]["hash"]
+                event_id = str(record["envelope"]["hash"])  # validate_record verified it above
                 if event_id in seen:
                     raise ResponseError(f"record {event_id} repeated")
                 seen.add(event_id)

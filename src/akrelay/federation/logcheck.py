@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import Checkpoint, NoteError, open_checkpoint, parse_vkey
@@ -91,12 +91,13 @@ class _Fetch:
         return [h for h in hashes if isinstance(h, str)] if isinstance(hashes, list) else []
 
 
-def check_pass(peer: Peer, transport: PeerTransport, st: PeerState, pulled: dict[int, str], pass_start: int, snapshot: int,
-               batch: Callable[[list[str]], dict[str, Any]], *, sleep: Callable[[float], None] = time.sleep,
+def check_pass(peer: Peer, transport: PeerTransport, st: PeerState, pulled: dict[int, object], pass_start: int,
+               snapshot: int, batch: Callable[[list[str]], Mapping[str, object]], *, sleep: Callable[[float], None] = time.sleep,
                monotonic: Callable[[], float] = time.monotonic) -> int:
     """Verify the peer's log for this pass; return the seq up to which the pass is verified.
 
-    (``batch`` returns a batch page already checked by ``validate_batch_response``: hence loosely typed.)
+    (``batch`` returns a peer's batch page as parsed: its records are read where they are objects. ``pulled``
+    holds each record's claimed hash as the page had it, compared with the log's entries only.)
 
     ``pulled`` maps the seq of every record the enumeration returned to its
     event hash (base64url); ``pass_start`` is the seq the enumeration started
@@ -174,7 +175,8 @@ def check_pass(peer: Peer, transport: PeerTransport, st: PeerState, pulled: dict
     for start in range(0, len(after_snapshot), 100):  # accepted after the enumeration began: fetched by ID
         chunk = after_snapshot[start:start + 100]
         page = batch([text for _, _, text in chunk])
-        found = {r["envelope"]["hash"]: r.get("seq") for r in page.get("result", []) if isinstance(r, dict)}
+        rows = page.get("result", [])
+        found = {r["envelope"]["hash"]: r.get("seq") for r in (rows if isinstance(rows, list) else ()) if isinstance(r, dict)}
         for index, seq, text in chunk:
             if found.get(text) != seq:
                 raise LogMisbehaved(f"log entry {index} (seq {seq}) is a record the peer does not serve (missing)",

@@ -11,8 +11,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-# Loose types: Peer field values by keyword (make_peer, with_changes), checked by Peer itself.
-from typing import Any, Iterable
+from typing import Iterable, TypedDict, cast
 from urllib.parse import urlsplit
 
 from akrelay.protocol.discovery import canonical_origin
@@ -259,13 +258,33 @@ def save_peers(path: str | os.PathLike[str], peer_file: PeerFile) -> None:
     os.replace(tmp, path)
 
 
-def make_peer(origin: str, **options: Any) -> Peer:
-    """A :class:`Peer` from CLI-style options, ignoring those left as ``None``."""
-    return Peer(origin=origin, **{k: v for k, v in options.items() if v is not None})
+class PeerFields(TypedDict, total=False):
+    """:class:`Peer`'s fields other than ``origin``, by keyword."""
+
+    enabled: bool
+    interval: float
+    page_limit: int
+    max_page_bytes: int
+    max_batch_bytes: int
+    ca_file: str | None
+    allow_private: bool
+    connect_timeout: float
+    read_timeout: float
+    max_pages: int
+    log_key: str | None
+    push: bool
+    offer: bool
 
 
-def with_changes(peer: Peer, **changes: Any) -> Peer:
-    return replace(peer, **{k: v for k, v in changes.items() if v is not None})
+def make_peer(origin: str, **options: object) -> Peer:
+    """A :class:`Peer` from CLI-style options, ignoring those left as ``None`` (``Peer`` checks each value)."""
+    return with_changes(Peer(origin=origin), **options)
+
+
+def with_changes(peer: Peer, **changes: object) -> Peer:
+    """``peer`` with the options that are not ``None`` changed; ``Peer.__post_init__`` checks every value."""
+    fields = cast(PeerFields, {k: v for k, v in changes.items() if v is not None})
+    return replace(peer, **fields)
 
 
 def distinct_origins(peers: Iterable[Peer], own_origin: str | None, limit: int = 32) -> list[str]:

@@ -23,8 +23,7 @@ and ``<p>token`` (:class:`~akrelay.leader.RedisLease`):
 from __future__ import annotations
 
 import json
-# Loose types: redis-py connection options and replies.
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from akrelay.federation.state import PeerState, PendingEntry
 from akrelay.leader import TOKEN_KEY, LeadershipLost
@@ -140,9 +139,12 @@ class RedisFederationState:
         self._swap = client.register_script(_SWAP)
 
     @classmethod
-    def connect(cls, url: str, **kwargs: Any) -> "RedisFederationState":
+    def connect(cls, url: str, *, token: int | None = None, prefix: str = KEY_PREFIX, max_pending: int = 10_000,
+                max_pending_bytes: int = 64 * 1024 * 1024,
+                on_fenced: Callable[[], None] | None = None) -> "RedisFederationState":
         """A state over a new client for ``url``, closed with the state."""
-        return cls(connect(url), owns_client=True, **kwargs)
+        return cls(connect(url), token=token, prefix=prefix, max_pending=max_pending,
+                   max_pending_bytes=max_pending_bytes, on_fenced=on_fenced, owns_client=True)
 
     def close(self) -> None:
         if self._owns_client:

@@ -30,9 +30,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-# Loose types: records and envelopes of a peer's page after check_query_shape / check_batch_shape
-# checked their shape (validated again by the relay's acceptance), and the transport's parsed pages.
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
 
 import msgspec
 
@@ -49,8 +47,14 @@ from akrelay.store.base import Record, StoreUnavailable
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from akrelay.federation.reconcile import Capabilities
     from akrelay.federation.witness import Witness
+    from akrelay.jsontypes import JSON
+    from akrelay.protocol.documents import RecordShape
+    from akrelay.protocol.envelope import Envelope
     from akrelay.relay.core import Relay
+
+_R = TypeVar("_R")
 
 log = logging.getLogger("akrelay.federation")
 
@@ -79,6 +83,15 @@ def encode_json(value: object) -> bytes:
         return msgspec.json.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValueError(str(exc)) from None
+
+
+@dataclass(slots=True)
+class _Step:
+    """One envelope on the dependency stack: ``need`` is its missing IDs, or None to submit it now."""
+
+    raw: bytes
+    depth: int
+    need: list[str] | None
 
 
 class PeerMisbehaved(Exception):
@@ -153,8 +166,8 @@ class _Budget:
 class _Inline:
     """An executor that runs each call at once in the calling thread (a pass without fetch-ahead)."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        done: Future[Any] = Future()
+    def submit(self, fn: Callable[..., _R], *args: object) -> Future[_R]:
+        done: Future[_R] = Future()
         try:
             done.set_result(fn(*args))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future, as a pool would
@@ -204,7 +217,7 @@ class SyncEngine:
         self.streams: dict[str, str | None] = {}
         self.push = PushHub(transport_factory)
         #: origin -> what its discovery says of reconciliation: offers, filters, envelope limit (issue 26)
-        self.reconcile_caps: dict[str, Any] = {}
+        self.reconcile_caps: dict[str, Capabilities] = {}
 
     # -- public API ---------------------------------------------------------
 
@@ -336,9 +349,9 @@ class SyncEngine:
                                                  if self.options.fetch_ahead else _Inline())
         query = endpoints["query"]
         #: seq -> event hash of every record pulled, matched against the peer's signed log (``log_key``)
-        pulled: dict[int, str] | None = {} if peer.log_key else None
+        pulled: dict[int, object] | None = {} if peer.log_key else None
         try:
-            future: Future[tuple[Any, int]] | None = fetcher.submit(transport.get_json_sized, query, dict(base))
+            future: Future[tuple[JSON, int]] | None = fetcher.submit(transport.get_json_sized, query, dict(base))
             while True:
                 assert future is not None  # submitted before the loop and at the end of every page
                 page, size = future.result()
@@ -346,9 +359,9 @@ class SyncEngine:
                 pages += 1
                 result.pages += 1
                 st.bump("pages")
-                records, nxt = self._check_page(peer, page, scope, after_seq, last_seq)
+                records, nxt, page_scope = self._check_page(peer, page, scope, after_seq, last_seq)
                 if scope is None:
-                    scope = page["checkpoint"], page["as_of"]
+                    scope = page_scope
                     st.peer_checkpoint = scope[0]
                 del page
                 if nxt is not None:
@@ -361,7 +374,7 @@ class SyncEngine:
                         raise PeerMisbehaved(f"{empty_run} consecutive empty pages with a next_cursor")
                     if pages < peer.max_pages and size * PREFETCH_BELOW <= peer.max_page_bytes:
                         future = fetcher.submit(transport.get_json_sized, query, dict(base, cursor=nxt))
-                self._ingest_page(peer, transport, endpoints["batch"], records, st, result)
+                self._ingest_page(peer, transport, endpoints["batch"], [r["envelope"] for r in records], st, result)
                 if pulled is not None:
                     pulled.update((r["seq"], r["envelope"]["hash"]) for r in records)
                 if records:
@@ -389,7 +402,7 @@ class SyncEngine:
         result.checkpoint = st.checkpoint
 
     def _check_log(self, peer: Peer, transport: PeerTransport, endpoints: dict[str, str], st: PeerState,
-                   pulled: dict[int, str], after_seq: int, snapshot: int) -> int:
+                   pulled: dict[int, object], after_seq: int, snapshot: int) -> int:
         """Verify the peer's signed Merkle log against this pass (:mod:`akrelay.federation.logcheck`).
 
         A fork, a rewrite or a missing record marks the peer misbehaving, keeps the
@@ -397,7 +410,7 @@ class SyncEngine:
         """
         from akrelay.federation.logcheck import LogMisbehaved, check_pass
 
-        def batch(ids: list[str]) -> dict[str, Any]:
+        def batch(ids: list[str]) -> Mapping[str, object]:
             page = transport.post_json(endpoints["batch"], encode_json({"hashes": ids}), max_bytes=peer.max_page_bytes)
             return page if isinstance(page, dict) else {}
 
@@ -437,16 +450,16 @@ class SyncEngine:
                       peer.origin, exc.reason)
             raise PeerMisbehaved(f"misbehaving: {exc.reason}") from None
 
-    def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, records: list[dict[str, Any]],
+    def _ingest_page(self, peer: Peer, transport: PeerTransport, batch_url: str, envelopes: list[dict[str, object]],
                      st: PeerState, result: PassResult) -> None:
         """Submit a page's envelopes in committed groups, then give the ones that lacked a
         dependency the full treatment in page order (a dependency in the same page is committed by then)."""
-        if self.options.group_size <= 1 or len(records) < 2:
-            for record in records:
-                self._ingest(peer, transport, batch_url, record["envelope"], st, result)
+        if self.options.group_size <= 1 or len(envelopes) < 2:
+            for envelope in envelopes:
+                self._ingest(peer, transport, batch_url, envelope, st, result)
             return
-        outcomes = self._first_pass([r["envelope"] for r in records])
-        for record, (outcome, event_id, error) in zip(records, outcomes):
+        outcomes = self._first_pass(envelopes)
+        for envelope, (outcome, event_id, error) in zip(envelopes, outcomes):
             if outcome == "accepted":
                 result.accepted += 1
                 st.bump("accepted")
@@ -456,9 +469,9 @@ class SyncEngine:
             elif outcome == "rejected":
                 self._rejected(st, result, event_id, error or "rejected")
             else:
-                self._ingest(peer, transport, batch_url, record["envelope"], st, result)
+                self._ingest(peer, transport, batch_url, envelope, st, result)
 
-    def _first_pass(self, envelopes: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
+    def _first_pass(self, envelopes: list[dict[str, object]]) -> list[tuple[str, str, str | None]]:
         """§8.1 steps 1–6 for each envelope in page order, step 7 once per group.
 
         Outcomes are ``accepted``, ``duplicate``, ``rejected`` or ``retry`` (dependency
@@ -467,7 +480,7 @@ class SyncEngine:
         page order and in-page dependencies behave exactly as one-at-a-time submission.
         """
         outcomes: list[tuple[str, str, str | None]] = [("retry", "?", None)] * len(envelopes)
-        admitted: list[tuple[int, str, Any, int]] = []
+        admitted: list[tuple[int, str, Envelope, int]] = []
 
         def flush() -> None:
             if admitted:
@@ -514,7 +527,7 @@ class SyncEngine:
             self.witness_log.state.close()
 
     def _check_page(self, peer: Peer, page: object, scope: tuple[int, int] | None, after_seq: int,
-                    last_seq: int) -> tuple[list[dict[str, Any]], str | None]:
+                    last_seq: int) -> tuple[list[RecordShape], str | None, tuple[int, int]]:
         """The §9.3.2 response rules a client can check; anything else is peer misbehaviour.
 
         The shape of one page is the protocol core's (:func:`check_query_shape`);
@@ -524,16 +537,16 @@ class SyncEngine:
             records, nxt = check_query_shape(page, peer.origin, after_seq=last_seq, limit=peer.page_limit)
             if not isinstance(page, dict):  # check_query_shape refused anything else already
                 raise ProtocolError("invalid_response", "response must be an object")
-            check_same_scope(scope, page)
+            page_scope = check_same_scope(scope, page)
         except ProtocolError as exc:
             raise PeerMisbehaved(f"invalid query page: {exc.message}") from None
-        checkpoint = page["checkpoint"]
+        checkpoint = page_scope[0]
         if scope is None and checkpoint < after_seq:
             raise PeerMisbehaved(f"peer checkpoint {checkpoint} is below our position {after_seq} "
                                  "(the peer reset its sequence without changing origin)")
         if nxt is not None and len(nxt) > 4096:
             raise PeerMisbehaved("next_cursor is longer than 4096 characters")
-        return records, nxt
+        return records, nxt, page_scope
 
     # -- ingestion ----------------------------------------------------------
 
@@ -541,7 +554,7 @@ class SyncEngine:
         record, created = self.relay.submit(raw, source="sync")
         return record, created
 
-    def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, Any],
+    def _ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, envelope: dict[str, object],
                 st: PeerState, result: PassResult) -> None:
         try:
             raw = encode_json(envelope)
@@ -597,11 +610,11 @@ class SyncEngine:
             missing = _missing_of(exc)
         budget = _Budget(self.options.max_dependency_events, peer.max_batch_bytes)
         fetched: set[str] = set()
-        # Stack items: [raw, depth, missing-or-None]; None means "submit it now".
-        stack: list[list[Any]] = [[raw, 0, missing]]
+        # Stack items: (raw, depth, missing-or-None); None means "submit it now".
+        stack: list[_Step] = [_Step(raw, 0, missing)]
         while stack:
             item = stack[-1]
-            dep_raw, depth, need = item
+            dep_raw, depth, need = item.raw, item.depth, item.need
             if need is None:
                 try:
                     _, created = self._submit(dep_raw)
@@ -632,9 +645,9 @@ class SyncEngine:
             if absent:
                 return "pending", missing, f"peer lacks dependencies {absent[:3]}"
             fetched.update(todo)
-            item[2] = None
+            item.need = None
             for dep in envelopes:
-                stack.append([dep, depth + 1, None])
+                stack.append(_Step(dep, depth + 1, None))
         return "pending", missing, "unreachable"  # pragma: no cover
 
     def _batch(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
@@ -659,7 +672,8 @@ class SyncEngine:
                 records, _ = check_batch_shape(response, chunk, peer.origin)
             except ProtocolError as exc:
                 raise PeerMisbehaved(f"invalid batch response: {exc.message}") from None
-            got = {record["envelope"]["hash"]: encode_json(record["envelope"]) for record in records}
+            # keyed by the claimed hash, which check_batch_shape matched against the requested IDs
+            got: dict[object, bytes] = {record["envelope"]["hash"]: encode_json(record["envelope"]) for record in records}
             if not budget.charge(len(got), sum(len(v) for v in got.values())):
                 return out, [h for h in chunk if h not in got] or chunk
             out.extend(got[h] for h in chunk if h in got)
@@ -722,8 +736,7 @@ class SyncEngine:
                          st: PeerState, result: PassResult) -> tuple[int, int]:
         """Fetch exact ids (at most 100) with ``batch`` and ingest them exactly as pulled events are: (served, absent)."""
         envelopes, absent = self._batch(peer, transport, batch_url, ids, _Budget(len(ids), peer.max_page_bytes))
-        self._ingest_page(peer, transport, batch_url, [{"envelope": msgspec.json.decode(raw)} for raw in envelopes],
-                          st, result)
+        self._ingest_page(peer, transport, batch_url, [msgspec.json.decode(raw) for raw in envelopes], st, result)
         return len(envelopes), len(absent)
 
     # -- failure ------------------------------------------------------------

@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import ssl
 import time
-from typing import Any, Callable, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Literal, overload
 from urllib.parse import urlsplit
 
 import httpcore
@@ -28,6 +28,12 @@ from akrelay.boundedhttp import DeadlineStream, budget, deadline, deadline_trans
 from akrelay.federation.peers import Peer
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
+
+if TYPE_CHECKING:
+    # httpcore's own alias for a socket option (its public names do not include it)
+    from httpcore._backends.base import SOCKET_OPTION
+
+    from akrelay.jsontypes import JSON
 
 #: Longest Retry-After we honour; a peer cannot park itself for longer than a day.
 MAX_RETRY_AFTER = 86_400.0
@@ -107,7 +113,7 @@ class _CheckedBackend(httpcore.SyncBackend):
         self._check = check
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:  # Loose types: httpcore names no public type
+                    socket_options: Iterable[SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
         try:
             addresses = self._check(host, port)
         except PeerFetchError as exc:
@@ -198,19 +204,19 @@ class PeerTransport:
         # Checked here as well, so that a refusal is reported as such (and under test mocks).
         check_addresses(self._host, self._port, allow_private=self.peer.allow_private, resolver=self._resolver)
 
-    def get_json(self, url: str, params: dict[str, str] | None = None, *, max_bytes: int | None = None) -> Any:
+    def get_json(self, url: str, params: dict[str, str] | None = None, *, max_bytes: int | None = None) -> JSON:
         return self.get_json_sized(url, params, max_bytes=max_bytes)[0]
 
     def get_json_sized(self, url: str, params: dict[str, str] | None = None, *,
-                       max_bytes: int | None = None) -> tuple[Any, int]:
+                       max_bytes: int | None = None) -> tuple[JSON, int]:
         """The parsed body and its size in bytes as received."""
         return self._request("GET", url, params=params, body=None, max_bytes=max_bytes)
 
     def get_text(self, url: str, *, max_bytes: int = 65536) -> str:
         """A small UTF-8 text body (a signed checkpoint), with the same bounds as JSON reads."""
-        return str(self._request("GET", url, params=None, body=None, max_bytes=max_bytes, raw=True)[0])
+        return self._request("GET", url, params=None, body=None, max_bytes=max_bytes, raw=True)[0]
 
-    def post_json(self, url: str, body: bytes, *, max_bytes: int | None = None) -> Any:
+    def post_json(self, url: str, body: bytes, *, max_bytes: int | None = None) -> JSON:
         return self._request("POST", url, params=None, body=body, max_bytes=max_bytes)[0]
 
     def stream_chunks(self, url: str, params: dict[str, str] | None = None, *, idle_timeout: float, lifetime: float,
@@ -259,12 +265,27 @@ class PeerTransport:
 
     def post_bytes(self, url: str, body: bytes, *, content_type: str, max_bytes: int) -> bytes:
         """POST a binary body and return the binary answer (a reconciliation message), bounded like every read."""
-        return cast("bytes", self._request("POST", url, params=None, body=body, max_bytes=max_bytes,
-                                           raw="bytes", content_type=content_type)[0])
+        return self._request("POST", url, params=None, body=body, max_bytes=max_bytes,
+                             raw="bytes", content_type=content_type)[0]
+
+    @overload
+    def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
+                 max_bytes: int | None, raw: Literal[False] = False,
+                 content_type: str = "application/json") -> tuple[JSON, int]: ...
+
+    @overload
+    def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
+                 max_bytes: int | None, raw: Literal[True], content_type: str = "application/json") -> tuple[str, int]: ...
+
+    @overload
+    def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
+                 max_bytes: int | None, raw: Literal["bytes"],
+                 content_type: str = "application/json") -> tuple[bytes, int]: ...
 
     def _request(self, method: str, url: str, *, params: dict[str, str] | None, body: bytes | None,
                  max_bytes: int | None, raw: bool | str = False,
-                 content_type: str = "application/json") -> tuple[Any, int]:
+                 content_type: str = "application/json") -> tuple[JSON | bytes, int]:
+        """The body as parsed JSON, or with ``raw`` as text (``True``) or as bytes (``"bytes"``), and its size."""
         self._check_url(url)
         cap = max_bytes or self.peer.max_page_bytes
         deadline_at = self._monotonic() + self.peer.read_timeout
@@ -347,7 +368,7 @@ def _refuse_content_coding(url: str, response: httpx.Response) -> None:
                              "(we send accept-encoding: identity)", status=response.status_code)
 
 
-def _parse_body(url: str, data: bytearray, *, max_values: int) -> Any:
+def _parse_body(url: str, data: bytearray, *, max_values: int) -> JSON:
     """Strict I-JSON from a body, with the parse bounded in memory as well as the bytes.
 
     Parsed JSON can take 25 times the memory of its text (``[{},{},...]``), so the

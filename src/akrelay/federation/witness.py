@@ -20,8 +20,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-# Loose types: a witnessed checkpoint record as kept in SQLite or Redis (JSON).
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypedDict
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, cosign, parse_checkpoint, parse_note, parse_vkey
@@ -39,8 +38,13 @@ STATE_FILE = "witness.sqlite3"
 SCHEMA = Schema("witness state", {0: script(
     "CREATE TABLE IF NOT EXISTS latest (origin TEXT PRIMARY KEY, data TEXT NOT NULL);")})
 
-#: A record: ``{"size", "root" (base64), "note" (the checkpoint with our cosignature), "time"}``.
-Record = dict[str, Any]
+class Record(TypedDict):
+    """A witnessed checkpoint as kept in SQLite or Redis (JSON)."""
+
+    size: int
+    root: str  #: base64
+    note: str  #: the checkpoint note with our cosignature
+    time: int
 Update = Callable[[Record | None], Record | None]
 
 

@@ -137,7 +137,7 @@ def _evidence(tx: _Tx, record: AcceptedRecord, agent: Concept) -> Evidence:
     payload = env.payload
     facet = {"event_id": env.id, "event_type": env.type, "actor": env.actor, "nonce": env.nonce,
              "created_at": kip_timestamp(env.created_at), "seq": record.seq, "accepted_at": tx.at}
-    evidence = Evidence(id=tx.new_id("e"), evidence_class="agent_statement", envelope=env.to_dict(),
+    evidence = Evidence(id=tx.new_id("e"), evidence_class="agent_statement", envelope=dict(env.to_dict()),
                         content_digest="sha3-256:" + env.id, observed_at=tx.at, source=agent.id,
                         client_key="ak:" + env.id, facets={ref("AkEvent"): facet}, created_seq=tx.seq,
                         created_at=tx.at, import_id=env.id)
@@ -216,7 +216,7 @@ def _assess(tx: _Tx, env: Envelope, agent: Concept, evidence: Evidence) -> None:
     p = env.payload
     capsule = _capsule_concept(tx, p["target"])
     holds = _proposition(tx, capsule, "ak_holds", True, "true")
-    facet = {"verdict": p["verdict"], "summary": p["summary"]}
+    facet: JSONObject = {"verdict": p["verdict"], "summary": p["summary"]}
     _assertion(tx, holds, agent, VERDICT_STANCE[p["verdict"]], kip_timestamp(env.created_at), evidence,
                facets={ref("AkAssessment"): facet}, text=f"{p['verdict']} {p['summary']}")
 

@@ -17,7 +17,7 @@ follows the capsule it assesses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence, TypedDict
+from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict
 
 from akrelay.kip.elements import Assertion, Evidence
 from akrelay.kip.package import AK_PACKAGE_REF
@@ -109,7 +109,7 @@ def _assessment_counts(nexus: NexusBase, assertion_ids: Sequence[str]) -> int:
 def _detail(record: Record, chunks: Sequence[Chunk] = ()) -> Detail:
     payload = record.envelope.payload
     stated = payload.get("context")
-    context = stated if isinstance(stated, dict) else {}
+    context: Mapping[str, object] = stated if isinstance(stated, dict) else {}
     basis = payload.get("basis")
     return {"basis": basis if isinstance(basis, str) else "",
             "assessments": [{"source": c["source"], "verdict": c.get("verdict"), "text": c["text"]}
@@ -117,7 +117,7 @@ def _detail(record: Record, chunks: Sequence[Chunk] = ()) -> Detail:
             "related": sorted({r["target"] for r in payload.get("relations") or () if isinstance(r, dict)
                                and isinstance(r.get("target"), str)}),
             "tags": sorted(t for t in payload.get("tags") or () if isinstance(t, str)),
-            "scope": context.get("scope") if isinstance(context.get("scope"), str) else None}
+            "scope": scope if isinstance(scope := context.get("scope"), str) else None}
 
 
 def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: SearchService,

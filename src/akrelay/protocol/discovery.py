@@ -12,10 +12,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
-# Loose types: members of a discovery document, each checked by type where it is read.
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from akrelay.jsontypes import JSON, JSONObject
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import https_url_problem, is_nonempty_text
 
@@ -93,7 +93,7 @@ class Discovery:
         return self.endpoints.get("stream") if PUSH in self.features else None
 
 
-def _string_array(doc: Mapping[str, Any], key: str) -> list[str]:
+def _string_array(doc: Mapping[str, object], key: str) -> list[str]:
     value = doc[key]
     if type(value) is not list or not all(is_nonempty_text(v) for v in value):
         raise _bad(f"{key} must be an array of non-empty strings")
@@ -182,29 +182,29 @@ def build_discovery(
     search_modes: Iterable[str] = (),
     peers: Iterable[str] = (),
     limits: Mapping[str, int] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, JSON] | None = None,
     endpoints: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The discovery document of a service at ``origin``; validated before it is returned.
 
     Default endpoint paths are used unless ``endpoints`` overrides them; the
     search endpoint is listed only with the ``ranked-search`` feature.
     """
-    features = list(dict.fromkeys(features))
-    doc: dict[str, Any] = dict(extra or {})
+    names: list[JSON] = list(dict.fromkeys(features))
+    doc: JSONObject = dict(extra or {})
     doc["protocol"] = PROTOCOL
     doc["service"] = origin
-    ranked = RANKED_SEARCH in features
-    urls = {name: origin + path for name, path in ENDPOINT_PATHS.items() if ranked or name != "search"}
+    ranked = RANKED_SEARCH in names
+    urls: JSONObject = {name: origin + path for name, path in ENDPOINT_PATHS.items() if ranked or name != "search"}
     urls.update(endpoints or {})
     doc["endpoints"] = urls
-    if features:
-        doc["features"] = features
+    if names:
+        doc["features"] = names
     if ranked:
-        doc["search_modes"] = list(dict.fromkeys(search_modes))
-    peers = [p for p in dict.fromkeys(peers) if p != origin]
-    if peers:
-        doc["peers"] = peers
+        doc["search_modes"] = list[JSON](dict.fromkeys(search_modes))
+    others: list[JSON] = [p for p in dict.fromkeys(peers) if p != origin]
+    if others:
+        doc["peers"] = others
     if limits:
         doc["limits"] = dict(limits)
     try:

@@ -12,15 +12,15 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-# Loose types: a verified event's members. verify_envelope has checked the whole shape (closed objects,
-# every member's type), so readers index it directly instead of narrowing a JSON union at each step.
-from typing import Any, cast
+from typing import Mapping, cast
 
 import msgspec
 
+from akrelay.jsontypes import JSON
 from akrelay.protocol.agent_id import PREFIX as AGENT_ID_PREFIX
 from akrelay.protocol.agent_id import public_key_from_agent_id
 from akrelay.protocol.b64 import b64decode_canonical, b64encode
+from akrelay.protocol.documents import EnvelopeObject, Event, Payload
 from akrelay.protocol.ed25519 import verify_strict
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict_for_jcs
@@ -53,31 +53,32 @@ class Envelope:
     """A verified agent-knowledge envelope. Treat ``event`` as read-only."""
 
     id: str
-    event: dict[str, Any]
+    event: Event
     signature: str
     event_jcs: bytes
 
     @property
     def type(self) -> str:
-        return cast("str", self.event["type"])
+        return self.event["type"]
 
     @property
     def actor(self) -> str:
-        return cast("str", self.event["actor"])
+        return self.event["actor"]
 
     @property
     def created_at(self) -> int:
-        return cast("int", self.event["created_at"])
+        return self.event["created_at"]
 
     @property
     def nonce(self) -> int:
-        return cast("int", self.event["nonce"])
+        return self.event["nonce"]
 
     @property
-    def payload(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", self.event["payload"])
+    def payload(self) -> Payload:
+        return self.event["payload"]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EnvelopeObject:
+        """The envelope as a JSON object (Identity §5.2); the event is the verified one, not a copy."""
         return {"hash": self.id, "event": self.event, "signature": self.signature}
 
     def canonical_bytes(self) -> bytes:
@@ -102,7 +103,7 @@ class Envelope:
         ):
             raise ValueError("not the canonical bytes of a verified envelope")
         event_jcs = data[len(_HEAD) : -_TAIL]
-        event = _TRUSTED_DECODER.decode(event_jcs)
+        event: Event = _TRUSTED_DECODER.decode(event_jcs)
         if type(event) is not dict:
             raise ValueError("not the canonical bytes of a verified envelope")
         return cls(data[-146:-103].decode("ascii"), event, data[-88:-2].decode("ascii"), event_jcs)
@@ -117,7 +118,7 @@ def _fail(message: str) -> ProtocolError:
     return ProtocolError("invalid_event", message)
 
 
-def _closed(obj: dict[str, Any], fields: tuple[str, ...], allowed: frozenset[str], where: str) -> None:
+def _closed(obj: Mapping[str, object], fields: tuple[str, ...], allowed: frozenset[str], where: str) -> None:
     for name in fields:
         if name not in obj:
             raise _fail(f"{where} is missing required field {name!r}")
@@ -134,7 +135,7 @@ def _check_integer(value: object, low: int, name: str) -> None:
         raise _fail(f"event.{name} must be in {low}..2^53-1")
 
 
-def _load(raw: object) -> tuple[Any, bool]:
+def _load(raw: object) -> tuple[JSON, bool]:
     if isinstance(raw, (bytes, bytearray, memoryview, str)):
         return parse_strict_for_jcs(raw, code="invalid_event")
     if isinstance(raw, dict):
@@ -195,7 +196,8 @@ def verify_envelope(raw: object, *, options: ValidationOptions = DEFAULT_OPTIONS
     if event_id != claimed:
         raise ProtocolError("invalid_event_hash", f"hash does not match the event: expected {event_id}, got {claimed}")
     _verify_signature(actor[len(AGENT_ID_PREFIX) :], digest, signature)
-    return Envelope(event_id, event, signature, event_jcs)
+    # every member of Event was checked above and by the payload structure check
+    return Envelope(event_id, cast(Event, event), signature, event_jcs)
 
 
 def _verify_signature(public_key_text: str, digest: bytes, signature: str) -> None:
@@ -209,7 +211,7 @@ def _verify_signature(public_key_text: str, digest: bytes, signature: str) -> No
 _structure_check = None
 
 
-def _check_payload_structure(event_type: str, payload: dict[str, Any], options: ValidationOptions) -> None:
+def _check_payload_structure(event_type: str, payload: dict[str, JSON], options: ValidationOptions) -> None:
     global _structure_check
     if _structure_check is None:
         # Imported lazily: the payload rules live in their own module.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -55,6 +55,12 @@ def _extra_bytes(value: object) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8"))
 
 
+_TEXT_LIMITS: tuple[tuple[Literal["title", "statement", "basis"], str], ...] = (
+    ("title", "max_title_chars"), ("statement", "max_statement_chars"), ("basis", "max_basis_chars"))
+_ARRAY_LIMITS: tuple[tuple[Literal["evidence", "relations", "tags", "profiles"], str], ...] = (
+    ("evidence", "max_evidence"), ("relations", "max_relations"), ("tags", "max_tags"), ("profiles", "max_profiles"))
+
+
 def check_limits(envelope: Envelope, limits: Limits = DEFAULT_LIMITS, *, envelope_bytes: int | None = None) -> None:
     """Raise ``payload_too_large`` if ``envelope`` exceeds a service limit.
 
@@ -65,19 +71,18 @@ def check_limits(envelope: Envelope, limits: Limits = DEFAULT_LIMITS, *, envelop
     if size > limits.max_envelope_bytes:
         raise _too_large("max_envelope_bytes", limits.max_envelope_bytes, size, "envelope size in bytes")
     payload = envelope.event["payload"]
-    for field, limit in (("title", "max_title_chars"), ("statement", "max_statement_chars"), ("basis", "max_basis_chars")):
+    for field, limit in _TEXT_LIMITS:
         if field in payload:
             maximum = getattr(limits, limit)
             n = len(payload[field])  # str length counts Unicode scalar values
             if n > maximum:
                 raise _too_large(limit, maximum, n, f"{field} length in Unicode scalar values")
-    for field, limit in (("evidence", "max_evidence"), ("relations", "max_relations"), ("tags", "max_tags"),
-                         ("profiles", "max_profiles")):
-        if field in payload:
+    for array, limit in _ARRAY_LIMITS:
+        if array in payload:
             maximum = getattr(limits, limit)
-            n = len(payload[field])
+            n = len(payload[array])
             if n > maximum:
-                raise _too_large(limit, maximum, n, f"number of {field}")
+                raise _too_large(limit, maximum, n, f"number of {array}")
     reproduction = payload.get("reproduction")
     if reproduction is not None and len(reproduction["steps"]) > limits.max_steps:
         raise _too_large("max_steps", limits.max_steps, len(reproduction["steps"]), "number of reproduction steps")

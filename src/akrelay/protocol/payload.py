@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-# Loose types: payload members after ``_closed`` has checked an object's keys; each member is checked by the
-# function it is handed to, which narrows it (``type(v) is str``) before use.
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn, Sequence, cast
 from urllib.parse import urlsplit
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.options import DEFAULT_OPTIONS, ValidationOptions
+
+if TYPE_CHECKING:
+    from akrelay.protocol.documents import EvidenceReference, HasEvent, Relation
 
 PUBLISH = "knowledge.publish"
 ASSESS = "knowledge.assess"
@@ -164,7 +165,7 @@ def _url_problem(value: str) -> str | None:
 _cached_url_problem = lru_cache(maxsize=4096)(_url_problem)
 
 
-def _json_key(value: object) -> Any:
+def _json_key(value: object) -> tuple[object, ...]:
     """A hashable key under which two values are equal exactly when they are equal JSON values."""
     if isinstance(value, dict):
         return ("o", frozenset((k, _json_key(v)) for k, v in value.items()))
@@ -179,19 +180,19 @@ def _json_key(value: object) -> Any:
     return ("s", value)
 
 
-def _unique_strings(items: list[Any], where: str) -> None:
+def _unique_strings(items: Sequence[object], where: str) -> None:
     if len(set(items)) != len(items):
         _fail(f"{where} must contain unique items")
 
 
 # -- structure ---------------------------------------------------------------
 
-def _text(obj: dict[str, Any], key: str, where: str) -> None:
+def _text(obj: dict[str, object], key: str, where: str) -> None:
     if not is_nonempty_text(obj[key]):
         _fail(f"{where}.{key} must be a non-empty string")
 
 
-def _closed(obj: object, allowed: frozenset[str], required: tuple[str, ...], where: str) -> dict[str, Any]:
+def _closed(obj: object, allowed: frozenset[str], required: tuple[str, ...], where: str) -> dict[str, object]:
     if type(obj) is not dict:
         _fail(f"{where} must be an object")
     if not allowed.issuperset(obj):
@@ -200,7 +201,7 @@ def _closed(obj: object, allowed: frozenset[str], required: tuple[str, ...], whe
     if not obj.keys() >= _required_set(required):
         missing = [k for k in required if k not in obj]
         _fail(f"{where} is missing required member {missing[0]!r}")
-    return cast("dict[str, Any]", obj)
+    return obj
 
 
 @lru_cache(maxsize=None)
@@ -228,7 +229,7 @@ def _context(value: object, where: str) -> None:
     _text_list(ctx["limitations"], where + ".limitations")
 
 
-def _reproduction(value: object, where: str) -> dict[str, Any]:
+def _reproduction(value: object, where: str) -> dict[str, object]:
     rep = _closed(value, _REPRODUCTION_KEYS, ("environment", "steps", "expected"), where)
     _text(rep, "environment", where)
     _text_list(rep["steps"], where + ".steps", unique=False, min_items=1)  # ordered steps may repeat
@@ -238,7 +239,7 @@ def _reproduction(value: object, where: str) -> dict[str, Any]:
     return rep
 
 
-def _evidence(value: object, where: str) -> list[dict[str, Any]]:
+def _evidence(value: object, where: str) -> list[EvidenceReference]:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     seen = set()
@@ -261,10 +262,10 @@ def _evidence(value: object, where: str) -> list[dict[str, Any]]:
         if key in seen:
             _fail(f"{where} must contain unique items")
         seen.add(key)
-    return cast("list[dict[str, Any]]", value)
+    return cast("list[EvidenceReference]", value)
 
 
-def _relations(value: object, where: str) -> list[dict[str, Any]]:
+def _relations(value: object, where: str) -> list[Relation]:
     if type(value) is not list:
         _fail(f"{where} must be an array")
     seen = set()
@@ -279,7 +280,7 @@ def _relations(value: object, where: str) -> list[dict[str, Any]]:
         if key in seen:  # closed two-member objects: value uniqueness is (relation, target) uniqueness
             _fail(f"{where} must be unique by (relation, target)")
         seen.add(key)
-    return cast("list[dict[str, Any]]", value)
+    return cast("list[Relation]", value)
 
 
 def _profiles(value: object, where: str) -> None:
@@ -311,18 +312,18 @@ def _profiles(value: object, where: str) -> None:
             _fail(f"{where} must contain unique items")
 
 
-def _license(payload: dict[str, Any], where: str) -> None:
+def _license(payload: dict[str, object], where: str) -> None:
     url = payload["license"]
     if type(url) is not str or _HTTPS_RE.fullmatch(url) is None:
         _fail(f"{where}.license must be an absolute https:// URL")
 
 
-def _extra(payload: dict[str, Any], where: str) -> None:
+def _extra(payload: dict[str, object], where: str) -> None:
     if "extra" in payload and type(payload["extra"]) is not dict:
         _fail(f"{where}.extra must be an object")
 
 
-def _publish(p: dict[str, Any]) -> None:
+def _publish(p: dict[str, object]) -> None:
     w = "payload"
     _closed(p, _PUBLISH_KEYS, _PUBLISH_REQUIRED, w)
     _license(p, w)
@@ -360,7 +361,7 @@ def _publish(p: dict[str, Any]) -> None:
         _fail("only a collection may include contains relationships")
 
 
-def _assess(p: dict[str, Any]) -> None:
+def _assess(p: dict[str, object]) -> None:
     w = "payload"
     _closed(p, _ASSESS_KEYS, _ASSESS_REQUIRED, w)
     _license(p, w)
@@ -382,7 +383,7 @@ def _assess(p: dict[str, Any]) -> None:
         _fail(f"a {verdict} assessment requires reproduction.observed")
 
 
-def _retract(p: dict[str, Any], options: ValidationOptions) -> None:
+def _retract(p: dict[str, object], options: ValidationOptions) -> None:
     w = "payload"
     required = ("target", "reason") if options.allow_legacy_retract else ("license", "target", "reason")
     _closed(p, _RETRACT_KEYS, required, w)
@@ -426,8 +427,7 @@ def _digest(value: str, where: str) -> None:
         _fail(f"{where} must canonically encode exactly 32 bytes")
 
 
-# Loose types: an Envelope; envelope.py imports this module, so naming the class here would close a cycle.
-def check_payload_rules(envelope: Any, options: ValidationOptions = DEFAULT_OPTIONS) -> None:
+def check_payload_rules(envelope: HasEvent, options: ValidationOptions = DEFAULT_OPTIONS) -> None:
     """Semantic payload checks of §8.1 step 3 on a structurally valid envelope.
 
     Parsed HTTPS URLs (license, evidence, profiles), canonical digests and

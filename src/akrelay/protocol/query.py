@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-# Loose types: filter values (a string or an integer per filter name, see check_filter) and verified events.
-from typing import TYPE_CHECKING, Any, Iterable, cast
+from typing import TYPE_CHECKING, Iterable, Literal, TypedDict, TypeGuard
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import (
@@ -24,6 +23,7 @@ from akrelay.protocol.payload import (
 from akrelay.protocol.text import ascii_fold, distinct_terms, text_matches
 
 if TYPE_CHECKING:
+    from akrelay.protocol.documents import Payload, Relation
     from akrelay.protocol.envelope import Envelope
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -35,8 +35,46 @@ FILTER_NAMES = (
     "created_from", "created_before",
 )
 PARAMETER_NAMES = frozenset((*FILTER_NAMES, "q", "after_seq", "cursor", "limit"))
+StringFilter = Literal["actor", "type", "kind", "target", "relation", "tag", "profile", "language", "verdict"]
+TimeFilter = Literal["created_from", "created_before"]
+FilterName = StringFilter | TimeFilter
+_TIME_FILTERS: tuple[TimeFilter, ...] = ("created_from", "created_before")
+_STRING_FILTERS: tuple[StringFilter, ...] = (
+    "actor", "type", "kind", "target", "relation", "tag", "profile", "language", "verdict",
+)
+_FILTER_SET = frozenset(FILTER_NAMES)
+assert FILTER_NAMES == (*_STRING_FILTERS, *_TIME_FILTERS)
 _DIGITS_RE = re.compile(r"[0-9]+")
 _INTEGER_PARAMETERS = frozenset(("created_from", "created_before", "after_seq", "limit"))
+
+
+class QueryFields(TypedDict, total=False):
+    """The keyword arguments of :class:`QueryRequest`, as a parser collects them."""
+
+    actor: str
+    type: str
+    kind: str
+    target: str
+    relation: str
+    tag: str
+    profile: str
+    language: str
+    verdict: str
+    created_from: int
+    created_before: int
+    q: tuple[str, ...]
+    q_text: str
+    after_seq: int
+    cursor: str
+    limit: int
+
+
+#: A filter's decoded value: an integer for the time range, a string for the others.
+FilterValue = str | int
+
+
+def is_filter_name(name: object) -> TypeGuard[FilterName]:
+    return name in _FILTER_SET
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +98,9 @@ class QueryRequest:
     cursor: str | None = None
     limit: int = DEFAULT_LIMIT
 
-    def filters(self) -> dict[str, Any]:
+    def filters(self) -> dict[str, FilterValue]:
         """The decoded filters that are set (``q`` as its raw text), for cursor binding and logs."""
-        out: dict[str, Any] = {}
+        out: dict[str, FilterValue] = {}
         for name in FILTER_NAMES:
             value = getattr(self, name)
             if value is not None:
@@ -71,7 +109,7 @@ class QueryRequest:
             out["q"] = self.q_text
         return out
 
-    def binding(self) -> dict[str, Any]:
+    def binding(self) -> dict[str, FilterValue]:
         """What a cursor binds: the filters plus the effective ``limit`` and ``after_seq``."""
         return {**self.filters(), "limit": self.limit, "after_seq": self.after_seq}
 
@@ -89,8 +127,22 @@ def _http_integer(name: str, value: str) -> int:
     return int(digits)
 
 
-def check_filter(name: str, value: object) -> Any:
+def check_filter(name: str, value: object) -> FilterValue:
     """Validate one exact filter value (already decoded to its JSON type); ``invalid_request``."""
+    if name in _TIME_FILTERS:
+        return check_time_filter(name, value)
+    return check_string_filter(name, value)
+
+
+def check_time_filter(name: str, value: object) -> int:
+    """``created_from`` or ``created_before``: a JSON integer in 0..2^53-1; ``invalid_request``."""
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise _bad(f"malformed {name} filter")
+    return value
+
+
+def check_string_filter(name: str, value: object) -> str:
+    """Validate one exact filter value other than the time range; ``invalid_request``."""
     if name == "actor":
         ok = is_canonical_agent_id(value)
     elif name in ("target", "profile"):
@@ -107,11 +159,9 @@ def check_filter(name: str, value: object) -> Any:
         ok = is_tag(value)
     elif name == "language":
         ok = is_language(value)
-    elif name in ("created_from", "created_before"):
-        ok = type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
     else:
         raise _bad(f"unknown filter {name!r}")
-    if not ok:
+    if not ok or type(value) is not str:  # each check above accepts strings only
         raise _bad(f"malformed {name} filter")
     return value
 
@@ -126,38 +176,46 @@ def parse_query(pairs: Iterable[tuple[str, str]]) -> QueryRequest:
 
     Unknown, repeated or malformed parameters are ``invalid_request``.
     """
-    values: dict[str, Any] = {}
+    texts: dict[str, str] = {}
+    numbers: dict[str, int] = {}
     for name, value in pairs:
         if name not in PARAMETER_NAMES:
             raise _bad(f"unknown query parameter {name!r}")
-        if name in values:
+        if name in texts or name in numbers:
             raise _bad(f"query parameter {name!r} is repeated")
         if type(value) is not str:
             raise _bad(f"query parameter {name!r} must be a string")
-        values[name] = _http_integer(name, value) if name in _INTEGER_PARAMETERS else value
-    fields: dict[str, Any] = {}
-    for name in FILTER_NAMES:
-        if name in values:
-            fields[name] = check_filter(name, values[name])
+        if name in _INTEGER_PARAMETERS:
+            numbers[name] = _http_integer(name, value)
+        else:
+            texts[name] = value
+    fields: QueryFields = {}
+    # FILTER_NAMES order (the string filters, then the time range): the first malformed filter is the one reported
+    for name in _STRING_FILTERS:
+        if name in texts:
+            fields[name] = check_string_filter(name, texts[name])
+    for time_name in _TIME_FILTERS:
+        if time_name in numbers:
+            fields[time_name] = check_time_filter(time_name, numbers[time_name])
     check_time_range(fields.get("created_from"), fields.get("created_before"))
-    if "q" in values:
-        fields["q"] = distinct_terms(values["q"], lexical=True)
-        fields["q_text"] = values["q"]
-    if "limit" in values:
-        if not 1 <= values["limit"] <= MAX_LIMIT:
+    if "q" in texts:
+        fields["q"] = distinct_terms(texts["q"], lexical=True)
+        fields["q_text"] = texts["q"]
+    if "limit" in numbers:
+        if not 1 <= numbers["limit"] <= MAX_LIMIT:
             raise _bad(f"limit must be 1 through {MAX_LIMIT}")
-        fields["limit"] = values["limit"]
-    if "after_seq" in values:
-        fields["after_seq"] = values["after_seq"]
-    if "cursor" in values:
-        if values["cursor"] == "":
+        fields["limit"] = numbers["limit"]
+    if "after_seq" in numbers:
+        fields["after_seq"] = numbers["after_seq"]
+    if "cursor" in texts:
+        if texts["cursor"] == "":
             raise _bad("cursor must be non-empty")
-        fields["cursor"] = values["cursor"]
+        fields["cursor"] = texts["cursor"]
     return QueryRequest(**fields)
 
 
-def _publication_relations(payload: dict[str, Any]) -> list[dict[str, str]]:
-    return cast("list[dict[str, str]]", payload.get("relations", []))
+def _publication_relations(payload: Payload) -> list[Relation]:
+    return payload.get("relations", [])
 
 
 def query_matches(envelope: Envelope, request: QueryRequest) -> bool:

@@ -9,14 +9,15 @@ service never silently substitutes a mode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-# Loose types: read-body members after ``parse_batch_request``/``parse_search_request`` checked their type.
-from typing import Any, Iterable
+from typing import Iterable
 
 from akrelay.jsontypes import JSON
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.ijson import parse_strict
 from akrelay.protocol.payload import is_canonical_id
-from akrelay.protocol.query import FILTER_NAMES, QueryRequest, check_filter, check_time_range
+from akrelay.protocol.query import (
+    FILTER_NAMES, QueryFields, QueryRequest, check_string_filter, check_time_filter, check_time_range, is_filter_name,
+)
 from akrelay.protocol.text import distinct_terms
 
 SEARCH_MODES = ("lexical", "semantic", "hybrid")
@@ -76,16 +77,17 @@ def _json_integer(value: object) -> int | None:
 def parse_search_filters(value: object) -> QueryRequest:
     if type(value) is not dict:
         raise _bad("filters must be an object")
-    fields: dict[str, Any] = {}
+    fields: QueryFields = {}
     for name, item in value.items():
-        if name not in _FILTER_KEYS:
+        if not is_filter_name(name):
             raise _bad(f"unknown search filter {name!r}")
-        if name in ("created_from", "created_before"):
+        if name == "created_from" or name == "created_before":
             number = _json_integer(item)
             if number is None:
                 raise _bad(f"{name} must be a JSON integer")
-            item = number
-        fields[name] = check_filter(name, item)
+            fields[name] = check_time_filter(name, number)
+        else:
+            fields[name] = check_string_filter(name, item)
     check_time_range(fields.get("created_from"), fields.get("created_before"))
     return QueryRequest(**fields)
 

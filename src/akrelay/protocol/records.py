@@ -9,9 +9,7 @@ wire error.
 from __future__ import annotations
 
 import json
-# Loose types: acceptance records and pages after their shape was checked here (check_record_shape,
-# check_list_shape), read by key without re-narrowing; unchecked input is ``object``.
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, cast
 
 from akrelay.protocol.discovery import is_canonical_origin
 from akrelay.protocol.errors import ProtocolError
@@ -22,7 +20,9 @@ from akrelay.protocol.reads import SEARCH_MODES, SearchRequest
 from akrelay.protocol.text import text_matches
 
 if TYPE_CHECKING:
+    from akrelay.protocol.documents import AcceptanceRecord, RecordShape
     from akrelay.protocol.envelope import Envelope
+    from akrelay.protocol.query import FilterValue
 
 MAX_SAFE = 2**53 - 1
 COVERAGE_REASONS = frozenset(("candidate_limit", "index_lag", "approximate", "timeout"))
@@ -36,12 +36,12 @@ def _safe_int(value: object, minimum: int) -> bool:
     return type(value) is int and minimum <= value <= MAX_SAFE
 
 
-def make_record(envelope: Envelope, accepted_at: int, seq: int) -> dict[str, Any]:
+def make_record(envelope: Envelope, accepted_at: int, seq: int) -> AcceptanceRecord:
     """The wire form of an acceptance record."""
     return {"envelope": envelope.to_dict(), "accepted_at": accepted_at, "seq": seq}
 
 
-def check_record_shape(record: object) -> dict[str, Any]:
+def check_record_shape(record: object) -> dict[str, object]:
     """An acceptance record's shape, without verifying its envelope; returns the envelope object.
 
     Shared by clients that verify envelopes here (:func:`validate_record`) and by
@@ -76,7 +76,7 @@ def validate_record(record: object, expected_id: str | None = None, *, options: 
     return verified
 
 
-def check_list_shape(response: object, service: str, *, max_items: int, hits: bool = False) -> list[dict[str, Any]]:
+def check_list_shape(response: object, service: str, *, max_items: int, hits: bool = False) -> list[RecordShape]:
     """Scope and shape of a list response (§9.3.2); returns its acceptance records, not yet verified.
 
     ``service`` must be the origin that was asked; every record has a valid shape
@@ -98,7 +98,7 @@ def check_list_shape(response: object, service: str, *, max_items: int, hits: bo
     result = response["result"]
     if type(result) is not list or len(result) > max_items:
         raise _bad(f"result must be an array of at most {max_items} items")
-    records = []
+    records: list[dict[str, object]] = []
     for item in result:
         if hits:
             if type(item) is not dict or "record" not in item:
@@ -110,15 +110,15 @@ def check_list_shape(response: object, service: str, *, max_items: int, hits: bo
         if item["seq"] > response["checkpoint"]:
             raise _bad(f"record seq {item['seq']} is beyond the checkpoint")
         records.append(item)
-    return records
+    return cast("list[RecordShape]", records)  # each one checked by check_record_shape
 
 
-def _scoped_records(response: object, service: str, *, hits: bool, max_items: int) -> list[tuple[dict[str, Any], Envelope]]:
+def _scoped_records(response: object, service: str, *, hits: bool, max_items: int) -> list[tuple[RecordShape, Envelope]]:
     """:func:`check_list_shape`, then every envelope verified; returns (record, verified envelope) pairs."""
     return _verified(check_list_shape(response, service, max_items=max_items, hits=hits))
 
 
-def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Envelope]]:
+def _verified(records: list[RecordShape]) -> list[tuple[RecordShape, Envelope]]:
     out = []
     seen = set()
     for record in records:
@@ -130,7 +130,7 @@ def _verified(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Envel
     return out
 
 
-def check_query_shape(response: object, service: str, *, after_seq: int, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+def check_query_shape(response: object, service: str, *, after_seq: int, limit: int) -> tuple[list[RecordShape], str | None]:
     """One query page's shape: at most ``limit`` records in ascending ``seq`` after ``after_seq``.
 
     Returns the records (not verified) and ``next_cursor`` (``None`` on the last page).
@@ -151,12 +151,15 @@ def check_query_shape(response: object, service: str, *, after_seq: int, limit: 
     return records, cursor
 
 
-def check_same_scope(scope: tuple[int, int] | None, response: Mapping[str, Any]) -> tuple[int, int]:
+def check_same_scope(scope: tuple[int, int] | None, response: Mapping[str, object]) -> tuple[int, int]:
     """Pages of one enumeration keep the first page's ``(checkpoint, as_of)`` (§9.3.2); returns it.
 
     ``scope`` is ``None`` for the first page; ``response`` has passed :func:`check_list_shape`.
     """
-    current = (response["checkpoint"], response["as_of"])
+    checkpoint, as_of = response["checkpoint"], response["as_of"]
+    if type(checkpoint) is not int or type(as_of) is not int:  # check_list_shape made them safe integers
+        raise _bad("checkpoint and as_of must be integers")
+    current = (checkpoint, as_of)
     if scope is not None and current != scope:
         raise _bad("checkpoint or as_of changed between pages of one enumeration")
     return current
@@ -172,7 +175,7 @@ def validate_query_response(response: object, request: QueryRequest, service: st
     return [verified for _, verified in pairs]
 
 
-def check_batch_shape(response: object, requested: Iterable[str], service: str) -> tuple[list[dict[str, Any]], list[str]]:
+def check_batch_shape(response: object, requested: Iterable[str], service: str) -> tuple[list[RecordShape], list[str]]:
     """A batch answer's shape (§9.4): ``result`` and ``missing`` partition the requested IDs,
     each in request order, by the hashes the returned envelopes claim (not yet verified).
 
@@ -203,7 +206,8 @@ def check_batch_shape(response: object, requested: Iterable[str], service: str) 
 def validate_batch_response(response: object, requested: Iterable[str], service: str) -> list[Envelope]:
     """A batch is an ordered, complete, disjoint partition of the requested IDs, every envelope verified."""
     records, _ = check_batch_shape(response, requested, service)
-    return [validate_record(record, record["envelope"]["hash"]) for record in records]
+    # check_batch_shape checked that each claimed hash is a string (str() of a str is the string itself)
+    return [validate_record(record, str(record["envelope"]["hash"])) for record in records]
 
 
 def validate_search_response(response: object, request: SearchRequest, service: str) -> list[Envelope]:
@@ -242,7 +246,7 @@ def validate_search_response(response: object, request: SearchRequest, service: 
 
 
 def check_search_candidates(
-    candidates: list[str], eligible: set[str], limit: int, coverage: Mapping[str, Any]
+    candidates: list[str], eligible: set[str], limit: int, coverage: Mapping[str, object]
 ) -> None:
     """Service-side guard: ranked candidates are distinct eligible records, and
     ``exhaustive`` is claimed only when the page holds every eligible record."""
@@ -259,8 +263,8 @@ class PageTracker:
         if not is_canonical_origin(service):
             raise ValueError("service must be a canonical HTTPS origin")
         self.service = service
-        self._binding: dict[str, Any] | None = None
-        self._scope: tuple[Any, ...] | None = None
+        self._binding: dict[str, FilterValue] | None = None
+        self._scope: tuple[str, int, int] | None = None
         self._seen: set[str] = set()
         self._last = 0
         self._next: str | None = None

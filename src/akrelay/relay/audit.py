@@ -21,8 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-# Loose types: a relay's JSON answers as the client returns them, each member checked where read.
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from akrelay.protocol import merkle
 from akrelay.protocol.note import Checkpoint, NoteError, Verifier, open_checkpoint, parse_vkey
@@ -85,8 +84,12 @@ class LogReader:
     def _url(self, path: str) -> str:
         return self.client.origin + path
 
-    def json(self, path: str) -> Any:
-        return self.client._request("GET", self._url(path))  # noqa: SLF001 - the client's checked GET
+    def json(self, path: str) -> Mapping[str, object]:
+        """A JSON object the relay answered; its members are checked where they are read."""
+        body = self.client._request("GET", self._url(path))  # noqa: SLF001 - the client's checked GET
+        if not isinstance(body, dict):
+            raise AuditFailure("the relay's answer is not a JSON object", path)
+        return body
 
     def checkpoint_text(self, url: str | None = None) -> str:
         url = url or self._url(CHECKPOINT_PATH)
@@ -96,16 +99,24 @@ class LogReader:
             raise AuditFailure(f"the checkpoint answered HTTP {response.status_code}", url)
         return str(response.text)
 
-    def entries(self, start: int, limit: int) -> dict[str, Any]:
+    def entries(self, start: int, limit: int) -> dict[str, object]:
         return dict(self.json(f"/v1/knowledge/log?start={start}&limit={limit}"))
 
     def inclusion(self, seq: int, size: int) -> list[bytes]:
         body = self.json(f"/v1/knowledge/proof/inclusion?seq={seq}&size={size}")
-        return [_b64(h, "an inclusion proof hash") for h in body.get("hashes", [])]
+        return [_b64(h, "an inclusion proof hash") for h in _hashes(body)]
 
     def consistency(self, first: int, second: int) -> list[bytes]:
         body = self.json(f"/v1/knowledge/proof/consistency?from={first}&to={second}")
-        return [_b64(h, "a consistency proof hash") for h in body.get("hashes", [])]
+        return [_b64(h, "a consistency proof hash") for h in _hashes(body)]
+
+
+def _hashes(body: Mapping[str, object]) -> list[object]:
+    """A proof's ``hashes`` member (absent: none)."""
+    hashes = body.get("hashes", [])
+    if not isinstance(hashes, list):
+        raise AuditFailure("a proof's hashes are not an array")
+    return hashes
 
 
 def verifier_for(client: RelayClient, pinned: str | None) -> tuple[Verifier, str | None]:
@@ -146,7 +157,7 @@ def check_consistency(reader: LogReader, old: Checkpoint, new: Checkpoint) -> No
         raise AuditFailure("the log was rewritten: the consistency proof fails", f"from size {old.size} to {new.size}")
 
 
-def verify_inclusion(reader: LogReader, record: Mapping[str, Any], checkpoint: Checkpoint) -> int:
+def verify_inclusion(reader: LogReader, record: Mapping[str, object], checkpoint: Checkpoint) -> int:
     """Check that ``record`` (an acceptance record) is in the tree of ``checkpoint``; its leaf index."""
     seq = record.get("seq")
     if type(seq) is not int:
@@ -155,8 +166,9 @@ def verify_inclusion(reader: LogReader, record: Mapping[str, Any], checkpoint: C
     index = body.get("index")
     if type(index) is not int:
         raise AuditFailure("the inclusion proof has no index", f"seq {seq}")
-    hashes = [_b64(h, "an inclusion proof hash") for h in body.get("hashes", [])]
-    leaf = leaf_of(seq, _b64url(record["envelope"]["hash"], "the record's hash"))
+    hashes = [_b64(h, "an inclusion proof hash") for h in _hashes(body)]
+    envelope = record.get("envelope")
+    leaf = leaf_of(seq, _b64url(envelope.get("hash") if isinstance(envelope, dict) else None, "the record's hash"))
     if not merkle.verify_inclusion(index, checkpoint.size, leaf, hashes, checkpoint.root):
         raise AuditFailure("the inclusion proof does not verify", f"seq {seq}, index {index}, size {checkpoint.size}")
     return index
@@ -167,7 +179,7 @@ class State:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.data: dict[str, Any] = {}
+        self.data: dict[str, object] = {}
         if path is not None and path.exists():
             try:
                 self.data = json.loads(path.read_text())

@@ -16,9 +16,7 @@ import os
 import threading
 import time
 from pathlib import Path
-# Loose types: the wire forms of records and pages (to_dict, discovery) are nested JSON built here;
-# the store client of open_relay is a Redis client (untyped replies).
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, NotRequired, Sequence, TypedDict
 
 import msgspec
 
@@ -37,6 +35,11 @@ from akrelay.relay.config import RelayConfig
 from akrelay.store.base import Record, Store
 from akrelay.store.capabilities import Watchable, store_directory
 
+if TYPE_CHECKING:
+    import redis
+
+    from akrelay.protocol.documents import AcceptanceRecord
+
 _json = msgspec.json.encode
 
 log = logging.getLogger("akrelay.relay")
@@ -51,6 +54,26 @@ def _records_json(records: Sequence[Record]) -> bytes:
     return b"[" + b",".join(r.to_json() for r in records) + b"]"
 
 
+class QueryPageObject(TypedDict):
+    """A §9.3.2 page as JSON values (:meth:`QueryPage.to_dict`)."""
+
+    result: list[AcceptanceRecord]
+    service: str
+    checkpoint: int
+    as_of: int
+    next_cursor: NotRequired[str]
+
+
+class BatchPageObject(TypedDict):
+    """A §9.4 response as JSON values (:meth:`BatchPage.to_dict`)."""
+
+    result: list[AcceptanceRecord]
+    missing: list[str]
+    service: str
+    checkpoint: int
+    as_of: int
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueryPage:
     """One §9.3.2 page; ``next_cursor`` is set exactly when another page follows."""
@@ -61,8 +84,8 @@ class QueryPage:
     as_of: int
     next_cursor: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def to_dict(self) -> QueryPageObject:
+        body: QueryPageObject = {
             "result": [r.to_dict() for r in self.records],
             "service": self.service,
             "checkpoint": self.checkpoint,
@@ -89,7 +112,7 @@ class BatchPage:
     checkpoint: int
     as_of: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BatchPageObject:
         return {
             "result": [r.to_dict() for r in self.records],
             "missing": list(self.missing),
@@ -440,20 +463,20 @@ class Relay:
         return record
 
     # -- discovery (§9.2) ------------------------------------------------------
-    def discovery(self) -> dict[str, Any]:
+    def discovery(self) -> dict[str, object]:
         """The §9.2 document: endpoints on the origin, published limits, peer hints."""
         cfg = self.config
         paths = {"events": cfg.events_path, "query": cfg.query_path, "batch": cfg.batch_path}
         if "ranked-search" in cfg.features:
             paths["search"] = cfg.search_path
-        return build_discovery(
+        return dict(build_discovery(
             cfg.origin,
             features=cfg.features,
             search_modes=cfg.search_modes,
             peers=cfg.peers,
             limits=self._limits.to_discovery(),
             endpoints={name: cfg.origin + path for name, path in paths.items()},
-        )
+        ))
 
     def discovery_json(self) -> bytes:
         return _json(self.discovery())
@@ -505,7 +528,7 @@ def open_shared_relay(
     accept_weak_durability: bool = False,
     clock: Callable[[], int] = ms_clock,
     data_dir: str | os.PathLike[str] | None = None,
-    client: Any = None,
+    client: redis.Redis | None = None,
 ) -> Relay:
     """Open the relay over the acceptance log shared in Redis at ``url`` (several nodes, one log).
 

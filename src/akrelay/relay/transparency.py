@@ -27,8 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-# Loose types: the log's JSON answers (entries, proofs, discovery) built here, and the store's node keys.
-from typing import Any, Callable
+from typing import Callable, NotRequired, Sequence, TypedDict
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -50,6 +49,32 @@ MIN_INTERVAL = 1.0
 MAX_PAGE = 1000
 CHECKPOINT_PATH = "/v1/knowledge/checkpoint"
 WITNESS_PATH = "/v1/knowledge/witness/checkpoint"
+
+
+class EntryObject(TypedDict):
+    """One entry of ``GET /v1/log/entries``: ``retained`` is there (false) once the record is gone."""
+
+    index: int
+    seq: int
+    hash: str
+    withheld: bool
+    retained: NotRequired[bool]
+
+
+class EntriesPage(TypedDict):
+    entries: list[EntryObject]
+    size: int
+
+
+class InclusionProof(TypedDict):
+    seq: int
+    index: int
+    size: int
+    hashes: list[str]
+
+
+#: ``from`` is a Python keyword, hence the functional form.
+ConsistencyProof = TypedDict("ConsistencyProof", {"from": int, "to": int, "hashes": list[str]})
 
 
 class LogInconsistent(RuntimeError):
@@ -137,7 +162,7 @@ class TransparencyLog:
         #: set when the stored tree does not extend the last signed checkpoint (the reason)
         self.inconsistent: str | None = None
 
-    def nodes(self, keys: Any) -> list[bytes]:
+    def nodes(self, keys: Sequence[tuple[int, int]]) -> list[bytes]:
         return self.store.log_nodes(keys)
 
     # -- the last signed checkpoint --------------------------------------------------------------------
@@ -256,7 +281,7 @@ class TransparencyLog:
         return latest.checkpoint.size if latest is not None else 0
 
     # -- reads -----------------------------------------------------------------------------------------
-    def entries(self, params: dict[str, str]) -> dict[str, Any]:
+    def entries(self, params: dict[str, str]) -> EntriesPage:
         start = _int_param(params, "start", 0)
         limit = _int_param(params, "limit", MAX_PAGE)
         if limit < 1 or limit > MAX_PAGE:
@@ -265,14 +290,15 @@ class TransparencyLog:
         if start > size:
             raise ProtocolError("invalid_request", f"start {start} is beyond the log's size {size}.")
         rows = self.store.log_entries(start, min(limit, size - start))
-        return {
-            "entries": [{"index": e.index, "seq": e.seq, "hash": base64.urlsafe_b64encode(e.hash).rstrip(b"=").decode(),
-                         "withheld": bool(e.withheld)} | ({} if e.withheld is not None else {"retained": False})
-                        for e in rows],
-            "size": size,
-        }
+        entries: list[EntryObject] = [
+            {"index": e.index, "seq": e.seq, "hash": base64.urlsafe_b64encode(e.hash).rstrip(b"=").decode(),
+             "withheld": bool(e.withheld)} for e in rows]
+        for entry, e in zip(entries, rows):
+            if e.withheld is None:
+                entry["retained"] = False
+        return {"entries": entries, "size": size}
 
-    def inclusion(self, params: dict[str, str]) -> dict[str, Any]:
+    def inclusion(self, params: dict[str, str]) -> InclusionProof:
         seq = _int_param(params, "seq")
         latest_size = self._tree_size()
         size = _int_param(params, "size", latest_size)
@@ -286,7 +312,7 @@ class TransparencyLog:
         hashes = merkle.inclusion_proof(index, size, self.nodes)
         return {"seq": seq, "index": index, "size": size, "hashes": [_b64(h) for h in hashes]}
 
-    def consistency(self, params: dict[str, str]) -> dict[str, Any]:
+    def consistency(self, params: dict[str, str]) -> ConsistencyProof:
         latest_size = self._tree_size()
         first = _int_param(params, "from")
         second = _int_param(params, "to", latest_size)
@@ -301,7 +327,7 @@ class TransparencyLog:
         if size > latest:
             raise ProtocolError("invalid_request", f"size {size} is beyond the latest checkpoint's size {latest}.")
 
-    def discovery(self, origin: str) -> dict[str, Any]:
+    def discovery(self, origin: str) -> dict[str, object]:
         return {"log": {"checkpoint": origin.rstrip("/") + CHECKPOINT_PATH, "origin": self.name, "vkey": self.vkey,
                         "witness": {"vkey": self.witness_vkey, "checkpoint": origin.rstrip("/") + WITNESS_PATH}}}
 

@@ -7,8 +7,9 @@ do), so a hit's envelope reaches the client byte for byte as it was accepted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from akrelay.jsontypes import JSON
+from akrelay.jsontypes import JSON, JSONObject
 
 import msgspec
 
@@ -27,7 +28,7 @@ class SearchHit:
     explanation: str
 
     def to_dict(self) -> dict[str, JSON]:
-        return {"record": self.record.to_dict(), "explanation": self.explanation}
+        return {"record": cast("JSONObject", self.record.to_dict()), "explanation": self.explanation}
 
     def to_json(self) -> bytes:
         return b'{"explanation":%b,"record":%b}' % (_json(self.explanation), self.record.to_json())

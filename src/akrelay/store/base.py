@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import binascii
 from dataclasses import dataclass
-# Loose types: Record.to_dict is the record's wire form, a nested JSON object.
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
+from akrelay.protocol.documents import AcceptanceRecord
 from akrelay.protocol.envelope import Envelope
 
 
@@ -84,7 +84,7 @@ class Record:
     def __repr__(self) -> str:
         return f"Record(seq={self.seq}, accepted_at={self.accepted_at}, id={self.id!r}, withheld={self.withheld})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AcceptanceRecord:
         """The Knowledge §8.3 acceptance record as plain JSON values."""
         return {"envelope": self.envelope.to_dict(), "accepted_at": self.accepted_at, "seq": self.seq}
 

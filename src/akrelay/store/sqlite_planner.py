@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-# Loose types: a sqlite3 row (sqlite3 types rows as Any); record_of converts it to a Record.
-from typing import Any, cast
+from typing import cast
 
 from akrelay.store.base import QueryParams, Record
 
@@ -36,7 +35,11 @@ class QueryPlan:
     include_withheld: bool
 
 
-def record_of(row: tuple[Any, ...]) -> Record:
+#: A row of :data:`COLUMNS`: seq, accepted_at, withheld (0 or 1) and the canonical envelope bytes.
+RecordRow = tuple[int, int, int, "bytes | bytearray | memoryview"]
+
+
+def record_of(row: RecordRow) -> Record:
     seq, accepted_at, withheld, body = row
     return Record(seq, accepted_at, None, bool(withheld), body=body if type(body) is bytes else bytes(body))
 

@@ -9,8 +9,7 @@ stalled costs a request a few seconds at most (never a hang), and becomes a 503 
 from __future__ import annotations
 
 import contextlib
-# Loose types: redis-py's connection options and replies are untyped keyword values.
-from typing import Any, Iterator, Protocol
+from typing import Iterator, Protocol
 
 import redis
 import redis.exceptions
@@ -120,7 +119,7 @@ class Observer:
 
 
 
-def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) -> redis.Redis:
+def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: object) -> redis.Redis:
     """A client for ``url`` (``redis://``, ``rediss://``, ``unix://``) with bounded waits.
 
     The pool reconnects by itself once Redis is back; no command is retried here, so a
@@ -129,7 +128,7 @@ def connect(url: str, *, reply_timeout: float = REPLY_TIMEOUT, **kwargs: Any) ->
     still serves reads), which would fail every read on a new or idle connection; a dead
     connection fails its command instead (a pub/sub subscriber asks for the check itself).
     """
-    options: dict[str, Any] = dict(
+    options: dict[str, object] = dict(
         socket_connect_timeout=CONNECT_TIMEOUT,
         socket_timeout=reply_timeout,
         socket_keepalive=True,

@@ -40,12 +40,14 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-# Loose types: redis-py leaves its replies untyped (a reply's shape is the script's, not the client's), so
-# replies and script arguments stay loose here and are converted to typed values (Record, int) where read.
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+# Loose types: redis-py leaves a script's reply untyped (its shape is the Lua script's, not the client's), so
+# script replies stay loose here and are converted to typed values (Record, int) where read.
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
 
 import redis
+import redis.client
 import redis.exceptions
+from redis.typing import EncodableT
 
 from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.merkle import Frontier
@@ -147,7 +149,7 @@ def _at_least_one(chunks: Iterator[list[int]]) -> Iterator[list[int]]:
         yield []
 
 
-def _triples(reply: list[Any], start: int = 0) -> Iterator[tuple[int, Any, int]]:
+def _triples(reply: list[Any], start: int = 0) -> Iterator[tuple[int, bytes, int]]:  # Any: a script reply, by position
     for k in range(start, len(reply), 3):
         yield int(reply[k]), reply[k + 1], int(reply[k + 2])
 
@@ -162,7 +164,7 @@ class _Filters:
     created_before: int | None
     include_withheld: bool
 
-    def head(self) -> list[Any]:
+    def head(self) -> list[EncodableT]:
         """The verify script's arguments before its candidates."""
         return ["1" if self.include_withheld else "0",
                 "" if self.created_from is None else int(self.created_from),
@@ -269,7 +271,7 @@ class RedisStore(Queryable):
         self._down_until = 0.0
         return value
 
-    def _script(self, name: str, args: Sequence[Any]) -> Any:
+    def _script(self, name: str, args: Sequence[EncodableT]) -> Any:  # Any: the Lua script's reply (redis-py: Any)
         script = self._scripts[name]
         return self._call(lambda: script(keys=[], args=[self.prefix, *args]), name=name)
 
@@ -451,7 +453,7 @@ class RedisStore(Queryable):
             raise
 
     def _text_at(self, seq: int) -> bytes | None:
-        value: Any = self._call(lambda: self._client.hget(self.prefix + "flt", str(seq)))
+        value = cast("bytes | None", self._call(lambda: self._client.hget(self.prefix + "flt", str(seq))))
         return None if value is None else bytes(value)
 
     def text_index_lag(self) -> int:
@@ -498,7 +500,7 @@ class RedisStore(Queryable):
         return self.commit_many(items)
 
     def _commit_chunk(self, items: Sequence[tuple[Envelope, int]]) -> list[tuple[Record, bool]]:
-        args: list[Any] = [len(items)]
+        args: list[EncodableT] = [len(items)]
         bodies: list[bytes] = []
         for envelope, accepted_at in items:
             terms, text = indexed_facts(envelope)
@@ -522,7 +524,7 @@ class RedisStore(Queryable):
         ID is already here or a ``seq`` is not above the high-water mark (records must
         come in ascending ``seq``). Returns the new high-water mark.
         """
-        args: list[Any] = [len(records)]
+        args: list[EncodableT] = [len(records)]
         for record in records:
             terms, text = indexed_facts(record.envelope)
             args += [record.id, record.seq, record.accepted_at, "1" if record.withheld else "0",
@@ -560,7 +562,7 @@ class RedisStore(Queryable):
 
     # -- metadata ------------------------------------------------------------------
     def meta_get(self, key: str) -> bytes | None:
-        value: Any = self._call(lambda: self._client.hget(self.prefix + "meta", key))
+        value = cast("bytes | None", self._call(lambda: self._client.hget(self.prefix + "meta", key)))
         return bytes(value) if value is not None else None
 
     def meta_set(self, key: str, value: bytes) -> None:
@@ -569,27 +571,29 @@ class RedisStore(Queryable):
     def meta_setdefault(self, key: str, value: bytes) -> bytes:
         name = self.prefix + "meta"
 
-        def run() -> Any:
+        def run() -> bytes:
             pipe = self._client.pipeline(transaction=True)
             pipe.hsetnx(name, key, bytes(value))
             pipe.hget(name, key)
-            return pipe.execute()[1]
+            stored: bytes = pipe.execute()[1]
+            return stored
 
         return bytes(self._call(run))
 
     def meta_replace(self, key: str, expected: bytes | None, value: bytes) -> bool:
-        args = [key, b"" if expected is None else bytes(expected), bytes(value), "1" if expected is None else "0"]
+        args: list[EncodableT] = [key, b"" if expected is None else bytes(expected), bytes(value),
+                                  "1" if expected is None else "0"]
         return bool(self._log_script("meta_replace", args))
 
     # -- the Merkle log (issue 23): a follower in the commit path ------------------------------------
     # Redis's Lua has no SHA-256, so the tree is computed here, right after each commit (and by the
     # checkpoint signer), and written with a compare-and-set on the log's size: every node computes the
     # same deterministic tree, so a node that loses the race reloads the frontier and goes on.
-    def _log_script(self, name: str, args: Sequence[Any]) -> Any:
+    def _log_script(self, name: str, args: Sequence[EncodableT]) -> int:
         if name not in self._scripts:
             self._scripts[name] = self._client.register_script({"log_append": _LOG_APPEND,
                                                                 "meta_replace": _META_REPLACE}[name])
-        return self._script(name, args)
+        return int(self._script(name, args))  # both scripts answer an integer
 
     def log_catch_up(self, limit: int = 100000) -> int:
         """Append every committed record that the log lacks yet (at most ``limit``); return the log's size."""
@@ -608,7 +612,7 @@ class RedisStore(Queryable):
                 entries = [(r.seq, event_hash_bytes(r.id)) for r in records]
                 grown = frontier.copy()
                 nodes = append_all_levels(grown, entries)  # every level: read without folding
-                args: list[Any] = [size, len(entries)]
+                args: list[EncodableT] = [size, len(entries)]
                 for seq, event_hash in entries:
                     args += [seq, event_hash]
                 args.append(len(nodes))
@@ -629,7 +633,8 @@ class RedisStore(Queryable):
         indices = list(range(max(0, start), min(size, max(0, start) + max(0, limit))))
         if not indices:
             return []
-        raw: list[Any] = self._call(lambda: self._client.hmget(self.prefix + "log:e", [str(i) for i in indices]))
+        raw = cast("list[bytes | None]",  # this client answers bytes (no decode_responses)
+                   self._call(lambda: self._client.hmget(self.prefix + "log:e", [str(i) for i in indices])))
         pairs = []
         for index, value in zip(indices, raw):
             if value is None:
@@ -638,7 +643,7 @@ class RedisStore(Queryable):
             pairs.append((index, int(value[:colon]), bytes(value[colon + 1:])))
         seqs = [str(seq) for _, seq, _ in pairs]
 
-        def flags() -> Any:
+        def flags() -> list[int]:
             pipe = self._client.pipeline(transaction=False)
             for seq in seqs:
                 pipe.hexists(self.prefix + "rec", seq)
@@ -657,7 +662,7 @@ class RedisStore(Queryable):
         leaves = [index for level, index in keys if level == 0]
         inner = [f"{level}:{index}" for level, index in keys if level > 0]
 
-        def run() -> Any:
+        def run() -> list[list[bytes | None]]:
             pipe = self._client.pipeline(transaction=False)
             pipe.hmget(self.prefix + "log:e", [str(i) for i in leaves] or ["-"])
             pipe.hmget(self.prefix + "log:n", inner or ["-"])
@@ -691,7 +696,7 @@ class RedisStore(Queryable):
 
     def memory(self) -> tuple[int, int]:
         """Redis's ``used_memory`` and ``maxmemory`` (0: no limit) from ``INFO memory``, for ``/metrics``."""
-        info: Any = self._call(lambda: self._client.info("memory"))
+        info = self._call(lambda: self._client.info("memory"))
         return int(info["used_memory"]), int(info.get("maxmemory", 0))
 
     def durability(self) -> dict[str, str]:
@@ -782,7 +787,7 @@ class _Watcher:
                     pass
 
     @staticmethod
-    def _drain(pubsub: Any) -> bool:
+    def _drain(pubsub: redis.client.PubSub) -> bool:
         """Read every message already there without waiting; whether there was any."""
         drained = False
         for _ in range(100_000):  # bounded: a message is read per turn
