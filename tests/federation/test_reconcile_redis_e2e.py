@@ -28,7 +28,6 @@ from akrelay.cli import main
 from akrelay.protocol.envelope import verify_envelope
 
 from .conftest import Author
-from .test_mesh_e2e import stored_ids
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
 from relay_harness import Served, start_relay  # noqa: E402
