@@ -133,8 +133,9 @@ class RedisSide:
 
         self.namespace = f"bench-reconcile-{items}"
         self.admin = redis.Redis.from_url(url)
-        for key in self.admin.scan_iter(match=self.namespace + ":*", count=10_000):
-            self.admin.delete(key)
+        stale = list(self.admin.scan_iter(match=self.namespace + ":*", count=10_000))
+        for start in range(0, len(stale), 1000):
+            self.admin.unlink(*stale[start:start + 1000])
         self.store = RedisStore(url, namespace=self.namespace, text_indexer=False)
         t0 = time.perf_counter()
         for start in range(0, len(base), 10_000):
@@ -148,9 +149,12 @@ class RedisSide:
         info = self.admin.info("cpu")
         return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
-    def close(self) -> None:
-        for key in self.admin.scan_iter(match=self.namespace + ":*", count=10_000):
-            self.admin.delete(key)
+    def close(self, clean: bool = True) -> None:
+        """``clean``: remove the bench's keys (UNLINK: freed in the background; a server of its own is just stopped)."""
+        if clean:
+            keys = list(self.admin.scan_iter(match=self.namespace + ":*", count=10_000))
+            for start in range(0, len(keys), 1000):
+                self.admin.unlink(*keys[start:start + 1000])
         self.store.close()
         self.admin.close()
 
@@ -303,7 +307,7 @@ def main() -> None:
             server = RedisServer(Path(scratch.name) / "redis", appendonly=False).start()
             stack.callback(server.stop)
             redis_url = server.url
-        stack.callback(lambda: [side.close() for side in _REDIS.values()])
+        stack.callback(lambda: [side.close(clean=args.redis is not None) for side in _REDIS.values()])
         for d in args.differences:
             for view in args.view:
                 if view == "memory":
