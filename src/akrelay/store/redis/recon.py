@@ -46,7 +46,9 @@ class LogReader(Protocol):
 CATCH_UP_BATCH = 1000
 CATCH_UP_LIMIT = 20000
 #: Items one script call adds or removes: small, so that no call holds Redis (or waits for it) long.
+#: recon_apply.lua sums a call's limbs per bucket in Lua doubles: exact while APPLY_CHUNK * 2^32 < 2^53.
 APPLY_CHUNK = 100
+assert APPLY_CHUNK < 2 ** 21
 
 _APPLY = lua("recon_apply")
 
