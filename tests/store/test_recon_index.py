@@ -147,3 +147,36 @@ def test_ascending_bounds_are_located_by_short_scans_not_descents() -> None:
         one_by_one += view.reads - before
     # about 11 rows and one read per bound from the last, against a descent over the levels each
     assert ascending.reads < 13 * len(keys) < one_by_one
+
+
+def test_redis_bucket_aggregates_match_python_and_vanish_with_their_items(redis_url) -> None:
+    """The apply script sums a chunk's increments per bucket: items that share buckets (a burst of
+    commits within a second; the same item twice in one call), limbs near 2^32, and removal down to
+    empty buckets give exactly the counts and id sums added up here, and no key is left behind."""
+    import random
+
+    from akrelay.store.recon import LEVELS, bucket_deltas
+    from akrelay.store.redis.recon import APPLY_CHUNK
+    from akrelay.store.redis.store import RedisStore
+
+    rng = random.Random(7)
+    burst = [(1_790_000_000_000 + rng.randrange(1000), rng.randbytes(32)) for _ in range(3 * APPLY_CHUNK)]
+    heavy = [(1_790_000_000_500, b"\xff" * 31 + bytes([k])) for k in range(APPLY_CHUNK)]  # every limb 0xffffffff
+    items = sorted(set(burst + heavy))
+    store = RedisStore(redis_url, namespace="recon-apply")
+    try:
+        assert store.recon.add(items + items[:5]) == len(items)  # the repeats change nothing
+        assert store.recon.add(items[:APPLY_CHUNK]) == 0
+        gone = items[::3]
+        assert store.recon.discard(gone) == len(gone)
+        kept = [i for i in items if i not in set(gone)]
+        expected = {k: (n, total % 2**256) for k, (n, total) in bucket_deltas(kept, 1).items()}
+        for shift in LEVELS:
+            got = {(shift, b): (n, s) for b, n, s in store.recon.recon_buckets(shift, 0, None)}
+            assert got == {k: v for k, v in expected.items() if k[0] == shift}, shift
+            assert store.recon.recon_counts(shift, 0, 2**60) == [(b, n) for (_, b), (n, _) in sorted(got.items())]
+        assert store.recon.discard(kept) == len(kept)
+        assert sorted(store._client.scan_iter(match=b"recon-apply:rc:*")) == []
+    finally:
+        store._client.flushdb()
+        store.close()

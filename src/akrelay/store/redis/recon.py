@@ -46,11 +46,16 @@ class LogReader(Protocol):
 CATCH_UP_BATCH = 1000
 CATCH_UP_LIMIT = 20000
 #: Items one script call adds or removes: small, so that no call holds Redis (or waits for it) long.
+#: recon_apply.lua sums a call's limbs per bucket in Lua doubles: exact while APPLY_CHUNK * 2^32 < 2^53.
 APPLY_CHUNK = 100
+assert APPLY_CHUNK < 2 ** 21
 
 _APPLY = lua("recon_apply")
 
 _BUCKETS = lua("recon_buckets")
+
+#: A descent's bucket counts without their id sums (one field a bucket instead of nine).
+_COUNTS = lua("recon_counts")
 
 #: Several spans' buckets in one call (a prefix's level sums): per span its bucket count, then n and the
 #: limbs of each bucket; added up in Python (Lua's numbers are doubles, which the limb sums may outgrow).
@@ -75,6 +80,7 @@ class RedisReconIndex(BucketSums):
         self._store_call = call
         self._apply_script = client.register_script(_APPLY)
         self._buckets_script = client.register_script(_BUCKETS)
+        self._counts_script = client.register_script(_COUNTS)
         self._advance_script = client.register_script(_ADVANCE)
         self._spans_script = client.register_script(_SPANS)
 
@@ -152,6 +158,11 @@ class RedisReconIndex(BucketSums):
             if n:
                 out.append((int(flat[k]), n, from_limbs(int(v) for v in flat[k + 2:k + 2 + LIMBS])))
         return out
+
+    def recon_counts(self, shift: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        script = self._counts_script
+        flat = self._call(lambda: script(keys=[], args=[self.prefix, shift, lo, f"({hi}"]), "recon_counts")
+        return [(int(flat[k]), n) for k in range(0, len(flat), 2) if (n := int(flat[k + 1]))]
 
     def recon_sums(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
         if not spans:
