@@ -397,6 +397,12 @@ class StoreView:
                 up = LEVELS[level + 1] - shift
                 lo = max(rows[0][0] << up, lo_key[0] >> shift)
                 hi = min((rows[-1][0] + 1) << up, (min(hi_key[0], MAX_ITEM_TIMESTAMP) >> shift) + 1)
+                if hi - 1 - lo < parts:
+                    if not level:
+                        return None
+                    # these buckets cannot span enough: no read, the next level down within the same span
+                    rows = [(lo, 0, 0), (hi - 1, 0, 0)]
+                    continue
                 rows = self._buckets(shift, lo, hi)
             if rows and rows[-1][0] - rows[0][0] >= parts:
                 chosen = shift, rows
