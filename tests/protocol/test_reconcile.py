@@ -39,7 +39,6 @@ from akrelay.protocol.reconcile import (
     fingerprint,
     id_sum,
     minimal_bound,
-    split_shift,
 )
 
 
