@@ -65,6 +65,10 @@ def sqlite_index(path: Path, items: list[tuple[int, bytes]]) -> tuple[Any, Any]:
     return SqliteReconIndex(lambda: conn), conn
 
 
+#: --split and --list-below (the in-memory run's Reconciler options)
+OPTIONS: dict[str, Any] = {}
+
+
 def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str, float]:
     rng = random.Random(differences)
     start_ms = 1_760_000_000_000
@@ -78,8 +82,9 @@ def run(items: int, differences: int, both: bool, frame_limit: int) -> dict[str,
                  for i in range(differences)]
         responder_items += extra
     t0 = time.process_time()
-    initiator = Reconciler(SortedItems(initiator_items), frame_limit=frame_limit)
-    responder = Reconciler(SortedItems(responder_items), frame_limit=frame_limit)
+    initiator = Reconciler(SortedItems(initiator_items), frame_limit=frame_limit, **OPTIONS)
+    responder = Reconciler(SortedItems(responder_items), frame_limit=frame_limit, **OPTIONS)
+    initiator.initiator_asks = True  # as with the default list_below
     build = time.process_time() - t0
 
     t0 = time.process_time()
@@ -280,7 +285,13 @@ def main() -> None:
                              "or never copies it")
     parser.add_argument("--keep", metavar="DIR", default=None,
                         help="with --view sqlite: keep the initiator's index in DIR and reuse it next time")
+    parser.add_argument("--split", choices=("aligned", "counts"), default="aligned",
+                        help="in memory: split differing ranges at bucket boundaries (the default) or by counts")
+    parser.add_argument("--list-below", type=int, default=None, help="in memory: the Reconciler's list_below")
     args = parser.parse_args()
+    OPTIONS["aligned"] = args.split == "aligned"
+    if args.list_below is not None:
+        OPTIONS["list_below"] = args.list_below
     import os
 
     stored = [v for v in args.view if v != "memory"]

@@ -14,7 +14,10 @@ from typing import Any, Callable
 
 import pytest
 
-from akrelay.protocol.reconcile import INFINITY, Bound, Reconciler, SortedItems
+from unittest.mock import patch
+
+from akrelay.protocol import reconcile
+from akrelay.protocol.reconcile import ALIGN_SHIFTS, INFINITY, ZERO, Bound, Reconciler, SortedItems
 from akrelay.store.base import event_hash_bytes
 from akrelay.store.recon import StoreView, ViewBudgetExceeded
 from store_contract import corpus
@@ -60,6 +63,38 @@ def assert_view_matches(store: Any, oracle: SortedItems, rng: random.Random, che
                 assert view.lower_bound(0, n, bound) == oracle.lower_bound(0, n, bound)
                 short = Bound(oracle.item(i)[0], oracle.item(i)[1][:1])
                 assert view.lower_bound(0, n, short) == oracle.lower_bound(0, n, short)
+
+
+def spread_and_bursts(rng: random.Random, n: int) -> set:
+    """Items spread over every level, in bursts inside one 256 ms bucket, and in between."""
+    start = 1_790_000_000_000
+    out = set()
+    for _ in range(n):
+        kind = rng.randrange(4)
+        if kind == 0:
+            ts = rng.randrange(2**45)
+        elif kind == 1:
+            ts = start + rng.randrange(2**26)
+        elif kind == 2:
+            ts = start + 2**20 + rng.randrange(256)  # one bottom bucket: a burst
+        else:
+            ts = start + (rng.randrange(64) << rng.choice(ALIGN_SHIFTS[:4]))  # on bucket starts
+        out.add((ts, rng.randbytes(32)))
+    return out
+
+
+def random_bound(rng: random.Random, oracle: SortedItems) -> Bound:
+    """A bucket start, an item, an item's short prefix, or any timestamp (a hostile peer's bounds)."""
+    ts, ident = oracle.item(rng.randrange(oracle.size()))
+    kind = rng.randrange(4)
+    if kind == 0:
+        shift = rng.choice(ALIGN_SHIFTS)
+        return Bound((ts >> shift) << shift)
+    if kind == 1:
+        return Bound(ts, ident)
+    if kind == 2:
+        return Bound(ts, ident[:rng.randrange(3)])
+    return Bound(ts + rng.randrange(-3, 4) if ts > 3 else ts, rng.randbytes(rng.randrange(3)))
 
 
 class ReconContract:
@@ -187,3 +222,82 @@ class ReconContract:
             with store.recon.recon_snapshot():
                 assert isinstance(capped.storage(), recon.StoreView)  # too large to copy: the aggregates
         assert capped.copy is None
+
+    def test_splits_at_bucket_starts_agree_with_the_items(self, store) -> None:
+        """The view's split from bucket rows: every boundary where the items put it, with exact fingerprints."""
+        rng = random.Random(26_3)
+        items = spread_and_bursts(rng, 900)
+        self.add_items(store, items)
+        oracle = SortedItems(items)
+        n = oracle.size()
+        splits_seen = 0
+        for _ in range(120):
+            low, high = sorted([random_bound(rng, oracle), random_bound(rng, oracle)], key=Bound.key)
+            if rng.randrange(5) == 0:
+                low = ZERO
+            if rng.randrange(5) == 0:
+                high = INFINITY
+            if low.key() >= high.key():
+                continue
+            with store.recon.recon_snapshot():
+                view = StoreView(store.recon)
+                lower, upper = view.lower_bound(0, n, low), view.lower_bound(0, n, high)
+                assert (lower, upper) == (oracle.lower_bound(0, n, low), oracle.lower_bound(0, n, high))
+                parts = rng.choice([2, 4, 16])
+                splits = view.aligned_splits(lower, upper, low, high, parts)
+                if splits is None:
+                    continue
+                splits_seen += 1
+                previous = lower
+                for bound, index in splits:
+                    assert bound.prefix == b"" and bound.timestamp % (1 << ALIGN_SHIFTS[0]) == 0
+                    assert low.key() < bound.key() < high.key()
+                    assert previous < index < upper
+                    assert index == oracle.lower_bound(0, n, bound)
+                    assert view.fingerprint(previous, index) == oracle.fingerprint(previous, index)
+                    previous = index
+                assert view.fingerprint(previous, upper) == oracle.fingerprint(previous, upper)
+        assert splits_seen >= 20
+
+    def test_bucket_starts_then_any_bounds_are_located_exactly(self, store) -> None:
+        """Ascending bounds as one message brings them: aligned ones (answered from the aggregates) mixed with others."""
+        rng = random.Random(26_4)
+        items = spread_and_bursts(rng, 700)
+        self.add_items(store, items)
+        oracle = SortedItems(items)
+        n = oracle.size()
+        for _ in range(20):
+            bounds = sorted({random_bound(rng, oracle) for _ in range(40)}, key=Bound.key)
+            with store.recon.recon_snapshot():
+                view = StoreView(store.recon)
+                previous = 0
+                for bound in bounds:
+                    index = view.lower_bound(previous, n, bound)
+                    assert index == oracle.lower_bound(previous, n, bound)
+                    assert view.fingerprint(previous, index) == oracle.fingerprint(previous, index)
+                    previous = index
+
+    def test_reconciling_with_aligned_splits_finds_the_differences(self, store) -> None:
+        """Both sides split at bucket boundaries (from 8 items on, so that a small set does), or one by counts."""
+        rng = random.Random(26_5)
+        items = spread_and_bursts(rng, 800)
+        self.add_items(store, items)
+        ours = sorted(items)
+        dropped = set(rng.sample(ours, 40))
+        extra = spread_and_bursts(rng, 30)
+        theirs = (items - dropped) | extra
+        for aligned in (True, False):
+            with patch.object(reconcile, "ALIGN_ABOVE", 8):
+                initiator = Reconciler(SortedItems(theirs), aligned=aligned, frame_limit=4096)
+                message: bytes | None = initiator.initiate()
+                have: set[bytes] = set()
+                need: set[bytes] = set()
+                while message is not None:
+                    with store.recon.recon_snapshot():
+                        reply = Reconciler(StoreView(store.recon), frame_limit=4096).respond(message)
+                    outcome = initiator.reconcile(reply)
+                    have |= set(outcome.have)
+                    need |= set(outcome.need)
+                    message = outcome.message
+            assert have == {i for _, i in extra - items}
+            assert need == {i for _, i in dropped}

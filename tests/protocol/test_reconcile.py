@@ -10,12 +10,16 @@ from __future__ import annotations
 import hashlib
 import random
 
+from unittest.mock import patch
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from akrelay.protocol import reconcile
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.reconcile import (
+    ALIGN_SHIFTS,
     FINGERPRINT,
     FINGERPRINT_SIZE,
     ID_SIZE,
@@ -30,6 +34,7 @@ from akrelay.protocol.reconcile import (
     Bound,
     Reconciler,
     SortedItems,
+    aligned_splits,
     encode_varint,
     fingerprint,
     id_sum,
@@ -313,3 +318,69 @@ def test_packed_items_are_checked_and_reconcile_as_an_initiator() -> None:
         need |= set(outcome.need)
         message = outcome.message
     assert have == {i for _, i in base[1::2]} and need == {b"\x01" * 32}
+
+
+# ---- splits at bucket boundaries ------------------------------------------------------------
+
+# timestamps in a few 256 ms buckets (bursts), spread over the levels, or both
+timestamps_strategy = st.one_of(
+    st.integers(0, 2**50),
+    st.integers(1_790_000_000_000, 1_790_000_000_000 + 2**22),
+    st.sampled_from([1_790_000_000_000 + k for k in (0, 1, 255, 256, 257, 2**14, 2**20 + 3)]),
+)
+timed_strategy = st.dictionaries(st.integers(0, 2000), timestamps_strategy, max_size=250)
+
+
+@settings(max_examples=100, deadline=None)
+@given(timed=timed_strategy, parts=st.integers(2, 20), data=st.data())
+def test_aligned_splits_cut_at_bucket_starts_into_nonempty_parts(timed, parts, data) -> None:
+    items = SortedItems((ts, ident(n)) for n, ts in timed.items())
+    n = items.size()
+    lower = data.draw(st.integers(0, n))
+    upper = data.draw(st.integers(lower, n))
+    splits = aligned_splits(items, lower, upper, parts)
+    if splits is None:
+        return
+    previous = lower
+    for bound, index in splits:
+        assert bound.prefix == b""
+        assert bound.timestamp % (1 << ALIGN_SHIFTS[0]) == 0
+        assert previous < index < upper
+        assert index == items.lower_bound(0, n, bound)  # the index is where the bound falls
+        previous = index
+    assert len(splits) < parts
+
+
+@settings(max_examples=120, deadline=None)
+@given(common=timed_strategy, only_a=timed_strategy, only_b=timed_strategy,
+       a_aligned=st.booleans(), b_aligned=st.booleans())
+def test_aligned_and_counted_splits_reconcile_with_each_other(common, only_a, only_b, a_aligned, b_aligned) -> None:
+    """Whichever side splits at bucket boundaries, the other answers (any bounds are legal)."""
+    with patch.object(reconcile, "ALIGN_ABOVE", 8):  # aligned splits from 8 items on, so small sets use them
+        _aligned_and_counted(common, only_a, only_b, a_aligned, b_aligned)
+
+
+def _aligned_and_counted(common, only_a, only_b, a_aligned, b_aligned) -> None:
+    shared = {(ts, ident(n)) for n, ts in common.items()}
+    a = shared | {(ts, ident(n + 3000)) for n, ts in only_a.items()}
+    b = shared | {(ts, ident(n + 6000)) for n, ts in only_b.items()}
+    initiator = Reconciler(SortedItems(a), frame_limit=MIN_FRAME_LIMIT, buckets=4, aligned=a_aligned)
+    responder = Reconciler(SortedItems(b), frame_limit=MIN_FRAME_LIMIT, buckets=4, aligned=b_aligned)
+    message: bytes | None = initiator.initiate()
+    have: set[bytes] = set()
+    need: set[bytes] = set()
+    while message is not None:
+        outcome = initiator.reconcile(responder.respond(message))
+        have |= set(outcome.have)
+        need |= set(outcome.need)
+        message = outcome.message
+    assert have == {i for _, i in a - b}
+    assert need == {i for _, i in b - a}
+
+
+def test_a_burst_in_one_bucket_is_split_by_counts() -> None:
+    items = SortedItems((1_790_000_000_000 + (i % 200), ident(i)) for i in range(5000))
+    assert aligned_splits(items, 0, items.size(), 16) is None
+    spread = SortedItems((1_790_000_000_000 + 1000 * i, ident(i)) for i in range(5000))
+    splits = aligned_splits(spread, 0, spread.size(), 16)
+    assert splits is not None and 8 <= len(splits) <= 15

@@ -39,8 +39,14 @@ FINGERPRINT_SIZE = 16
 
 SKIP, FINGERPRINT, IDLIST = 0, 1, 2
 
-#: Ranges a message is split into where it differs.
+#: Ranges a message is split into where it differs (when it is split by counts, see below).
 DEFAULT_BUCKETS = 16
+#: Timestamp alignments (shifts of ``created_at`` in ms) at which a differing range is split
+#: when its items span more than one such bucket: the levels of the store's aggregates
+#: (:data:`akrelay.store.recon.LEVELS`), so that a store-backed side can describe a split from
+#: its bucket rows, and answer bounds ``(multiple of 2^shift, empty prefix)`` from them, with
+#: no item read. Any other bound stays legal (a peer may split as it likes).
+ALIGN_SHIFTS: tuple[int, ...] = (8, 14, 20, 26, 32, 38, 44)
 #: The smallest frame limit (negentropy's): room for at least one bucket split and an id list.
 MIN_FRAME_LIMIT = 4096
 DEFAULT_FRAME_LIMIT = 60_000
@@ -121,6 +127,47 @@ def fingerprint(total: int, count: int) -> bytes:
     return digest[:FINGERPRINT_SIZE]
 
 
+#: Ranges with more items than this are split at bucket boundaries (:func:`aligned_splits`);
+#: smaller ones by counts (a store-backed view reads such a range in one scan first).
+ALIGN_ABOVE = 2048
+
+
+def split_shift(first: int, last: int, parts: int) -> int | None:
+    """The coarsest shift of :data:`ALIGN_SHIFTS` at which ``first`` and ``last`` lie ``parts`` buckets apart or more."""
+    for shift in reversed(ALIGN_SHIFTS):
+        if (last >> shift) - (first >> shift) >= parts:
+            return shift
+    return None
+
+
+def aligned_splits(storage: "Storage", lower: int, upper: int, parts: int) -> list[tuple["Bound", int]] | None:
+    """Where to split ``[lower, upper)`` into about ``parts`` ranges at bucket boundaries: ``(bound, index)``.
+
+    Why: a store-backed view can then describe the split from its bucket rows (counts and id
+    sums) without locating an item, and the other side answers such bounds the same way.
+    At the shift of :func:`split_shift` (first and last items), the range is cut at the start
+    of the bucket that holds the item at each ``lower + k * count // parts``: parts of about
+    equal counts, each boundary ``(multiple of 2^shift, empty prefix)``. ``None`` when the
+    items do not span enough buckets (a burst): the caller splits by counts.
+    """
+    count = upper - lower
+    if count < 2:
+        return None
+    shift = split_shift(storage.item(lower)[0], storage.item(upper - 1)[0], parts)
+    if shift is None:
+        return None
+    out: list[tuple[Bound, int]] = []
+    previous = lower
+    for k in range(1, parts):
+        target = lower + k * count // parts
+        bound = Bound((storage.item(target)[0] >> shift) << shift)
+        index = storage.lower_bound(previous, target + 1, bound)
+        if index > previous:
+            out.append((bound, index))
+            previous = index
+    return out or None
+
+
 # ---- storage ----------------------------------------------------------------------------------
 
 class Storage(Protocol):
@@ -140,6 +187,8 @@ class Storage(Protocol):
 
     # Optional: ``prefetch(begin, end)``, called before a range is split or listed, lets a
     # view that reads from a store fetch a small range in one read instead of item by item.
+    # Optional: ``aligned_splits(lower, upper, low, high, parts)`` (``low`` / ``high`` the
+    # range's bounds) splits like :func:`aligned_splits`, for a view that can without reading items.
 
 
 class SortedItems:
@@ -351,7 +400,7 @@ class Reconciler:
 
     def __init__(self, storage: Storage, *, frame_limit: int = DEFAULT_FRAME_LIMIT,
                  buckets: int = DEFAULT_BUCKETS, max_rounds: int = MAX_ROUNDS,
-                 list_below: int | None = None) -> None:
+                 list_below: int | None = None, aligned: bool = True) -> None:
         if frame_limit < MIN_FRAME_LIMIT:
             raise ValueError(f"frame_limit must be at least {MIN_FRAME_LIMIT}")
         if buckets < 2:
@@ -359,6 +408,9 @@ class Reconciler:
         self.storage = storage
         self.frame_limit = frame_limit
         self.buckets = buckets
+        #: split a differing range of more than :data:`ALIGN_ABOVE` items at bucket boundaries
+        #: (:func:`aligned_splits`) where its items span enough buckets, else by counts
+        self.aligned = aligned
         self.rounds = 0
         self.max_rounds = max_rounds
         #: a differing range with fewer items than this is listed rather than split
@@ -377,7 +429,7 @@ class Reconciler:
     def initiate(self) -> bytes:
         """The first message: the whole set, split into buckets (or listed, if small)."""
         out = _Writer()
-        self._split(out, 0, self.storage.size(), INFINITY)
+        self._split(out, 0, self.storage.size(), ZERO, INFINITY)
         return out.bytes()
 
     def respond(self, message: bytes) -> bytes:
@@ -449,7 +501,7 @@ class Reconciler:
                         out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT)
                                 + storage.fingerprint(lower, upper))
                     else:
-                        self._split(out, lower, upper, upper_bound)
+                        self._split(out, lower, upper, prev_bound, upper_bound)
                     written_bound, written_index = upper_bound, upper
             elif mode == IDLIST:
                 count = reader.varint()
@@ -498,17 +550,30 @@ class Reconciler:
         outcome.message = out.bytes()
         return outcome
 
-    def _split(self, out: _Writer, lower: int, upper: int, upper_bound: Bound) -> None:
-        """Describe ``[lower, upper)``: its ids when few, else ``buckets`` fingerprints."""
+    def _split(self, out: _Writer, lower: int, upper: int, lower_bound: Bound, upper_bound: Bound) -> None:
+        """Describe ``[lower, upper)``: its ids when few, else fingerprints of its buckets (or of ``buckets`` parts)."""
         storage = self.storage
         count = upper - lower
         prefetch = getattr(storage, "prefetch", None)
-        if prefetch is not None:  # an optional hint: a store-backed view reads a small range in one go
-            prefetch(lower, upper)
         if count < self.list_below:
+            if prefetch is not None:  # an optional hint: a store-backed view reads a small range in one go
+                prefetch(lower, upper)
             ids = storage.ids(lower, upper)
             out.add(out.bound(upper_bound) + encode_varint(IDLIST) + encode_varint(len(ids)) + b"".join(ids))
             return
+        if self.aligned and count > ALIGN_ABOVE:
+            method = getattr(storage, "aligned_splits", None)
+            splits = (method(lower, upper, lower_bound, upper_bound, self.buckets) if method is not None
+                      else aligned_splits(storage, lower, upper, self.buckets))
+            if splits:
+                current = lower
+                for bound, end in splits:
+                    out.add(out.bound(bound) + encode_varint(FINGERPRINT) + storage.fingerprint(current, end))
+                    current = end
+                out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT) + storage.fingerprint(current, upper))
+                return
+        if prefetch is not None:
+            prefetch(lower, upper)
         buckets = min(self.buckets, count)
         per, extra = divmod(count, buckets)
         current = lower

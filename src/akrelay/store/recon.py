@@ -32,10 +32,11 @@ from contextlib import AbstractContextManager
 from typing import Iterable, Iterator, Protocol, Sequence
 
 from akrelay.protocol.errors import ProtocolError
-from akrelay.protocol.reconcile import Bound, Item, PackedItems, fingerprint
+from akrelay.protocol.reconcile import ALIGN_SHIFTS, Bound, Item, PackedItems, fingerprint
 
-#: Bucket widths as shifts of ``created_at`` (ms): 256 ms, 16 s, 17 min, 18 h, 50 days, 8.7 years, 557 years.
-LEVELS: tuple[int, ...] = (8, 14, 20, 26, 32, 38, 44)
+#: Bucket widths as shifts of ``created_at`` (ms): 256 ms, 16 s, 17 min, 18 h, 50 days, 8.7 years, 557 years;
+#: the protocol's split alignments, so that a split at bucket boundaries reads only bucket rows.
+LEVELS: tuple[int, ...] = ALIGN_SHIFTS
 FANOUT = 64
 _MOD = 2**256
 #: Rows one message may read by default: enough for the largest honest message (a frame of
@@ -48,6 +49,11 @@ PREFETCH = 2048
 #: Items the view reads forward from the last key it located before it jumps by the aggregates
 #: instead: the bounds of one message ascend, and most of them lie a few items after the last.
 SCAN_AHEAD = 64
+#: A located key that is a multiple of 2^ALIGNED_SCAN ms with an empty id prefix (a bucket
+#: boundary of a coarse split) is located by the aggregates at once: the items between it and
+#: the last key are many, and a forward scan would be read in vain.
+ALIGNED_SCAN = LEVELS[1]
+_ZERO_ID = bytes(32)
 #: Item sums are kept as eight 32-bit limbs where a backend can only add 64-bit integers (SQLite).
 LIMBS = 8
 
@@ -216,6 +222,8 @@ class StoreView:
         ts, ident = key
         if ts > MAX_ITEM_TIMESTAMP:  # beyond every item (e.g. the protocol's infinity): the whole index
             return self._total()
+        if ident == _ZERO_ID:
+            ident = b""  # no id sorts below it: the same items are below, and no edge scan is needed
         count = total = 0
         top = LEVELS[-1]
         for bucket, n, s in self._top_rows():
@@ -346,7 +354,8 @@ class StoreView:
         """(count, id sum) of the whole index's items below ``key``: a short scan on from the last key
         located when ``key`` follows it closely (the bounds of one message ascend), else :meth:`_prefix`."""
         cursor = self._cursor
-        if cursor is not None and cursor[0] <= key and key[0] <= MAX_ITEM_TIMESTAMP:
+        aligned = key[1] == _ZERO_ID and not key[0] & ((1 << ALIGNED_SCAN) - 1)
+        if cursor is not None and cursor[0] <= key and key[0] <= MAX_ITEM_TIMESTAMP and not aligned:
             start, count, total = cursor
             if start == key:
                 return count, total
@@ -361,6 +370,69 @@ class StoreView:
         out = self._prefix(key)
         self._cursor = (key, *out)
         return out
+
+    def aligned_splits(self, lower: int, upper: int, low: Bound, high: Bound,
+                       parts: int) -> list[tuple[Bound, int]] | None:
+        """:func:`akrelay.protocol.reconcile.aligned_splits` from the bucket rows: no item is read.
+
+        From the top level down, the non-empty buckets of the range (within those of the
+        level above) until they span ``parts`` buckets; the boundaries are the starts of those
+        buckets, their indices one exact prefix (an aligned key: no edge scan) plus the counts
+        of the buckets between. ``None`` (split by counts) when no level spans enough.
+        """
+        count = upper - lower
+        if count < 2:
+            return None
+        lo_key, hi_key = low.key(), high.key()
+        if self._base != (0, 0) or self._size != self._total()[0]:
+            return None  # a narrowed view (since / until): its edge buckets hold items outside it
+        top = LEVELS[-1]
+        rows = [r for r in self._top_rows() if lo_key[0] >> top <= r[0] <= min(hi_key[0], MAX_ITEM_TIMESTAMP) >> top]
+        chosen: tuple[int, list[tuple[int, int, int]]] | None = None
+        for level in range(len(LEVELS) - 1, -1, -1):
+            shift = LEVELS[level]
+            if level < len(LEVELS) - 1:
+                if not rows:
+                    return None
+                up = LEVELS[level + 1] - shift
+                lo = max(rows[0][0] << up, lo_key[0] >> shift)
+                hi = min((rows[-1][0] + 1) << up, (min(hi_key[0], MAX_ITEM_TIMESTAMP) >> shift) + 1)
+                if hi - 1 - lo < parts:
+                    if not level:
+                        return None
+                    # these buckets cannot span enough: no read, the next level down within the same span
+                    rows = [(lo, 0, 0), (hi - 1, 0, 0)]
+                    continue
+                rows = self._buckets(shift, lo, hi)
+            if rows and rows[-1][0] - rows[0][0] >= parts:
+                chosen = shift, rows
+                break
+        if chosen is None:
+            return None
+        shift, rows = chosen
+        # the bucket starts strictly inside the range, each with the count and id sum below it
+        starts = [r for r in rows if (r[0] << shift, b"") > lo_key and (r[0] << shift, _ZERO_ID) < hi_key]
+        if not starts:
+            return None
+        n, total = self._prefix((starts[0][0] << shift, b""))
+        candidates: list[tuple[int, int, int]] = []
+        for bucket, bn, bs in starts:
+            candidates.append((bucket << shift, n - self._base[0], total))
+            n += bn
+            total += bs
+        out: list[tuple[Bound, int]] = []
+        previous, j = lower, 0
+        for k in range(1, parts):
+            target = lower + k * count // parts
+            while j + 1 < len(candidates) and candidates[j + 1][1] <= target:
+                j += 1
+            ts, index, below = candidates[j]
+            if previous < index <= target:  # so below upper
+                out.append((Bound(ts), index))
+                self._sums[index] = (below - self._base[1]) % _MOD
+                self._anchors.setdefault(index, (ts, b""))
+                previous = index
+        return out or None
 
     # -- the Storage protocol ------------------------------------------------------------------
     def size(self) -> int:
