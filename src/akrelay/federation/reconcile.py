@@ -33,9 +33,9 @@ import base64
 import logging
 import time
 from dataclasses import dataclass, field
-# Loose types: the sync options and pass result of the engine seam (a Protocol here: no import cycle),
-# a store probed for the reconciliation index, and the discovery member built here.
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+
+from akrelay.jsontypes import JSONObject
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import EVENT_TYPES
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.federation.state import PeerState
     from akrelay.federation.transport import PeerTransport
     from akrelay.relay.core import Relay
+    from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.federation.reconcile")
 
@@ -59,17 +60,31 @@ class PassResult(Protocol):
     accepted: int
 
 
+class ReconcileOptions(Protocol):
+    """What a reconciliation reads of :class:`akrelay.federation.sync.SyncOptions`."""
+
+    @property
+    def offer(self) -> bool: ...
+
+    @property
+    def offer_max(self) -> int: ...
+
+    @property
+    def reconcile_interval(self) -> float: ...
+
+
 class SyncEngine(Protocol):
     """What a reconciliation uses of :class:`akrelay.federation.sync.SyncEngine`, which calls it (named
     here, not imported, so that the two modules form no cycle)."""
 
     relay: Relay
-    options: Any
+    @property
+    def options(self) -> ReconcileOptions: ...
 
     def now_ms(self) -> int: ...
 
     def fetch_and_ingest(self, peer: Peer, transport: PeerTransport, batch_url: str, ids: list[str],
-                         st: PeerState, result: Any) -> tuple[int, int]: ...
+                         st: PeerState, result: Any) -> tuple[int, int]: ...  # Any: sync's PassResult; a Protocol would not match
 
     #: origin -> what the peer's discovery says of reconciliation (set by discovery, :func:`capabilities`)
     reconcile_caps: dict[str, Capabilities]
@@ -92,7 +107,7 @@ _monotonic = time.monotonic
 NOT_ADVERTISED = "the peer does not advertise reconcile: after_seq pulls only (holes are not healed)"
 
 
-def index_of(store: Any) -> ReconIndex | None:
+def index_of(store: object) -> ReconIndex | None:
     """The store's reconciliation index, or ``None`` for a backend that keeps none."""
     return store.recon if isinstance(store, Reconcilable) else None
 
@@ -151,28 +166,30 @@ def parse_types(value: str) -> tuple[str, ...]:
 
 def parse_filter(pairs: Iterable[tuple[str, str]]) -> Filter:
     """The filter of a request's query string: ``since``, ``until`` (ms) and ``type``; strict."""
-    found: dict[str, Any] = {}
+    seen: set[str] = set()
+    bounds: dict[str, int] = {}
+    types: tuple[str, ...] | None = None
     for name, value in pairs:
         if name not in ("since", "until", "type"):
             raise ProtocolError("invalid_request",
                                 f"unknown parameter {name[:40]!r} (reconcile takes since, until and type)")
-        if name in found:
+        if name in seen:
             raise ProtocolError("invalid_request", f"{name} is given twice")
+        seen.add(name)
         if name == "type":
-            found[name] = parse_types(value)
+            types = parse_types(value)
             continue
         if not value.isdigit() or not value.isascii() or len(value) > 16 or int(value) > MAX_CREATED_AT:
             raise ProtocolError("invalid_request", f"{name} must be an integer from 0 through {MAX_CREATED_AT}")
-        found[name] = int(value)
-    since, until = found.get("since"), found.get("until")
+        bounds[name] = int(value)
+    since, until = bounds.get("since"), bounds.get("until")
     if since is not None and until is not None and until <= since:
         raise ProtocolError("invalid_request", "until must be greater than since")
-    types = found.get("type")
     # every type is no type filter: the whole set, answered from the aggregates
     return Filter(since, until, None if types is not None and set(types) == EVENT_TYPES else types)
 
 
-def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> SortedItems:
+def filtered_items(store: Store, window: Filter, *, limit: int | None = None) -> SortedItems:
     """The fetchable events of ``window.types`` in the window, through the store's term index, in memory.
 
     Reads at most ``limit + 1`` records in all (default :data:`MAX_FILTERED`): a larger set is
@@ -202,7 +219,7 @@ def filtered_items(store: Any, window: Filter, *, limit: int | None = None) -> S
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
-            budget: int | None = None, types: tuple[str, ...] | None = None, store: Any = None) -> bytes:
+            budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
 
     With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
@@ -221,14 +238,14 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
             raise StoreUnavailable(f"the reconciliation index changed while it was read ({exc}); retry", 1) from None
 
 
-def discovery(origin: str, *, accepts_offers: bool = False) -> dict[str, Any]:
+def discovery(origin: str, *, accepts_offers: bool = False) -> JSONObject:
     """The members the endpoint adds to the §9.2 document.
 
     ``filters`` names the query parameters the endpoint takes; ``accepts_offers`` (only when
     true) invites a relay that reconciled with us to ``POST`` the events we lack to our
     ``events`` endpoint.
     """
-    member: dict[str, Any] = {"endpoint": origin.rstrip("/") + RECONCILE_PATH, "protocol": PROTOCOL_NAME,
+    member: JSONObject = {"endpoint": origin.rstrip("/") + RECONCILE_PATH, "protocol": PROTOCOL_NAME,
                               "items": "created_at,hash", "frame_limit": DEFAULT_FRAME_LIMIT,
                               "max_message": MAX_MESSAGE, "filters": ["since", "until", "type"]}
     if accepts_offers:
@@ -248,9 +265,11 @@ class Capabilities:
     max_envelope_bytes: int | None = None
 
 
-def capabilities(doc: Any, origin: str, events_url: str | None) -> Capabilities:
+def capabilities(doc: object, origin: str, events_url: str | None) -> Capabilities:
     """The :class:`Capabilities` of a discovery document already checked (``validate_discovery``) for ``origin``."""
-    member = doc.get("reconcile") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return Capabilities()
+    member = doc.get("reconcile")
     if not isinstance(member, dict):
         return Capabilities()
     url = events_url or origin + "/v1/knowledge/events"
@@ -343,7 +362,7 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
           since: int | None = None, until: int | None = None, max_need: int | None = None,
           deadline: float | None = None, monotonic: Callable[[], float] | None = None,
           progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
-          store: Any = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP) -> list[bytes]:
+          store: Store | None = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
     Until then, each of our steps reads one snapshot of our own index, held only while computing
@@ -365,7 +384,11 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     result.window = window
     started = monotonic()
     query = window.query()
-    fixed = filtered_items(store, window) if window.types is not None else None
+    fixed = None
+    if window.types is not None:
+        if store is None:
+            raise ValueError("a type filter reads our own set through the store: pass store")
+        fixed = filtered_items(store, window)
     # our own set: read from the aggregates, and copied into memory once the rounds prove many
     own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap)
 

@@ -22,15 +22,26 @@ from __future__ import annotations
 import contextlib
 import logging
 from contextlib import AbstractContextManager
-# Loose types: the Redis client and its replies (redis-py types replies as Any); converted where read.
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar, cast
+
+from redis.typing import EncodableT
 
 from akrelay.protocol.reconcile import Item
 from akrelay.store.base import Record, event_hash_bytes
 from akrelay.store.recon import LEVELS, LIMBS, BucketSums, from_limbs, id_value, to_limbs
 from akrelay.store.redis.scripts import lua
 
+if TYPE_CHECKING:  # annotations only
+    import redis
+
 log = logging.getLogger("akrelay.store")
+T = TypeVar("T")
+
+
+class StoreCall(Protocol):
+    """The store's outage handling (:meth:`RedisStore._call`): runs ``fn`` and returns its reply."""
+
+    def __call__(self, fn: Callable[[], T], *, name: str = ...) -> T: ...
 
 
 class LogReader(Protocol):
@@ -72,7 +83,7 @@ def member(item: Item) -> bytes:
 class RedisReconIndex(BucketSums):
     """:class:`akrelay.store.recon.ReconIndex` over a :class:`RedisStore`'s client (through its outage handling)."""
 
-    def __init__(self, store: LogReader, client: Any, call: Callable[..., Any]) -> None:
+    def __init__(self, store: LogReader, client: redis.Redis, call: StoreCall) -> None:
         """``call`` is the store's outage handling (:meth:`RedisStore._call`); ``client`` its connection."""
         self.store = store
         self.prefix = store.prefix
@@ -84,7 +95,7 @@ class RedisReconIndex(BucketSums):
         self._advance_script = client.register_script(_ADVANCE)
         self._spans_script = client.register_script(_SPANS)
 
-    def _call(self, fn: Any, name: str) -> Any:
+    def _call(self, fn: Callable[[], T], name: str) -> T:
         return self._store_call(fn, name=name)
 
     # -- maintenance -----------------------------------------------------------------------------
@@ -93,7 +104,7 @@ class RedisReconIndex(BucketSums):
         return sum(self._apply_chunk(todo[k:k + APPLY_CHUNK], add) for k in range(0, len(todo), APPLY_CHUNK))
 
     def _apply_chunk(self, chunk: list[Item], add: bool) -> int:
-        args: list[Any] = [self.prefix, "1" if add else "0", len(LEVELS)]
+        args: list[EncodableT] = [self.prefix, "1" if add else "0", len(LEVELS)]
         if not chunk:
             return 0
         args.append(len(chunk))
@@ -150,7 +161,7 @@ class RedisReconIndex(BucketSums):
 
     def recon_buckets(self, shift: int, lo: int, hi: int | None) -> list[tuple[int, int, int]]:
         script = self._buckets_script
-        args = [self.prefix, shift, lo, "+inf" if hi is None else f"({hi}"]
+        args: list[EncodableT] = [self.prefix, shift, lo, "+inf" if hi is None else f"({hi}"]
         flat = self._call(lambda: script(keys=[], args=args), "recon_buckets")
         out = []
         for k in range(0, len(flat), 2 + LIMBS):
@@ -168,7 +179,7 @@ class RedisReconIndex(BucketSums):
         if not spans:
             return []
         script = self._spans_script
-        args: list[Any] = [self.prefix, len(spans)]
+        args: list[EncodableT] = [self.prefix, len(spans)]
         for span in spans:
             args += span
         flat = self._call(lambda: script(keys=[], args=args), "recon_sums")
@@ -189,5 +200,7 @@ class RedisReconIndex(BucketSums):
         key = self.prefix + "rc:items"
         upper = b"+" if hi is None else b"(" + member(hi)
         lower = b"[" + member(lo)
-        rows = self._call(lambda: self._client.zrangebylex(key, lower, upper, start=0, num=limit), "recon_items")
+        # the store's client answers bytes (it does not decode responses)
+        rows = cast("list[bytes]", self._call(lambda: self._client.zrangebylex(key, lower, upper, start=0, num=limit),
+                                              "recon_items"))
         return [(int.from_bytes(m[:8], "big"), bytes(m[8:])) for m in rows]
