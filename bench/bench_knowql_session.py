@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with TestClient(app) as client:
             assert client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=HEADERS).status_code == 200
-            app.state.node.search.service.wait_indexed()
+            app.state.node.search.engine.wait_indexed()
             first = client.post("/query", content=json.dumps({"ask": "cache restart", "scope": ["knowledge"]}),
                                 headers=HEADERS).json()
             times = []

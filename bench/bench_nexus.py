@@ -105,7 +105,7 @@ def child(backend: str, data: Path, spawned_at: float, samples: int) -> None:
     from bench_kql import QUERIES
 
     from akrelay.kip.kql.evaluate import execute_kql
-    from akrelay.kip.service import open_runtime
+    from akrelay.kip.wiring import open_runtime
     from akrelay.store.sqlite import SqliteStore
 
     store = SqliteStore(data / "relay.sqlite3")

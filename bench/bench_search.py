@@ -8,7 +8,7 @@ Measures, on an embedded SQLite store in a temporary data directory:
 * **lag** under sustained ingest: a producer commits capsules at a fixed rate
   while the elected indexer thread follows; for every record, the time from
   its commit returning to the index position covering it;
-* **lexical latency** at each corpus size: ``SearchService.run`` end to end
+* **lexical latency** at each corpus size: ``SearchEngine.run`` end to end
   (Tantivy candidates, store reads, exact verification with the core,
   explanations), without HTTP, for 1–3 term queries drawn with Zipf weights
   from the corpus vocabulary (English-like words and Chinese bigrams), 10 % of
@@ -49,7 +49,7 @@ from akrelay.protocol.envelope import Envelope
 from akrelay.protocol.jcs import canonicalize
 from akrelay.protocol.reads import parse_search_request
 from akrelay.protocol.signer import Signer, publish_event
-from akrelay.search import SearchService
+from akrelay.search import SearchEngine
 from akrelay.search.index import SearchIndex, index_dir
 from akrelay.search.indexer import Follower
 from akrelay.relay.config import RelayConfig
@@ -157,7 +157,7 @@ def bench_size(size: int, queries: int, rate: float, out: dict, store_kind: str 
               f"{cpu / indexed * 1e6:.0f} us CPU per capsule (all threads) [{store_kind} store, load {load()}]")
 
         relay = Relay(store, RelayConfig(origin="https://bench.example"), cursor_secret=b"b" * 32)
-        service = SearchService(relay, data, writer_threads=2)
+        service = SearchEngine(relay, data, writer_threads=2)
         assert service.is_indexer and service.wait_indexed(timeout=120)
 
         # Lexical latency, full service path.
@@ -191,7 +191,7 @@ def bench_size(size: int, queries: int, rate: float, out: dict, store_kind: str 
         store.close()
 
 
-def measure_lag(store: SqliteStore, service: SearchService, corpus: Corpus, start: int, rate: float,
+def measure_lag(store: SqliteStore, service: SearchEngine, corpus: Corpus, start: int, rate: float,
                 seconds: float) -> list[float]:
     committed: dict[int, float] = {}
     covered: list[tuple[float, int]] = []

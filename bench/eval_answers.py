@@ -100,7 +100,7 @@ class World:
             r = client.post("/v1/knowledge/events", content=json.dumps(env), headers=HEADERS)
             if r.status_code != 200:
                 raise SystemExit(f"submit failed: {r.status_code} {r.text}")
-        self.app.state.node.search.service.wait_indexed()
+        self.app.state.node.search.engine.wait_indexed()
 
 
 def first_line(doc: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "akrelay.knowql.options", "akrelay.explorer.options", "akrelay.observability.options")),
     ("relay", ("akrelay.relay", "akrelay.client", "akrelay.boundedhttp")),
     ("areas", ("akrelay.search", "akrelay.federation", "akrelay.kip.runtime", "akrelay.kip.meta",
-               "akrelay.kip.service", "akrelay.kip.follower", "akrelay.kip.nexus_sqlite",
+               "akrelay.kip.wiring", "akrelay.kip.follower", "akrelay.kip.nexus_sqlite",
                "akrelay.kip.config", "akrelay.kip.package", "akrelay.kip.grammar_cache", "=akrelay.kip")),
     ("knowql", ("akrelay.knowql",)),
     # counters the HTTP layer increments (prometheus-client only)

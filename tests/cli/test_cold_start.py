@@ -18,8 +18,8 @@ import pytest
 #: Third-party libraries and akrelay areas that only a running component needs.
 HEAVY = ("tantivy", "lark", "jsonschema", "litestar", "granian", "httpx", "redis", "cryptography", "nacl",
          "msgspec", "sqlite3", "anyio", "akrelay.store", "akrelay.relay", "akrelay.node", "akrelay.http",
-         "akrelay.kip.nexus", "akrelay.kip.runtime", "akrelay.kip.kql", "akrelay.knowql.service",
-         "akrelay.search.service", "akrelay.explorer.routes", "akrelay.federation", "akrelay.process.launcher",
+         "akrelay.kip.nexus", "akrelay.kip.runtime", "akrelay.kip.kql", "akrelay.knowql.engine",
+         "akrelay.search.engine", "akrelay.explorer.routes", "akrelay.federation", "akrelay.process.launcher",
          "akrelay.protocol.envelope", "akrelay.protocol.signer")
 
 PROBE = """
@@ -61,9 +61,9 @@ def test_settings_of_every_component_load_without_the_components() -> None:
 
 
 def test_lazy_package_exports_still_resolve() -> None:
-    """``from akrelay.kip import KipConfig`` and ``from akrelay.search import SearchService`` load on first use."""
-    modules = loaded_after("from akrelay.kip import KipConfig, POLICIES; from akrelay.search import SearchService, Budget")
-    assert "akrelay.kip.config" in modules and "akrelay.search.service" in modules
+    """``from akrelay.kip import KipConfig`` and ``from akrelay.search import SearchEngine`` load on first use."""
+    modules = loaded_after("from akrelay.kip import KipConfig, POLICIES; from akrelay.search import SearchEngine, Budget")
+    assert "akrelay.kip.config" in modules and "akrelay.search.engine" in modules
     import akrelay.kip
 
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):

@@ -74,7 +74,7 @@ def test_the_search_indexer_stops_before_the_app_closes_its_store(tmp_path: Path
     app = create_app(defaults(data=str(tmp_path / "data")))
     relay = app.state.relay
     with TestClient(app):
-        service = app.state.node.search.service
+        service = app.state.node.search.engine
         indexer = service._indexer
         assert indexer is not None and indexer.is_alive()
         closed_store: list[bool] = []
@@ -151,7 +151,7 @@ def test_the_followers_report_their_durable_position(tmp_path: Path) -> None:
         envelope = VECTORS["fixtures"]["original"]["envelope"]
         answer = client.post("/v1/knowledge/events", content=json.dumps(envelope), headers=JSON_HEADERS)
         assert answer.status_code == 200
-        indexer = node.search.service._indexer
+        indexer = node.search.engine._indexer
         deadline = time.monotonic() + 60
         while indexer.position() < 1 and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from akrelay.process.followers import NICE, FollowerProcess
-from akrelay.kip.service import IMPORTER_LOCK
+from akrelay.kip.wiring import IMPORTER_LOCK
 
 from relay_harness import fixture_bytes, hash_of, start_relay
 

@@ -104,7 +104,7 @@ def test_a_request_after_stop_is_503_and_reopens_nothing(tmp_path: Path) -> None
     assert _ours(before) == set()
     node = app.state.node
     with pytest.raises(NotRunning):
-        node.search.service  # noqa: B018
+        node.search.engine  # noqa: B018
     with pytest.raises(NotRunning):
         node.kip.gateway.runtime()
 
@@ -114,7 +114,7 @@ def test_a_request_before_start_is_503(tmp_path: Path) -> None:
     node = RelayNode.open(_settings(tmp_path), components=("search",))
     try:
         with pytest.raises(NotRunning):
-            node.search.service  # noqa: B018
+            node.search.engine  # noqa: B018
         assert _ours(before) == set()
     finally:
         node.stop()
@@ -143,7 +143,7 @@ class Toy:
         return {"features": ["toy"], "toy": {"version": 1}}
 
     def start(self) -> None:
-        assert self.search is not None and self.search._service is not None  # started after search  # noqa: SLF001
+        assert self.search is not None and self.search._engine is not None  # started after search  # noqa: SLF001
         Toy.events.append("start")
 
     def stop(self) -> None:
@@ -198,7 +198,7 @@ def test_one_redis_client_serves_the_node(tmp_path: Path, redis_url: str) -> Non
         client = node.backend.client
         assert node.relay.store._client is client  # noqa: SLF001
         node.start()
-        assert node.knowql.service.store._r is client  # noqa: SLF001
+        assert node.knowql.engine.store._r is client  # noqa: SLF001
         assert node.sync._loop is not None and node.sync._loop.leadership.lock.client is client  # noqa: SLF001
     finally:
         node.stop()

@@ -424,7 +424,7 @@ def test_workers_whose_followers_run_elsewhere_do_not_subscribe_to_commits(tmp_p
         follower.kip.gateway.runtime()
         assert len(follower.relay.store._watchers) == 1
         with RelayNode.open(settings, follow=False) as worker:
-            worker.search.service  # noqa: B018 - opened: a listener would be registered by now
+            worker.search.engine  # noqa: B018 - opened: a listener would be registered by now
             worker.kip.gateway.runtime()
             assert worker.relay.store._watchers == []
     with RelayNode.open(_settings(tmp_path, redis_url, core_only=True)) as core:

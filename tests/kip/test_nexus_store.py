@@ -29,7 +29,7 @@ from akrelay.kip.nexus_sqlite import (
     FORMAT_VERSION, NEXUS_FILE, NexusFileError, SqliteNexus, nexus_path, open_writer,
 )
 from akrelay.kip.runtime import KipRuntime
-from akrelay.kip.service import IMPORTER_LOCK, open_runtime, reindex
+from akrelay.kip.wiring import IMPORTER_LOCK, open_runtime, reindex
 from akrelay.leader import LeaderLock
 from akrelay.store.sqlite import SqliteStore
 

@@ -70,7 +70,7 @@ class KQ:
         for env in envelopes:
             r = self.client.post("/v1/knowledge/events", content=json.dumps(env), headers=JSON_HEADERS)
             assert r.status_code == 200, r.text
-        self.node.search.service.wait_indexed()
+        self.node.search.engine.wait_indexed()
         return [e["hash"] for e in envelopes]
 
     def ask(self, body: Any, headers: dict[str, str] | None = None):

@@ -22,7 +22,7 @@ def _error(response) -> tuple[int, str]:
 
 
 def _rows(kq) -> tuple[int, int]:
-    store = kq.node.knowql.service.store
+    store = kq.node.knowql.engine.store
     sessions = store._read("SELECT COUNT(*) FROM sessions", ())[0][0]
     queries = store._read("SELECT COUNT(*) FROM queries", ())[0][0]
     return sessions, queries
@@ -266,7 +266,7 @@ def test_a_turn_cut_off_by_shutdown_is_failed_and_frees_its_session(slow, tmp_pa
     with knowql_app(tmp_path) as kq:
         doc = kq.ask({**OK, "background": True, "models": ["test/slow"]}).json()
         assert slow.entered.wait(60)
-        kq.node.knowql.service.close(timeout=0.2)  # the turn is still blocked in its composer
+        kq.node.knowql.engine.close(timeout=0.2)  # the turn is still blocked in its composer
         slow.gate.set()
     with knowql_app(tmp_path) as kq:
         after = kq.client.get(f"/queries/{doc['id']}").json()

@@ -9,7 +9,7 @@ import pytest
 from akrelay.backend import backend_for
 from akrelay.http.ratelimit import RedisTokenBucket
 from akrelay.knowql.models import EXTRA_COMPOSERS, ModelEntry
-from akrelay.knowql.service import TURN_THREADS
+from akrelay.knowql.engine import TURN_THREADS
 from akrelay.settings import defaults
 
 from .conftest import SlowComposer
@@ -87,7 +87,7 @@ def test_a_client_has_a_cap_on_open_event_streams(slow) -> None:
         streams = [threading.Thread(target=stream) for _ in range(2)]
         for t in streams:
             t.start()
-        service = kq.node.knowql.service
+        service = kq.node.knowql.engine
         _until(lambda: sum(service.admission._tails.values()) == 2)
         _refused(kq.client.get(path), 429, "rate_limited")
         slow.gate.set()

@@ -21,7 +21,7 @@ def test_question_mode_ranks_partial_matches_within_the_snapshot() -> None:
         one = c.publish("bob", "Eviction notices", "Tenants get notices before eviction.")
         none = c.publish("carol", "Weather", "Sunny.")
         kq.submit(both, one, none)
-        service = kq.node.search.service
+        service = kq.node.search.engine
         hits, position = service.question(("cache", "eviction"), 3, 10)
         assert position == 3
         assert [h.record.id for h in hits] == [both["hash"], one["hash"]]  # OR: one word suffices

@@ -76,7 +76,7 @@ def test_a_turn_interrupted_by_a_redis_outage_ends_once_redis_is_back(tmp_path, 
             caplog.clear()
             server.kill()
             slow.gate.set()  # the turn goes on and meets the outage at its next write
-            service = kq.node.knowql.service
+            service = kq.node.knowql.engine
             _until(lambda: len(service.deferred) == 1)
             server.start()
             _until(lambda: kq.client.get(f"/queries/{turn['id']}").json().get("status") not in (None, "in_progress"))

@@ -42,7 +42,7 @@ def test_a_session_started_on_one_node_continues_on_another(redis_url, tmp_path)
         assert [q["id"] for q in session["queries"]] == [first["id"], second["id"]]
         events = node_a.client.get(f"/queries/{second['id']}/events")
         assert events.status_code == 200 and "response.completed" in events.text
-        counts = node_b.node.knowql.service.store.status_counts()
+        counts = node_b.node.knowql.engine.store.status_counts()
         assert counts == {"completed": 2}
         assert node_b.client.delete(f"/sessions/{first['session_id']}").json() == {"deleted": True}
         assert node_a.client.get(f"/queries/{first['id']}").status_code == 404
@@ -65,7 +65,7 @@ def test_an_outage_of_the_session_store_is_a_503(tmp_path, caplog) -> None:
             server.start()
             assert kq.client.get(f"/queries/{doc['id']}").json() == doc
             # Redis away at shutdown, with a turn this node still runs: a warning, and the node stops.
-            kq.node.knowql.service._open.add("qry_unfinished")
+            kq.node.knowql.engine._open.add("qry_unfinished")
             server.kill()
             caplog.clear()
     finally:

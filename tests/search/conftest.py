@@ -7,7 +7,7 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from akrelay.search import SearchService  # noqa: E402
+from akrelay.search import SearchEngine  # noqa: E402
 from akrelay.relay.config import RelayConfig  # noqa: E402
 from akrelay.relay.core import Relay, open_relay  # noqa: E402
 from akrelay.store.memory import MemoryStore  # noqa: E402
@@ -20,7 +20,7 @@ class Env:
     """A relay, its store and search services to be closed after the test."""
 
     def __init__(self) -> None:
-        self.services: list[SearchService] = []
+        self.services: list[SearchEngine] = []
         self.relays: list[Relay] = []
 
     def memory_relay(self) -> Relay:
@@ -33,8 +33,8 @@ class Env:
         self.relays.append(relay)
         return relay
 
-    def service(self, relay: Relay, data: Path | None = None, **kw) -> SearchService:
-        service = SearchService(relay, data, **kw)
+    def service(self, relay: Relay, data: Path | None = None, **kw) -> SearchEngine:
+        service = SearchEngine(relay, data, **kw)
         self.services.append(service)
         return service
 

@@ -42,7 +42,7 @@ def _load(h, accepted=(), hidden=()):
         h.relay.store.commit(_envelope(name), h.clock.now)
     for name in hidden:
         h.relay.withhold(FIXTURES[name]["envelope"]["hash"])
-    assert h.node.search.service.wait_indexed(timeout=60)
+    assert h.node.search.engine.wait_indexed(timeout=60)
 
 
 def _apply(doc, changes):
@@ -104,10 +104,10 @@ def test_discovery_advertises_ranked_search():
 def test_search_vector_case(case):
     with relay_app(extensions=True) as h:
         _load(h, case.get("accepted", []), case.get("hidden", []))
-        before = (h.relay.checkpoint(), h.node.search.service.index_seq())
+        before = (h.relay.checkpoint(), h.node.search.engine.index_seq())
         value = case.get("request")
         response = _post(h, case["raw_json"] if "raw_json" in case else value)
-        assert (h.relay.checkpoint(), h.node.search.service.index_seq()) == before  # reads change nothing
+        assert (h.relay.checkpoint(), h.node.search.engine.index_seq()) == before  # reads change nothing
         if case["expected"] in ("invalid_request", "unsupported_search_mode"):
             # This relay advertises lexical only, and the mode is checked first.
             unadvertised = isinstance(value, dict) and isinstance(value.get("mode"), str) and value["mode"] != "lexical"
@@ -160,7 +160,7 @@ def test_search_errors_and_framework_paths():
 def test_index_lag_is_visible_over_http():
     with relay_app(extensions=True) as h:
         _load(h, ["text_publication"])
-        h.node.search.service._indexer.stop()
+        h.node.search.engine._indexer.stop()
         h.relay.store.commit(_envelope("text_regional"), h.clock.now)
         page = _post(h, {"text": "alpha", "mode": "lexical"}).json()
         sdk_validate(page, {"text": "alpha", "mode": "lexical"})
@@ -171,6 +171,6 @@ def test_index_lag_is_visible_over_http():
 def test_serve_settings_reach_the_search_service():
     with relay_app(extensions=True, search_candidates=7, search_timeout_ms=250, search_writer_threads=2) as h:
         _load(h, ["text_publication"])
-        service = h.node.search.service
+        service = h.node.search.engine
         assert (service.budget.candidates, service.budget.seconds) == (7, 0.25)
         assert _post(h, {"text": "alpha", "mode": "lexical"}).json()["coverage"]["exhaustive"] is True

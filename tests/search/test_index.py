@@ -13,10 +13,10 @@ from search_corpus import T0, publication
 from tantivy import Document, Index
 
 from akrelay.cli import main
-from akrelay.search import SearchService
+from akrelay.search import SearchEngine
 from akrelay.search.index import SEARCH_DIR, SearchIndex, index_dir
 from akrelay.search.indexer import LOCK_NAME, IndexerLock
-from akrelay.search.service import reindex
+from akrelay.search.engine import reindex
 
 
 def _lexical(service, text):
@@ -172,7 +172,7 @@ def _worker(data: str, status_dir: str, stop) -> None:
     from akrelay.relay.core import open_relay
 
     relay = open_relay(data, RelayConfig(origin="https://knowledge.example.com"))
-    service = SearchService(relay, data, elect_interval=0.1)
+    service = SearchEngine(relay, data, elect_interval=0.1)
     status = Path(status_dir) / f"{os.getpid()}.json"
     while not stop.is_set():
         count, exhaustive = -1, False

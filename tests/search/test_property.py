@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from akrelay.protocol.query import QueryRequest, query_matches
 from akrelay.protocol.text import distinct_terms, text_matches
-from akrelay.search import SearchService
+from akrelay.search import SearchEngine
 from akrelay.relay.config import RelayConfig
 from akrelay.relay.core import Relay
 from akrelay.store.memory import MemoryStore
@@ -89,7 +89,7 @@ def test_lexical_search_agrees_with_exact_query(specs, terms, picked, chosen, li
             start = n % len(source)
             texts += " " + source[start:start + 1 + n % 4]
     text = " ".join(texts.split(" ")[:16])
-    service = SearchService(relay, None)
+    service = SearchEngine(relay, None)
     try:
         assert service.wait_indexed(timeout=60)
         body = {"text": text, "mode": "lexical", "filters": chosen, "limit": limit}

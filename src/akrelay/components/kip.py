@@ -16,7 +16,7 @@ from akrelay.kip.config import KipConfig, space_id_for_origin
 from akrelay.kip.errors import KipError
 from akrelay.kip.package import AK_PACKAGE_REF
 from akrelay.kip.runtime import load_environment, preload
-from akrelay.kip.service import ReindexSummary, open_runtime, reindex
+from akrelay.kip.wiring import ReindexSummary, open_runtime, reindex
 from akrelay.http import kip as kip_http
 from akrelay.http.kip import JSON, KIP_PATH
 from akrelay.http.lifecycle import NotRunning

@@ -1,6 +1,6 @@
 """KnowQL as a component of the relay node: the turn store and the service (seed 003).
 
-:class:`KnowqlComponent` opens :class:`akrelay.knowql.service.KnowqlService` in ``start``; its
+:class:`KnowqlComponent` opens :class:`akrelay.knowql.engine.KnowqlEngine` in ``start``; its
 routes, ``POST /query`` and its companions, are :mod:`akrelay.http.knowql`.
 """
 
@@ -17,18 +17,18 @@ from akrelay.http import knowql as knowql_http
 from akrelay.http.knowql import SHAPE_CHECKS, discovery
 from akrelay.http.lifecycle import NotRunning
 from akrelay.knowql.contexts import ContextRegistry
-from akrelay.knowql.service import KnowqlService
+from akrelay.knowql.engine import KnowqlEngine
 from akrelay.settings import Settings, SettingsError
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
     from akrelay.knowql.store import TurnStore
     from akrelay.relay.core import Relay
-    from akrelay.search.service import SearchService
+    from akrelay.search.engine import SearchEngine
 
 
 class KnowqlComponent:
-    """``POST /query`` and its companions, over one :class:`KnowqlService`.
+    """``POST /query`` and its companions, over one :class:`KnowqlEngine`.
 
     A turn reads through the node's search and KIP components (passed in, not
     looked up). ``start`` opens the turn store; ``stop`` cancels running turns
@@ -58,7 +58,7 @@ class KnowqlComponent:
         self.search = search
         self.kip = kip
         self.turn_store = turn_store
-        self._service: KnowqlService | None = None
+        self._engine: KnowqlEngine | None = None
         self._create = threading.Lock()
         self._checks: anyio.CapacityLimiter | None = None
 
@@ -69,17 +69,17 @@ class KnowqlComponent:
             self._checks = anyio.CapacityLimiter(SHAPE_CHECKS)
         return self._checks
 
-    def _search(self) -> SearchService:
-        found = self.search.service
+    def _search(self) -> SearchEngine:
+        found = self.search.engine
         # No waiting for the index: the turn's snapshot is the lower of the index
         # position and the nexus head, reported as akrelay.snapshot_seq.
         found.notify()
         return found
 
     @property
-    def service(self) -> KnowqlService:
+    def engine(self) -> KnowqlEngine:
         """The KnowQL service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
-        service = self._service
+        service = self._engine
         if service is None:
             raise NotRunning("KnowQL service")
         return service
@@ -87,13 +87,13 @@ class KnowqlComponent:
     def start(self) -> None:
         """Open the turn store and the service (a request never does)."""
         with self._create:
-            if self._service is None:
-                self._service = KnowqlService.open(self.relay, self.settings, self.turn_store(),
+            if self._engine is None:
+                self._engine = KnowqlEngine.open(self.relay, self.settings, self.turn_store(),
                                                    search=self._search, runtime=self.kip.gateway.runtime)
 
     def stop(self) -> None:
         with self._create:
-            service, self._service = self._service, None
+            service, self._engine = self._engine, None
         if service is not None:
             service.close()
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Callable, TypedDict
 
 from akrelay.http import search as search_http
 from akrelay.http.lifecycle import NotRunning
-from akrelay.search import Budget, SearchService
-from akrelay.search.service import discovery_members, reindex
+from akrelay.search import Budget, SearchEngine
+from akrelay.search.engine import discovery_members, reindex
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
@@ -52,14 +52,14 @@ class SearchComponent:
         self.relay = relay
         self.settings = settings
         self.follow = follow
-        self._service: SearchService | None = None
+        self._engine: SearchEngine | None = None
         self._create = threading.Lock()
         self._unlisten: Callable[[], None] | None = None
 
     @property
-    def service(self) -> SearchService:
+    def engine(self) -> SearchEngine:
         """The search service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
-        service = self._service
+        service = self._engine
         if service is None:
             raise NotRunning("search index")
         return service
@@ -67,16 +67,16 @@ class SearchComponent:
     def start(self) -> None:
         """Open the index and start the indexer (a request never does)."""
         with self._create:
-            if self._service is None:
-                service = SearchService(self.relay, data_dir_of(self.relay), follow=self.follow,
+            if self._engine is None:
+                service = SearchEngine(self.relay, data_dir_of(self.relay), follow=self.follow,
                                         **_options(self.settings))
                 if service.follow:  # a reader (another process indexes) has nothing to wake
                     self._unlisten = self.relay.on_commit(service.notify)
-                self._service = service
+                self._engine = service
 
     def stop(self) -> None:
         with self._create:
-            service, self._service = self._service, None
+            service, self._engine = self._engine, None
             if self._unlisten is not None:
                 self._unlisten()
                 self._unlisten = None
@@ -91,7 +91,7 @@ class SearchComponent:
         return reindex(self.relay, data_dir)
 
     def routes(self) -> list[BaseRouteHandler]:
-        return search_http.routes(self.relay.config.search_path, lambda: self.service)
+        return search_http.routes(self.relay.config.search_path, lambda: self.engine)
 
     def discovery(self) -> dict[str, object]:
         """``features: ["ranked-search"]``, ``search_modes`` and ``endpoints.search`` (§9.2)."""

@@ -202,7 +202,7 @@ async def _ask(sources: Sources, ask: str, policy: str | None) -> tuple[Document
     if policy:
         doc_value["vars"] = {"policy": policy}
     try:
-        service = sources.knowql_service()
+        service = sources.knowql_engine()
         doc = parse_document(doc_value)
         _accepted, turn = await anyio.to_thread.run_sync(service.accept, doc, API_VERSIONS[0])
         future = asyncio.wrap_future(service.start(turn))

@@ -5,7 +5,7 @@ Thin: every handler goes through :func:`_answer`, which resolves the
 accepted; anything else 400 ``unsupported_api_version``), maps every refusal to
 the seed 000 §9.4 body ``{"error": {"code", "message"}}`` and echoes the
 resolved version on every response, errors included. The work happens in
-:class:`akrelay.knowql.service.KnowqlService`.
+:class:`akrelay.knowql.engine.KnowqlEngine`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from akrelay.knowql import API_VERSIONS, VERSION, VERSION_HEADER
 from akrelay.knowql.contexts import ContextRegistry
 from akrelay.knowql.errors import KnowqlError, bad_request
 from akrelay.knowql.request import parse_document
-from akrelay.knowql.service import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlService
+from akrelay.knowql.engine import SESSION_PAGE, SESSION_PAGE_MAX, KnowqlEngine
 from akrelay.knowql.sse import tail
 from akrelay.protocol.errors import ProtocolError
 from akrelay.settings import Settings
@@ -55,7 +55,7 @@ class KnowqlHost(Protocol):
     """What the routes read from the KnowQL component (:class:`akrelay.components.knowql.KnowqlComponent`)."""
 
     @property
-    def service(self) -> KnowqlService:
+    def engine(self) -> KnowqlEngine:
         """The running service (:class:`~akrelay.http.lifecycle.NotRunning`, a 503, before start or after stop)."""
         ...
 
@@ -125,8 +125,8 @@ def _sse(frames: AsyncIterator[bytes], version: str) -> ASGIStreamingResponse:
 
 
 def routes(component: KnowqlHost) -> list[BaseRouteHandler]:
-    def current() -> KnowqlService:
-        return component.service
+    def current() -> KnowqlEngine:
+        return component.engine
 
     # The turn's own token bucket (``knowql``, per client; shared in Redis with --store), charged
     # by the rate-limit middleware instead of the read bucket.
@@ -213,7 +213,7 @@ class _TailSlot:
     generator holding the slot is then dropped unstarted, and so is the slot.
     """
 
-    def __init__(self, service: KnowqlService, client: str) -> None:
+    def __init__(self, service: KnowqlEngine, client: str) -> None:
         self.admission, self.client, self.held = service.admission, client, True
 
     def release(self) -> None:

@@ -1,6 +1,6 @@
 """``POST /v1/knowledge/search`` (Agent Knowledge §9.5).
 
-Thin: the body goes to :class:`akrelay.search.SearchService`, which parses it
+Thin: the body goes to :class:`akrelay.search.SearchEngine`, which parses it
 strictly and returns a page; errors leave through the common error mapping. The
 component that opens the service is :class:`akrelay.components.search.SearchComponent`.
 """
@@ -18,10 +18,10 @@ from akrelay.http.errors import JSON
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
-    from akrelay.search import SearchService
+    from akrelay.search import SearchEngine
 
 
-def routes(path: str, service: Callable[[], SearchService]) -> list[BaseRouteHandler]:
+def routes(path: str, service: Callable[[], SearchEngine]) -> list[BaseRouteHandler]:
     """The search route at ``path``; ``service`` is the running service (503 before start or after stop)."""
 
     @post(path, status_code=200)

@@ -7,7 +7,7 @@ snapshot of the search index and the KIP nexus), :mod:`.compose` (the
 extractive composer, the retrieval envelope and the shape binder),
 :mod:`.llm` (the optional chat-completions composer), :mod:`.models` (the
 model catalog), :mod:`.runner` (one turn, start to end), :mod:`.sse` (event
-framing) and :mod:`.service` (the operations the HTTP routes call).
+framing) and :mod:`.engine` (the operations the HTTP routes call).
 """
 
 VERSION = "0.1.0"

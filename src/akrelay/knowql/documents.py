@@ -1,7 +1,7 @@
 """The documents a KnowQL turn store keeps: sessions, queries (turns) and their events (seed 003).
 
 Both stores (:mod:`akrelay.knowql.store`, :mod:`akrelay.knowql.redis_store`) write these as JSON
-and read them back by fixed keys; :mod:`akrelay.knowql.service` builds them and
+and read them back by fixed keys; :mod:`akrelay.knowql.engine` builds them and
 :mod:`akrelay.knowql.runner` fills in a turn's answer. Types only: a TypedDict costs nothing at
 run time, and the stored JSON is trusted as what this module describes (only this code writes it).
 
@@ -125,7 +125,7 @@ class Pinned(TypedDict):
 
 
 class NewSession(Pinned):
-    """A session as :mod:`akrelay.knowql.service` creates it (and a store keeps it): what it pins, and its identity."""
+    """A session as :mod:`akrelay.knowql.engine` creates it (and a store keeps it): what it pins, and its identity."""
 
     id: str
     object: str

@@ -2,7 +2,7 @@
 
 Checks run in a fixed order so that a status is deterministic (JSON, then
 each field's type and bounds, then cross-field rules); resolution (404) and
-state (409) come later, in :mod:`akrelay.knowql.service`. ``null`` is the same
+state (409) come later, in :mod:`akrelay.knowql.engine`. ``null`` is the same
 as an absent member. Unknown members are ignored (forward compatible); the
 names seed 000 §3.8 reserves are ignored too and reported as warnings.
 """

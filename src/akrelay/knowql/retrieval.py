@@ -29,7 +29,7 @@ from akrelay.search.question import question_terms
 if TYPE_CHECKING:  # annotations only: importing these at run time would load the KIP runtime and search early
     from akrelay.kip.nexus import NexusBase
     from akrelay.kip.runtime import KipRuntime
-    from akrelay.search.service import SearchService
+    from akrelay.search.engine import SearchEngine
     from akrelay.store.base import Record, Store
 
 #: A hit found only through the history variant counts for half as much.
@@ -120,7 +120,7 @@ def _detail(record: Record, chunks: Sequence[Chunk] = ()) -> Detail:
             "scope": scope if isinstance(scope := context.get("scope"), str) else None}
 
 
-def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: SearchService,
+def retrieve(*, ask: str, history: Sequence[str], scope: Sequence[Context], search: SearchEngine,
              runtime: KipRuntime, store: Store,
              policy: str, limit: int, origin: str, previous: Sequence[str] = ()) -> Retrieval:
     """Retrieve for ``ask`` at one snapshot; ``limit`` artifacts (and their chunks) at most.

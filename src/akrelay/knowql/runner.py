@@ -28,7 +28,7 @@ from akrelay.store.base import StoreUnavailable
 if TYPE_CHECKING:  # annotations only (no early import of the KIP runtime or search)
     from akrelay.kip.runtime import KipRuntime
     from akrelay.knowql.store import TurnStore
-    from akrelay.search.service import SearchService
+    from akrelay.search.engine import SearchEngine
     from akrelay.store.base import Store
 
 log = logging.getLogger("akrelay.knowql")
@@ -62,7 +62,7 @@ class Turn:
 
 
 class TurnRunner:
-    def __init__(self, store: TurnStore, *, search: Callable[[], SearchService], runtime: Callable[[], KipRuntime],
+    def __init__(self, store: TurnStore, *, search: Callable[[], SearchEngine], runtime: Callable[[], KipRuntime],
                  records: Store,
                  origin: str, clock: Callable[[], float] = time.time, deferred: Deferred | None = None) -> None:
         self.store = store

@@ -5,7 +5,7 @@ keeps it in ``<data>/knowql.sqlite3`` (WAL, so a poll, a cancel or an event
 replay can reach any worker), or in memory for a relay without a data
 directory. :class:`akrelay.knowql.redis_store.RedisTurnStore` keeps it in Redis
 for a deployment of several nodes (``--store redis://...``);
-:func:`akrelay.knowql.service.open_turn_store` picks the one the settings name.
+:func:`akrelay.knowql.engine.open_turn_store` picks the one the settings name.
 
 Every status change is a compare-and-set from ``in_progress`` (a cancel and a
 completion cannot both win) made in one transaction with the terminal event

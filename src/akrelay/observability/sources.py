@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from akrelay.components.search import SearchComponent
     from akrelay.federation.state import StateStore
     from akrelay.kip.runtime import KipRuntime
-    from akrelay.knowql.service import KnowqlService
+    from akrelay.knowql.engine import KnowqlEngine
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +44,16 @@ class Sources:
 
     def search_position(self) -> int | None:
         """The search index position (the last indexed ``seq``), ``None`` without the search component."""
-        return int(self.search.service.index_seq()) if self.search is not None else None
+        return int(self.search.engine.index_seq()) if self.search is not None else None
 
-    def knowql_service(self) -> KnowqlService:
+    def knowql_engine(self) -> KnowqlEngine:
         if self.knowql is None:
             raise LookupError("this relay runs no KnowQL component")
-        return self.knowql.service
+        return self.knowql.engine
 
     def knowql_turn_counts(self) -> dict[str, int] | None:
         """Turns per status in the shared turn store, ``None`` without KnowQL."""
-        return self.knowql.service.store.status_counts() if self.knowql is not None else None
+        return self.knowql.engine.store.status_counts() if self.knowql is not None else None
 
     def open_federation_state(self) -> StateStore | None:
         """The federation state for reading, or ``None`` (none kept, or no backend given)."""

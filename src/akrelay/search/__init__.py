@@ -18,15 +18,15 @@ if TYPE_CHECKING:
     from akrelay.search.analysis import RANKING_ID
     from akrelay.search.lexical import Budget
     from akrelay.search.results import SearchHit, SearchPage
-    from akrelay.search.service import FEATURE, MODES, SearchService, reindex
+    from akrelay.search.engine import FEATURE, MODES, SearchEngine, reindex
 
 #: Each re-exported name and the module that defines it.
 _EXPORTS = {
     "RANKING_ID": "analysis", "Budget": "lexical", "SearchHit": "results", "SearchPage": "results",
-    "FEATURE": "service", "MODES": "service", "SearchService": "service", "reindex": "service",
+    "FEATURE": "engine", "MODES": "engine", "SearchEngine": "engine", "reindex": "engine",
 }
 
-__all__ = ["FEATURE", "MODES", "RANKING_ID", "Budget", "SearchHit", "SearchPage", "SearchService", "reindex"]
+__all__ = ["FEATURE", "MODES", "RANKING_ID", "Budget", "SearchHit", "SearchPage", "SearchEngine", "reindex"]
 
 
 __getattr__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -3,7 +3,7 @@
 Wires the pieces together per process: elects the indexer (or reads), keeps
 the index following the store, parses requests strictly and answers one
 page whose ``checkpoint`` and ``as_of`` come from the relay, like every other
-read. Handlers call :meth:`SearchService.search` and serialize the page.
+read. Handlers call :meth:`SearchEngine.search` and serialize the page.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MODES = ("lexical",)
 FEATURE = "ranked-search"
 
 
-class SearchService:
+class SearchEngine:
     """Ranked search over a relay's store, backed by a Tantivy index.
 
     ``data_dir`` ``None`` keeps the index in memory (tests, memory stores);
@@ -277,7 +277,7 @@ def discovery_members(config: SearchEndpoint) -> dict[str, JSON]:
             "endpoints": {"search": config.origin + config.search_path}}
 
 
-def _elect_loop(ref: "weakref.ReferenceType[SearchService]") -> None:
+def _elect_loop(ref: "weakref.ReferenceType[SearchEngine]") -> None:
     """Non-indexer processes retry the lock so that a dead indexer is replaced."""
     while True:
         service = ref()

@@ -1,11 +1,11 @@
-"""The KIP cursor key (``akrelay.kip.service.cursor_secret``): derived from the store's secret, else random."""
+"""The KIP cursor key (``akrelay.kip.wiring.cursor_secret``): derived from the store's secret, else random."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 
-from akrelay.kip.service import CURSOR_SECRET_KEY, cursor_secret
+from akrelay.kip.wiring import CURSOR_SECRET_KEY, cursor_secret
 from akrelay.store.capabilities import MetadataHolding
 from akrelay.store.memory import MemoryStore
 

@@ -1,8 +1,8 @@
 """The KnowQL operations the HTTP routes call, one service per relay and worker.
 
-:meth:`KnowqlService.accept` resolves and records a turn (404 and 409 come
+:meth:`KnowqlEngine.accept` resolves and records a turn (404 and 409 come
 from here, in the seed's order, after :mod:`.request` has done the 400s) and
-:meth:`KnowqlService.run` executes it; the routes decide whether to wait for
+:meth:`KnowqlEngine.run` executes it; the routes decide whether to wait for
 it (synchronous), stream its events, or answer 202 at once (background).
 """
 
@@ -32,7 +32,7 @@ from akrelay.store.base import StoreUnavailable
 if TYPE_CHECKING:  # annotations only (no early import of the relay, the KIP runtime or search)
     from akrelay.kip.runtime import KipRuntime
     from akrelay.relay.core import Relay
-    from akrelay.search.service import SearchService
+    from akrelay.search.engine import SearchEngine
     from akrelay.settings import Settings
 
 log = logging.getLogger("akrelay.knowql")
@@ -81,9 +81,9 @@ def build_catalog(settings: Settings, extractive: Composer) -> Catalog:
     return Catalog(entries, tiers)
 
 
-class KnowqlService:
+class KnowqlEngine:
     def __init__(self, relay: Relay, settings: Settings, *, store: TurnStore, contexts: ContextRegistry,
-                 search: Callable[[], SearchService], runtime: Callable[[], KipRuntime], clock: Callable[[], float] = time.time,
+                 search: Callable[[], SearchEngine], runtime: Callable[[], KipRuntime], clock: Callable[[], float] = time.time,
                  default_policy: str = "akrelay:corroborated") -> None:
         # Only what a turn needs: holding the relay itself would keep it alive (the
         # routes keep one service per relay in a weak mapping).
@@ -107,8 +107,8 @@ class KnowqlService:
         self._open_lock = threading.Lock()
 
     @classmethod
-    def open(cls, relay: Relay, settings: Settings, store: TurnStore, *, search: Callable[[], SearchService],
-             runtime: Callable[[], KipRuntime]) -> "KnowqlService":
+    def open(cls, relay: Relay, settings: Settings, store: TurnStore, *, search: Callable[[], SearchEngine],
+             runtime: Callable[[], KipRuntime]) -> "KnowqlEngine":
         """The service over ``store`` (the node backend's turn store, closed with the service)."""
         contexts = ContextRegistry.load(relay.config.origin, settings.knowql.contexts or None)
         service = cls(relay, settings, store=store, contexts=contexts,
