@@ -74,7 +74,7 @@ def witness_for(settings: Settings, relay: Relay, *, shared: bool = False) -> tu
     from akrelay.relay.transparency import KEY_NAME, load_or_create_key, log_name
 
     key_file = settings.log_key
-    data_dir = getattr(relay, "data_dir", None)
+    data_dir = relay.data_dir
     if not key_file and not shared and data_dir is not None:
         key_file = str(Path(data_dir) / KEY_NAME)
     if not key_file or not Path(key_file).exists():

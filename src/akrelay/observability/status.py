@@ -61,7 +61,7 @@ class RelayStatus:
 
 def _data_dir(relay: Relay) -> Path | None:
     """The node's data directory (also with a Redis store, where it holds only derived state)."""
-    data_dir = getattr(relay, "data_dir", None)
+    data_dir = relay.data_dir
     if data_dir is not None:
         return Path(data_dir)
     return store_directory(relay.store)
