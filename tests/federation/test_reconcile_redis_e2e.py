@@ -28,6 +28,7 @@ from akrelay.cli import main
 from akrelay.protocol.envelope import verify_envelope
 
 from .conftest import Author
+from .test_reconcile_cli import seed as seed_sqlite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "http"))
 from relay_harness import Served, start_relay  # noqa: E402
@@ -72,16 +73,6 @@ def held(served: Served) -> dict[str, dict[str, Any]]:
             params = {"limit": "1000", "cursor": page["next_cursor"]}
 
 
-def seed_sqlite(data: Path, origin: str, envelopes: list[dict]) -> None:
-    from akrelay.relay.config import RelayConfig
-    from akrelay.relay.core import open_relay
-
-    relay = open_relay(data, RelayConfig(origin=origin))
-    try:
-        for env in envelopes:
-            relay.submit(json.dumps(env).encode())
-    finally:
-        relay.close()
 
 
 def forge_signature(data: Path, victim: dict, donor: dict) -> bytes:
