@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable
 
 from akrelay.jsontypes import JSON
 from akrelay.knowql.admission import Admission
@@ -167,7 +167,7 @@ class KnowqlEngine:
             new_session: NewSession | None = None
             scope = self.contexts.scope(session["scope"])
         else:
-            pinned = cast(Pinned, doc.pinned())  # the members documents.Pinned names
+            pinned = doc.pinned()
             self.catalog.resolve(pinned["models"])  # 400 before any 404 (seed order)
             scope = self.contexts.resolve_scope(doc.scope or ())
             pinned["scope"] = [c.slug for c in scope]

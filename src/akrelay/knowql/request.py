@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from akrelay.jsontypes import JSONObject
+from akrelay.knowql.documents import Pinned
 from akrelay.knowql.errors import bad_request
 
 MAX_ASK_CHARS = 4000
@@ -88,7 +89,7 @@ class QueryDocument:
             return "retrieval_only", "both"
         return None
 
-    def pinned(self) -> dict[str, Any]:  # Any: the service merges it into a stored session, untyped there yet
+    def pinned(self) -> Pinned:
         """What a new session pins (seed 000 §2.3; ``models`` wins over ``model``)."""
         models = list(self.models) if self.models is not None else [self.model] if self.model is not None else []
         return {"scope": list(self.scope or ()), "system_prompt": self.system_prompt, "guardrails": self.guardrails,
