@@ -1,4 +1,4 @@
-"""KnowQL as a component of the relay node: the turn store and the service (seed 003).
+"""KnowQL as a component of the relay node: the turn store and the engine (seed 003).
 
 :class:`KnowqlComponent` opens :class:`akrelay.knowql.engine.KnowqlEngine` in ``start``; its
 routes, ``POST /query`` and its companions, are :mod:`akrelay.http.knowql`.
@@ -78,14 +78,14 @@ class KnowqlComponent:
 
     @property
     def engine(self) -> KnowqlEngine:
-        """The KnowQL service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
+        """The KnowQL engine :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
         service = self._engine
         if service is None:
             raise NotRunning("KnowQL service")
         return service
 
     def start(self) -> None:
-        """Open the turn store and the service (a request never does)."""
+        """Open the turn store and the engine (a request never does)."""
         with self._create:
             if self._engine is None:
                 self._engine = KnowqlEngine.open(self.relay, self.settings, self.turn_store(),

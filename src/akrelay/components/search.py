@@ -58,7 +58,7 @@ class SearchComponent:
 
     @property
     def engine(self) -> SearchEngine:
-        """The search service :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
+        """The search engine :meth:`start` opened; :class:`NotRunning` (503) before start or after stop."""
         service = self._engine
         if service is None:
             raise NotRunning("search index")

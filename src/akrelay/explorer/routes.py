@@ -1,7 +1,7 @@
 """The explorer's routes (mounted by the node's web component, ``akrelay.web``): thin handlers over views.
 
 Each handler gathers plain data from the relay (and the KIP runtime, the search
-index, the KnowQL service) in a worker thread and renders a page from
+index, the KnowQL engine) in a worker thread and renders a page from
 :mod:`akrelay.explorer.views`. GET only, except the Ask form's POST, which runs a
 KnowQL turn like ``POST /query`` does. Handlers carry no ``rate`` option, so the
 shared middleware charges them to the *read* bucket like every API read.

@@ -109,7 +109,7 @@ class KnowqlEngine:
     @classmethod
     def open(cls, relay: Relay, settings: Settings, store: TurnStore, *, search: Callable[[], SearchEngine],
              runtime: Callable[[], KipRuntime]) -> "KnowqlEngine":
-        """The service over ``store`` (the node backend's turn store, closed with the service)."""
+        """The engine over ``store`` (the node backend's turn store, closed with the engine)."""
         contexts = ContextRegistry.load(relay.config.origin, settings.knowql.contexts or None)
         service = cls(relay, settings, store=store, contexts=contexts,
                       search=search, runtime=runtime)
