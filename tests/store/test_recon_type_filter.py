@@ -79,3 +79,18 @@ def test_a_set_over_the_limit_is_refused_after_reading_at_most_the_limit(store) 
     with pytest.raises(ProtocolError) as caught:
         filtered_items(store, Filter(types=("knowledge.publish",)), limit=5)
     assert caught.value.code == "invalid_request" and "narrow since/until" in caught.value.message
+
+
+def test_an_initiator_with_a_type_filter_and_no_store_is_refused_before_any_round() -> None:
+    """``learn`` reads its own filtered set through the store: without one it says so, and sends nothing."""
+    from akrelay.federation.reconcile import ReconcileResult, learn
+    from akrelay.store.recon import MemoryReconIndex
+
+    class NoNetwork:
+        def __getattr__(self, name: str):
+            raise AssertionError(f"the initiator touched the transport ({name})")
+
+    result = ReconcileResult("https://peer.example")
+    with pytest.raises(ValueError, match="type filter reads our own set through the store"):
+        learn(NoNetwork(), "https://peer.example/v1/knowledge/reconcile", MemoryReconIndex(), result,
+              window=Filter(types=("knowledge.publish",)))
