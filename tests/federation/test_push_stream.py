@@ -18,6 +18,9 @@ from akrelay.http.stream import MAX_ANNOUNCE, StreamHub, parse_position
 from akrelay.protocol.discovery import validate_discovery
 from akrelay.protocol.errors import ProtocolError
 
+from akrelay.relay.config import RelayConfig
+from akrelay.relay.core import Relay
+
 from .conftest import Author, make_relay, raw
 
 
@@ -145,6 +148,58 @@ def test_a_slow_reader_finds_the_news_coalesced() -> None:
 
     frames = run(scenario())
     assert len(frames) == 1 and frames[0]["event"] == "checkpoint" and frames[0]["id"] == str(MAX_ANNOUNCE + 1)
+
+
+def test_commits_before_the_pollers_first_read_still_wake_the_stream() -> None:
+    """Another worker commits after the stream read the checkpoint but before the poller first did.
+
+    The poller has no earlier reading to compare with; its first reading must wake
+    the streams anyway, or they wait for the next commit or the heartbeat.
+    """
+    import threading
+
+    relay = make_relay()
+    other = Relay(relay.store, RelayConfig(origin=relay.config.origin), cursor_secret=b"s" * 32)  # "another worker"
+    first_read = threading.Event()
+    foreign_done = threading.Event()
+    store = relay.store
+
+    class Gated:
+        """The relay's store, with the poller's first checkpoint read held until the foreign commit."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def checkpoint(self) -> int:
+            if threading.current_thread().name == "akrelay-push-poll" and not first_read.is_set():
+                first_read.set()
+                assert foreign_done.wait(30)
+            return store.checkpoint()
+
+    relay.store = Gated()  # type: ignore[assignment]
+    hub = StreamHub(relay, heartbeat=3600, poll=0.01)
+    author = Author("foreign")
+
+    async def scenario() -> list[dict[str, str]]:
+        hub.enter("c")
+        reader = Reader(hub, 0)
+        try:
+            await reader.next()  # the preamble
+            pending = asyncio.ensure_future(reader.next())
+            for _ in range(100):  # let the stream read the checkpoint (0) and start waiting
+                await asyncio.sleep(0)
+            assert not pending.done()
+            await asyncio.to_thread(first_read.wait, 30)
+            env = author.publish("Committed by the other worker")
+            await asyncio.to_thread(other.submit, raw(env))  # only ``other``'s listeners hear it
+            foreign_done.set()
+            return await asyncio.wait_for(pending, 30)
+        finally:
+            await reader.close()
+            hub.leave("c")
+
+    frames = run(scenario())
+    assert [(f["id"], f["event"]) for f in frames] == [("1", "record")]
 
 
 def test_heartbeats_while_idle() -> None:

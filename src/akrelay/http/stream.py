@@ -177,14 +177,19 @@ class StreamHub:
             unlisten()
 
     def _poll(self, halt: threading.Event) -> None:
-        """Wake the streams when the checkpoint moved without a listener being told (another worker)."""
+        """Wake the streams when the checkpoint moved without a listener being told (another worker).
+
+        The first read wakes them too: a stream may have read the checkpoint before
+        this thread first ran, and another worker's commits in between would
+        otherwise wait for a later commit or the heartbeat.
+        """
         seen: int | None = None
         while not halt.wait(self.poll):
             try:
                 now = self.relay.store.checkpoint()
             except Exception:  # noqa: BLE001 - an outage: the streams meet it themselves
                 continue
-            if seen is not None and now != seen:
+            if now != seen:
                 self._committed()
             seen = now
 
