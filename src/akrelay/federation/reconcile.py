@@ -219,7 +219,8 @@ def filtered_items(store: Store, window: Filter, *, limit: int | None = None) ->
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
-            budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None) -> bytes:
+            budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None,
+            frame_limit: int = DEFAULT_FRAME_LIMIT) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
 
     With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
@@ -230,10 +231,11 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
     if types is not None:
         if store is None:
             raise ProtocolError("invalid_request", "this relay cannot filter reconciliation by type")
-        return Reconciler(filtered_items(store, Filter(since, until, types))).respond(message)
+        return Reconciler(filtered_items(store, Filter(since, until, types)), frame_limit=frame_limit).respond(message)
     with index.recon_snapshot():
         try:
-            return Reconciler(StoreView(index, budget=budget, since=since, until=until)).respond(message)
+            return Reconciler(StoreView(index, budget=budget, since=since, until=until),
+                              frame_limit=frame_limit).respond(message)
         except ViewChanged as exc:
             raise StoreUnavailable(f"the reconciliation index changed while it was read ({exc}); retry", 1) from None
 

@@ -466,6 +466,9 @@ class Reconciler:
         out = _Writer()
         outcome = Outcome(None)
         limit = self.frame_limit - 200
+        # ranges written, counting the version byte's part: at most MAX_RANGES in all after the
+        # skip and the fingerprint of the rest that may follow a reset (a peer accepts no more)
+        range_limit = MAX_RANGES - 1
         prev_bound, prev_index = ZERO, 0
         # the last bound written, and the index it stands for on our side: a range that
         # follows starts there on both sides
@@ -529,8 +532,9 @@ class Reconciler:
                     written_bound, written_index = bound, covered
             else:
                 raise _bad(f"unknown range mode {mode}")
-            if out.size > limit or covered < upper:
-                if out.size > limit:  # this range's output does not fit: describe it with the rest
+            full = out.size > limit or len(out.parts) > range_limit
+            if full or covered < upper:
+                if full:  # this range's output does not fit: describe it with the rest
                     out.reset(mark)
                     written_bound, written_index = mark_written
                     if mark_skipping and written_index < prev_index:
