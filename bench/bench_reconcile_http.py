@@ -153,7 +153,9 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
             result = ReconcileResult(origin)
             index = local.store.recon
             w0, c0, s0 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
-            need = learn(transport, endpoints["reconcile"], index, result, deadline=3600.0)  # not the 120 s cap: measured
+            caps = engine.reconcile_caps[origin]  # as sync does: the largest answers the peer advertises
+            need = learn(transport, endpoints["reconcile"], index, result, deadline=3600.0,  # not the 120 s cap
+                         answer_limit=caps.max_frame_limit)
             w1, c1, s1 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
             assert result.complete and len(need) == differences and result.have == 0, result
             read_before = transport.bytes_read
