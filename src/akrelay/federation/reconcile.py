@@ -42,7 +42,8 @@ from akrelay.protocol.payload import EVENT_TYPES
 from akrelay.protocol.reconcile import (DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, MIN_FRAME_LIMIT, Reconciler,
                                         SortedItems, Storage)
 from akrelay.store.base import StoreUnavailable
-from akrelay.store.recon import DEFAULT_BUDGET, SNAPSHOT_CAP, OwnSet, ReconIndex, StoreView, ViewChanged
+from akrelay.store.recon import (DEFAULT_BUDGET, SNAPSHOT_CAP, OwnSet, ReconIndex, ResponderCopy, StoreView,
+                                 ViewChanged)
 from akrelay.store.capabilities import Reconcilable
 
 if TYPE_CHECKING:  # annotations only
@@ -244,10 +245,12 @@ def filtered_items(store: Store, window: Filter, *, limit: int | None = None) ->
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
             budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None,
-            frame_limit: int = DEFAULT_FRAME_LIMIT) -> bytes:
+            frame_limit: int = DEFAULT_FRAME_LIMIT, copies: ResponderCopy | None = None) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
 
     With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
+    With ``copies`` (one per process, shared by every message), the whole set is answered from a
+    copy in memory once large reconciliations have read enough (:class:`akrelay.store.recon.ResponderCopy`).
     """
     budget = DEFAULT_BUDGET if budget is None else budget
     if len(message) > MAX_MESSAGE:
@@ -258,8 +261,14 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
         return Reconciler(filtered_items(store, Filter(since, until, types)), frame_limit=frame_limit).respond(message)
     with index.recon_snapshot():
         try:
-            return Reconciler(StoreView(index, budget=budget, since=since, until=until),
-                              frame_limit=frame_limit).respond(message)
+            view = StoreView(index, budget=budget, since=since, until=until)
+            whole = since is None and until is None and copies is not None
+            storage = copies.storage(index, view) if copies is not None and whole else view
+            try:
+                return Reconciler(storage, frame_limit=frame_limit).respond(message)
+            finally:
+                if copies is not None and storage is view:
+                    copies.spent(view)
         except ViewChanged as exc:
             raise StoreUnavailable(f"the reconciliation index changed while it was read ({exc}); retry", 1) from None
 

@@ -22,6 +22,7 @@ from akrelay.federation.reconcile import MEDIA_TYPE, RECONCILE_PATH, index_of, p
 
 __all__ = ["MEDIA_TYPE", "RECONCILE_PATH", "enabled", "routes"]
 from akrelay.protocol.errors import ProtocolError
+from akrelay.store.recon import ResponderCopy
 
 if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
@@ -39,6 +40,7 @@ def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
         return []
     index = index_of(relay.store)
     assert index is not None
+    copies = ResponderCopy()  # this worker's: every message shares it (the copy of a large reconciliation)
 
     @post(RECONCILE_PATH, status_code=200)
     async def reconcile(request: Request[object, object, State]) -> ASGIResponse:
@@ -53,7 +55,7 @@ def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
         # (or, filtered by type, up to MAX_FILTERED records through the store's term index)
         answer = await anyio.to_thread.run_sync(lambda: respond(index, body, since=window.since, until=window.until,
                                                                 types=window.types, store=relay.store,
-                                                                frame_limit=frame_limit))
+                                                                frame_limit=frame_limit, copies=copies))
         return ASGIResponse(body=answer, status_code=200, media_type=MEDIA_TYPE, headers={"cache-control": "no-store"})
 
     return [reconcile]
