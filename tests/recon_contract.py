@@ -223,6 +223,52 @@ class ReconContract:
                 assert isinstance(capped.storage(), recon.StoreView)  # too large to copy: the aggregates
         assert capped.copy is None
 
+    def test_a_responder_copy_answers_as_the_view_and_follows_the_set(self, store) -> None:
+        """The responder's copy answers every message with the view's bytes, and is dropped when the set changes."""
+        import akrelay.store.recon as recon
+        from akrelay.federation.reconcile import respond
+
+        rng = random.Random(9)
+        items = {(1_790_000_000_000 + rng.randrange(10**8), rng.randbytes(32)) for _ in range(3000)}
+        self.add_items(store, items)
+        ours = set(rng.sample(sorted(items), 2700)) | {(1_790_000_000_000 + rng.randrange(10**8), rng.randbytes(32))
+                                                        for _ in range(40)}
+        now = [0.0]
+        copies = recon.ResponderCopy(copy_after=0.5, clock=lambda: now[0])
+
+        def run(expect_need: set) -> None:
+            initiator = Reconciler(SortedItems(ours), frame_limit=4096)
+            message: bytes | None = initiator.initiate()
+            need: set[bytes] = set()
+            while message is not None:
+                plain = respond(store.recon, message)
+                shared = respond(store.recon, message, copies=copies)
+                assert shared == plain  # the same answer, from the copy or not
+                outcome = initiator.reconcile(shared)
+                need |= set(outcome.need)
+                message = outcome.message
+            assert need == expect_need
+
+        run({i for _, i in items - ours})
+        assert copies.copies == 1 and copies.answered > 0  # the rounds read enough: the rest came from a copy
+        late = (1_790_000_000_001, b"\x07" * 32)
+        self.add_items(store, {late})  # the set changed: the copy no longer stands for it
+        items.add(late)
+        answered = copies.answered
+        run({i for _, i in items - ours})
+        assert copies.copies == 2 and copies.answered > answered
+        now[0] += recon.RESPONDER_IDLE + 1  # quiet: the copy is given back at the next message
+        with store.recon.recon_snapshot():
+            view = StoreView(store.recon)
+            assert copies.storage(store.recon, view) is view
+        windowed = respond(store.recon, Reconciler(SortedItems(ours)).initiate(), since=1, copies=copies)
+        assert windowed == respond(store.recon, Reconciler(SortedItems(ours)).initiate(), since=1)
+        capped = recon.ResponderCopy(copy_after=0.0, cap=10)
+        with store.recon.recon_snapshot():
+            view = StoreView(store.recon)
+            capped.spent(view)
+            assert capped.storage(store.recon, view) is view and capped.copies == 0  # too large to copy
+
     def test_splits_at_bucket_starts_agree_with_the_items(self, store) -> None:
         """The view's split from bucket rows: every boundary where the items put it, with exact fingerprints."""
         rng = random.Random(26_3)

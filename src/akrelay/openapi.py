@@ -212,9 +212,16 @@ def openapi_document(relay: Relay, settings: Settings, present: dict[str, bool] 
         paths[reconcile.RECONCILE_PATH] = {"post": {
             "summary": "Set reconciliation: one negentropy V1 message in, the next out (docs/federation.md)",
             "operationId": "reconcile",
-            "parameters": [{"name": name, "in": "query", "required": False,
-                            "schema": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}}
-                           for name in ("since", "until")],
+            "parameters": [
+                {"name": "since", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}},
+                {"name": "until", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}},
+                {"name": "type", "in": "query", "required": False, "schema": {"type": "string"},
+                 "description": "Event types, separated by commas"},
+                {"name": "frame_limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 4096, "maximum": 262144},
+                 "description": "The most bytes of the answer (default 60000)"}],
             "requestBody": {"required": True, "content": {reconcile.MEDIA_TYPE: {"schema": {
                 "type": "string", "format": "binary"}}}},
             "responses": {"200": {"description": "The next message", "content": {reconcile.MEDIA_TYPE: {

@@ -15,7 +15,7 @@ import pytest
 import respx
 
 from akrelay.federation.peers import Peer
-from akrelay.federation.reconcile import OFFER_REFUSALS_IN_A_ROW, Filter, discovery, parse_filter, respond
+from akrelay.federation.reconcile import OFFER_REFUSALS_IN_A_ROW, Filter, discovery, parse_request, respond
 from akrelay.federation.runner import reconcile_now
 from akrelay.federation.state import FederationState
 from akrelay.protocol.errors import ProtocolError
@@ -54,9 +54,9 @@ class OfferedPeer(ReconcilingPeer):
     def _reconcile(self, request: httpx.Request) -> httpx.Response:
         """As the endpoint: the filter of the query string narrows our set (``respond`` over our store)."""
         self.reconcile_calls += 1
-        window = parse_filter(list(request.url.params.multi_items()))
+        window, frame_limit = parse_request(list(request.url.params.multi_items()))
         answer = respond(self.relay.store.recon, request.content, since=window.since, until=window.until,
-                         types=window.types, store=self.relay.store)
+                         types=window.types, store=self.relay.store, frame_limit=frame_limit)
         return httpx.Response(200, content=answer, headers={"content-type": "application/octet-stream"})
 
     def held(self) -> set[str]:

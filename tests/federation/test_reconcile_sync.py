@@ -11,7 +11,9 @@ import httpx
 import respx
 
 from akrelay.federation.peers import Peer
-from akrelay.federation.reconcile import NOT_ADVERTISED, RECONCILE_PATH, discovery, respond
+from akrelay.federation.reconcile import (NOT_ADVERTISED, RECONCILE_PATH, Capabilities, capabilities, discovery,
+                                         parse_request, respond)
+from akrelay.protocol.reconcile import MAX_MESSAGE
 from akrelay.federation.runner import reconcile_now
 from akrelay.federation.state import FederationState
 
@@ -26,6 +28,8 @@ class ReconcilingPeer(FakePeer):
         self.discovery_doc |= discovery(origin)
         self.reconcile_calls = 0
         self.reconcile_hook = None
+        #: the answer size each message asked for (``?frame_limit=``, default 60,000)
+        self.frame_limits: list[int] = []
         router.post(origin + RECONCILE_PATH).mock(side_effect=self._reconcile)
 
     def _reconcile(self, request: httpx.Request) -> httpx.Response:
@@ -34,7 +38,10 @@ class ReconcilingPeer(FakePeer):
             hooked = self.reconcile_hook(request)
             if hooked is not None:
                 return hooked
-        return httpx.Response(200, content=respond(self.relay.store.recon, request.content),
+        window, frame_limit = parse_request(request.url.params.multi_items())
+        self.frame_limits.append(frame_limit)
+        return httpx.Response(200, content=respond(self.relay.store.recon, request.content, since=window.since,
+                                                   until=window.until, frame_limit=frame_limit),
                               headers={"content-type": "application/octet-stream"})
 
     def fetched(self) -> list[str]:
@@ -164,3 +171,33 @@ def test_three_relays_from_partitions_converge_without_duplicate_fetches(router)
 
 def test_local_origin_is_the_initiator() -> None:
     assert LOCAL.startswith("https://")
+
+
+def test_the_initiator_asks_for_the_largest_answers_a_peer_advertises(router, author) -> None:
+    """A peer advertising ``max_frame_limit`` is asked for answers that large; an older peer, for none."""
+    evs = events(author, 20)
+    for advertised in (True, False):
+        peer = ReconcilingPeer(router, f"https://peer-{int(advertised)}.example")
+        if not advertised:
+            del peer.discovery_doc["reconcile"]["max_frame_limit"]
+        peer.add(*evs)
+        local = make_relay()
+        for env in evs[2:]:
+            local.submit(raw(env))
+        engine = make_engine(local, [peer_of(peer)])
+        result = reconcile_now(engine, engine.peers[0])
+        assert result.complete and result.need == 2 and result.accepted == 2
+        assert peer.frame_limits and set(peer.frame_limits) == ({MAX_MESSAGE} if advertised else {60_000})
+
+
+def test_a_peers_max_frame_limit_is_taken_only_when_it_is_sane() -> None:
+    origin = "https://peer.example"
+
+    def caps(value: object) -> Capabilities:
+        member = discovery(origin)["reconcile"] | {"max_frame_limit": value}
+        return capabilities({"reconcile": member}, origin, None)
+
+    assert caps(100_000).max_frame_limit == 100_000
+    assert caps(10**12).max_frame_limit == MAX_MESSAGE  # never more than we read
+    for hostile in (4095, 0, -1, "262144", 262144.0, True, None, [262144]):
+        assert caps(hostile).max_frame_limit is None, hostile

@@ -78,11 +78,46 @@ def test_since_and_until_narrow_both_sides_to_the_same_window() -> None:
     assert need == {window[3][1]} and have == set()
 
 
+def rounds_and_largest(client: TestClient, ours: list[tuple[int, bytes]], query: str) -> tuple[int, int, set[bytes]]:
+    """Rounds, the largest answer, and what the initiator learned it has, against ``query``."""
+    initiator = Reconciler(SortedItems(ours))
+    message: bytes | None = initiator.initiate()
+    rounds = largest = 0
+    have: set[bytes] = set()
+    while message is not None:
+        response = client.post(RECONCILE_PATH + query, content=message, headers=OCTETS)
+        assert response.status_code == 200, response.text
+        largest = max(largest, len(response.content))
+        rounds += 1
+        outcome = initiator.reconcile(response.content)
+        have |= set(outcome.have)
+        message = outcome.message
+    return rounds, largest, have
+
+
+def test_an_initiator_may_ask_for_larger_answers() -> None:
+    """``?frame_limit=`` bounds every answer by that many bytes instead of 60,000: fewer rounds when differences
+    are many, the same differences learned."""
+    common = [item(n) for n in range(40_000)]
+    dropped = set(random.Random(3).sample(range(40_000), 1_500))
+    theirs = [x for n, x in enumerate(common) if n not in dropped]
+    ours = common  # we have what they lack: their answers list the ids around each difference
+    expected = {common[n][1] for n in dropped}
+    with served(theirs) as client:
+        small = rounds_and_largest(client, ours, "?frame_limit=4096")
+        default = rounds_and_largest(client, ours, "")
+        large = rounds_and_largest(client, ours, "?frame_limit=262144")
+    assert small[2] == default[2] == large[2] == expected
+    assert small[1] <= 4096 and default[1] <= 60_000 < large[1] <= 262_144
+    assert small[0] > default[0] > large[0]
+
+
 def test_discovery_advertises_the_endpoint_unless_disabled() -> None:
     with served() as client:
         doc = client.get("/.well-known/agent-knowledge").json()
     assert doc["reconcile"]["endpoint"] == ORIGIN + RECONCILE_PATH
     assert doc["reconcile"]["protocol"] == "negentropy-v1"
+    assert (doc["reconcile"]["frame_limit"], doc["reconcile"]["max_frame_limit"]) == (60_000, MAX_MESSAGE)
     with served(no_reconcile=True) as client:
         doc = client.get("/.well-known/agent-knowledge").json()
         response = client.post(RECONCILE_PATH, content=bytes([PROTOCOL_VERSION]), headers=OCTETS)
@@ -128,6 +163,10 @@ def test_random_messages_never_cause_a_server_error() -> None:
 @pytest.mark.parametrize(("query", "why"), [
     ("?since=abc", "not an integer"), ("?until=-1", "negative"), ("?since=9007199254740992", "beyond 2^53"),
     ("?since=5&until=5", "empty window"), ("?kinds=claim", "unknown parameter"), ("?since=1&since=2", "twice"),
+    ("?frame_limit=4095", "a frame below negentropy's least"), ("?frame_limit=262145", "a frame above max_message"),
+    ("?frame_limit=", "an empty frame limit"), ("?frame_limit=6e4", "not an integer frame limit"),
+    ("?frame_limit=%EF%BC%95%EF%BC%90%EF%BC%90%EF%BC%90%EF%BC%90", "non-ASCII digits"),
+    ("?frame_limit=8000&frame_limit=9000", "frame_limit twice"),
 ])
 def test_a_bad_filter_is_invalid_request(query: str, why: str) -> None:
     with served() as client:

@@ -299,6 +299,45 @@ def test_packed_items_answer_as_sorted_items(common, probes) -> None:
     assert packed.lower_bound(0, n, INFINITY) == n
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 16, 65_536])
+def test_packed_items_built_in_chunks_answer_as_sorted_items(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunk, step and sparse-key boundaries fall everywhere: every index, bound and range agrees with the oracle."""
+    monkeypatch.setattr(PackedItems, "CHUNK", chunk)
+    rng = random.Random(chunk)
+    for size in (0, 1, 7, 8, 9, 15, 16, 17, 33, 130):
+        items = sorted({(rng.randrange(60), rng.randbytes(32)) for _ in range(size)})
+        oracle, packed = SortedItems(items), PackedItems(iter(items))  # an iterator, as a store's pages are
+        n = oracle.size()
+        assert packed.size() == n
+        for begin in range(n + 1):
+            for end in range(begin, n + 1):
+                assert packed.fingerprint(begin, end) == oracle.fingerprint(begin, end), (size, begin, end)
+        for ts, ident_ in items[:40]:
+            for bound in (Bound(ts), Bound(ts, ident_), Bound(ts, ident_[:1]), Bound(ts + 1)):
+                lo, hi = sorted((rng.randrange(n + 1), rng.randrange(n + 1)))
+                assert packed.lower_bound(0, n, bound) == oracle.lower_bound(0, n, bound)
+                assert packed.lower_bound(lo, hi, bound) == oracle.lower_bound(lo, hi, bound)
+        assert [packed.item(i) for i in range(n)] == items
+
+
+@pytest.mark.parametrize("chunk", [2, 65_536])
+@pytest.mark.parametrize(("why", "items"), [
+    ("not ascending across a chunk", [(1, ident(1)), (3, ident(2)), (2, ident(1)), (4, ident(3))]),
+    ("a repeat", [(1, ident(1)), (2, ident(2)), (2, ident(2))]),
+    ("a negative timestamp", [(-1, ident(1))]),
+    ("a timestamp past 64 bits", [(1, ident(1)), (2**64, ident(2))]),
+    ("the reserved timestamp", [(1, ident(1)), (2, ident(2)), (MAX_TIMESTAMP, ident(3))]),
+    ("a short id", [(1, ident(1)), (2, b"\x01" * 31)]),
+    ("an id that is text", [(1, "a" * 32)]),
+    ("not a pair", [(1, ident(1), 3)]),
+])
+def test_packed_items_refuse_what_is_not_items(monkeypatch: pytest.MonkeyPatch, chunk: int, why: str,
+                                              items: list) -> None:
+    monkeypatch.setattr(PackedItems, "CHUNK", chunk)
+    with pytest.raises(ValueError):
+        PackedItems(items)
+
+
 def test_packed_items_are_checked_and_reconcile_as_an_initiator() -> None:
     with pytest.raises(ValueError):
         PackedItems([(2, ident(1)), (1, ident(2))])  # not ascending

@@ -39,9 +39,11 @@ from akrelay.jsontypes import JSONObject
 
 from akrelay.protocol.errors import ProtocolError
 from akrelay.protocol.payload import EVENT_TYPES
-from akrelay.protocol.reconcile import DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, Reconciler, SortedItems, Storage
+from akrelay.protocol.reconcile import (DEFAULT_FRAME_LIMIT, MAX_MESSAGE, MAX_ROUNDS, MIN_FRAME_LIMIT, Reconciler,
+                                        SortedItems, Storage)
 from akrelay.store.base import StoreUnavailable
-from akrelay.store.recon import DEFAULT_BUDGET, SNAPSHOT_CAP, OwnSet, ReconIndex, StoreView, ViewChanged
+from akrelay.store.recon import (DEFAULT_BUDGET, SNAPSHOT_CAP, OwnSet, ReconIndex, ResponderCopy, StoreView,
+                                 ViewChanged)
 from akrelay.store.capabilities import Reconcilable
 
 if TYPE_CHECKING:  # annotations only
@@ -164,6 +166,29 @@ def parse_types(value: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def parse_frame_limit(value: str) -> int:
+    """``frame_limit``: the most bytes the initiator takes in one answer, from negentropy's least to our largest."""
+    if not value.isdigit() or not value.isascii() or len(value) > 7 or not MIN_FRAME_LIMIT <= int(value) <= MAX_MESSAGE:
+        raise ProtocolError("invalid_request", f"frame_limit must be an integer from {MIN_FRAME_LIMIT} through "
+                            f"{MAX_MESSAGE} (bytes of one answer)")
+    return int(value)
+
+
+def parse_request(pairs: Iterable[tuple[str, str]]) -> tuple[Filter, int]:
+    """The endpoint's query string: the :func:`parse_filter` window, and the answer's ``frame_limit``
+    (default :data:`DEFAULT_FRAME_LIMIT`, what a negentropy initiator expects)."""
+    rest: list[tuple[str, str]] = []
+    limit: int | None = None
+    for name, value in pairs:
+        if name != "frame_limit":
+            rest.append((name, value))
+        elif limit is not None:
+            raise ProtocolError("invalid_request", "frame_limit is given twice")
+        else:
+            limit = parse_frame_limit(value)
+    return parse_filter(rest), DEFAULT_FRAME_LIMIT if limit is None else limit
+
+
 def parse_filter(pairs: Iterable[tuple[str, str]]) -> Filter:
     """The filter of a request's query string: ``since``, ``until`` (ms) and ``type``; strict."""
     seen: set[str] = set()
@@ -171,8 +196,8 @@ def parse_filter(pairs: Iterable[tuple[str, str]]) -> Filter:
     types: tuple[str, ...] | None = None
     for name, value in pairs:
         if name not in ("since", "until", "type"):
-            raise ProtocolError("invalid_request",
-                                f"unknown parameter {name[:40]!r} (reconcile takes since, until and type)")
+            raise ProtocolError("invalid_request", f"unknown parameter {name[:40]!r} (reconcile takes since, "
+                                "until, type and frame_limit)")
         if name in seen:
             raise ProtocolError("invalid_request", f"{name} is given twice")
         seen.add(name)
@@ -219,10 +244,13 @@ def filtered_items(store: Store, window: Filter, *, limit: int | None = None) ->
 
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
-            budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None) -> bytes:
+            budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None,
+            frame_limit: int = DEFAULT_FRAME_LIMIT, copies: ResponderCopy | None = None) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
 
     With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
+    With ``copies`` (one per process, shared by every message), the whole set is answered from a
+    copy in memory once large reconciliations have read enough (:class:`akrelay.store.recon.ResponderCopy`).
     """
     budget = DEFAULT_BUDGET if budget is None else budget
     if len(message) > MAX_MESSAGE:
@@ -230,10 +258,17 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
     if types is not None:
         if store is None:
             raise ProtocolError("invalid_request", "this relay cannot filter reconciliation by type")
-        return Reconciler(filtered_items(store, Filter(since, until, types))).respond(message)
+        return Reconciler(filtered_items(store, Filter(since, until, types)), frame_limit=frame_limit).respond(message)
     with index.recon_snapshot():
         try:
-            return Reconciler(StoreView(index, budget=budget, since=since, until=until)).respond(message)
+            view = StoreView(index, budget=budget, since=since, until=until)
+            whole = since is None and until is None and copies is not None
+            storage = copies.storage(index, view) if copies is not None and whole else view
+            try:
+                return Reconciler(storage, frame_limit=frame_limit).respond(message)
+            finally:
+                if copies is not None and storage is view:
+                    copies.spent(view)
         except ViewChanged as exc:
             raise StoreUnavailable(f"the reconciliation index changed while it was read ({exc}); retry", 1) from None
 
@@ -241,13 +276,16 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
 def discovery(origin: str, *, accepts_offers: bool = False) -> JSONObject:
     """The members the endpoint adds to the §9.2 document.
 
-    ``filters`` names the query parameters the endpoint takes; ``accepts_offers`` (only when
+    ``filters`` names the query parameters that narrow the set; ``frame_limit`` is the size of
+    an answer unless the initiator asks for up to ``max_frame_limit`` bytes (``?frame_limit=``:
+    fewer, larger rounds when differences are many); ``accepts_offers`` (only when
     true) invites a relay that reconciled with us to ``POST`` the events we lack to our
     ``events`` endpoint.
     """
     member: JSONObject = {"endpoint": origin.rstrip("/") + RECONCILE_PATH, "protocol": PROTOCOL_NAME,
                               "items": "created_at,hash", "frame_limit": DEFAULT_FRAME_LIMIT,
-                              "max_message": MAX_MESSAGE, "filters": ["since", "until", "type"]}
+                              "max_message": MAX_MESSAGE, "max_frame_limit": MAX_MESSAGE,
+                              "filters": ["since", "until", "type"]}
     if accepts_offers:
         member["accepts_offers"] = True
     return {"reconcile": member}
@@ -263,6 +301,8 @@ class Capabilities:
     types: bool = False
     #: its ``limits.max_envelope_bytes``, when it advertises one
     max_envelope_bytes: int | None = None
+    #: the largest answer it gives when asked with ``?frame_limit=`` (``reconcile.max_frame_limit``), if any
+    max_frame_limit: int | None = None
 
 
 def capabilities(doc: object, origin: str, events_url: str | None) -> Capabilities:
@@ -277,8 +317,10 @@ def capabilities(doc: object, origin: str, events_url: str | None) -> Capabiliti
     names = member.get("filters")
     limits = doc.get("limits")
     size = limits.get("max_envelope_bytes") if isinstance(limits, dict) else None
+    frames = member.get("max_frame_limit")
     return Capabilities(offer_url, isinstance(names, list) and "type" in names,
-                        size if type(size) is int and size > 0 else None)
+                        size if type(size) is int and size > 0 else None,
+                        min(frames, MAX_MESSAGE) if type(frames) is int and frames >= MIN_FRAME_LIMIT else None)
 
 
 def advertised_endpoint(doc: object, origin: str) -> str | None:
@@ -362,7 +404,8 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
           since: int | None = None, until: int | None = None, max_need: int | None = None,
           deadline: float | None = None, monotonic: Callable[[], float] | None = None,
           progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
-          store: Store | None = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP) -> list[bytes]:
+          store: Store | None = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP,
+          answer_limit: int | None = None) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
     Until then, each of our steps reads one snapshot of our own index, held only while computing
@@ -371,6 +414,7 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     answer or too many rounds, ``PeerFetchError`` for a failed request; stops early
     (``complete`` stays false) at the session deadline or once ``max_need`` ids are known.
     The first ``max_have`` ids we have and the peer lacks are kept in ``result.have_ids``.
+    ``answer_limit`` (a peer's ``max_frame_limit``) asks for answers of up to that many bytes.
     Once the rounds have read about twice as many rows of our aggregates as our set holds,
     and if it holds at most ``snapshot_cap`` items, our set is copied into memory for the
     rest of the session (:class:`akrelay.store.recon.OwnSet`).
@@ -384,6 +428,8 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     result.window = window
     started = monotonic()
     query = window.query()
+    if answer_limit is not None and answer_limit != DEFAULT_FRAME_LIMIT:
+        query += ("&" if query else "?") + f"frame_limit={min(max(answer_limit, MIN_FRAME_LIMIT), MAX_MESSAGE)}"
     fixed = None
     if window.types is not None:
         if store is None:
@@ -510,7 +556,7 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
                    st: PeerState, pass_result: PassResult, *, since: int | None = None, until: int | None = None,
                    progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
                    offer_to: str | None = None, offer_limit: int = 0,
-                   max_envelope_bytes: int | None = None) -> ReconcileResult:
+                   max_envelope_bytes: int | None = None, answer_limit: int | None = None) -> ReconcileResult:
     """Reconcile with ``peer`` and ingest what it has that we lack, through the engine's own path.
 
     With ``offer_to`` (the peer's ``events`` endpoint) and ``offer_limit``, what we have and
@@ -525,7 +571,7 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
     started = time.monotonic()
     accepted_before = pass_result.accepted
     need = learn(transport, url, index, result, since=since, until=until, progress=progress, window=window,
-                 store=engine.relay.store, max_have=offer_limit if offer_to else 0)
+                 store=engine.relay.store, max_have=offer_limit if offer_to else 0, answer_limit=answer_limit)
     for start in range(0, len(need), BATCH_IDS):
         ids = [event_id_of(i) for i in need[start:start + BATCH_IDS]]
         result.batches += 1
@@ -613,7 +659,7 @@ def maybe_reconcile(engine: SyncEngine, peer: Peer, transport: PeerTransport, en
     try:
         result = reconcile_peer(engine, peer, transport, url, endpoints["batch"], st, pass_result, progress=progress,
                                 window=window, offer_to=offer_to, offer_limit=engine.options.offer_max,
-                                max_envelope_bytes=caps.max_envelope_bytes)
+                                max_envelope_bytes=caps.max_envelope_bytes, answer_limit=caps.max_frame_limit)
     except (PeerFetchError, ProtocolError, ViewChanged) as exc:
         message = str(exc) if not isinstance(exc, ProtocolError) else f"{exc.code}: {exc.message}"
         st.last_reconcile = now
