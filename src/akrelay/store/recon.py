@@ -590,7 +590,10 @@ class OwnSet:
         how many rows are still ahead, so the copy is bought when the sweep starts, not once
         its reads have paid for it (measured at 1M: 10,000 differences take 49 steps, and
         the copy comes at step 7 instead of 19). Until the deferred part has shrunk once,
-        nothing is assumed ahead.
+        nothing is assumed ahead. A peer that shapes its answers to look like a long sweep
+        gains nothing: it costs us at most the one copy a session may make anyway. The
+        responder keeps to its reads (:class:`ResponderCopy`): there, a forecast that a few
+        cheap messages could steer would buy a copy for every state of the set.
         """
         if deferred <= 0:
             return 0
