@@ -22,6 +22,7 @@ from akrelay.protocol.reconcile import (
     ALIGN_SHIFTS,
     FINGERPRINT,
     FINGERPRINT_SIZE,
+    MAX_MESSAGE,
     ID_SIZE,
     IDLIST,
     INFINITY,
@@ -423,3 +424,32 @@ def test_a_burst_in_one_bucket_is_split_by_counts() -> None:
     spread = SortedItems((1_790_000_000_000 + 1000 * i, ident(i)) for i in range(5000))
     splits = aligned_splits(spread, 0, spread.size(), 16)
     assert splits is not None and 8 <= len(splits) <= 15
+
+
+def test_a_full_frame_reports_how_many_of_our_items_it_left_for_later() -> None:
+    """``Outcome.deferred`` counts the items under the fingerprint of the rest that ends a full frame."""
+    rng = random.Random(12)
+    common = sorted({(rng.randrange(10**9), rng.randbytes(32)) for _ in range(20_000)})
+    ours = SortedItems([item for n, item in enumerate(common) if n % 50])  # 400 differences: 4 KB frames fill
+    theirs = SortedItems(common)
+    initiator = Reconciler(ours, frame_limit=MIN_FRAME_LIMIT)
+    responder = Reconciler(theirs, frame_limit=MIN_FRAME_LIMIT)
+    message: bytes | None = initiator.initiate()
+    seen = []
+    while message is not None:
+        outcome = initiator.reconcile(responder.respond(message))
+        if outcome.deferred:
+            assert outcome.message is not None and 0 < outcome.deferred < ours.size()
+            # the message ends with the rest's fingerprint: exactly the last `deferred` items of ours
+            assert outcome.message[-FINGERPRINT_SIZE:] == ours.fingerprint(ours.size() - outcome.deferred, ours.size())
+        seen.append(outcome.deferred)
+        message = outcome.message
+    assert seen[-1] == 0 and max(seen) > 0
+    # 20 differences, with room for every range in each message: nothing is ever left for later
+    few = SortedItems([item for n, item in enumerate(common) if n % 1000])
+    initiator, responder = Reconciler(few, frame_limit=MAX_MESSAGE), Reconciler(theirs, frame_limit=MAX_MESSAGE)
+    message = initiator.initiate()
+    while message is not None:
+        outcome = initiator.reconcile(responder.respond(message))
+        assert outcome.deferred == 0
+        message = outcome.message

@@ -180,3 +180,49 @@ def test_redis_bucket_aggregates_match_python_and_vanish_with_their_items(redis_
     finally:
         store._client.flushdb()
         store.close()
+
+
+def _own_set_steps(own, steps) -> list[bool]:
+    """Drive an OwnSet through ``steps`` of (rows its view reads, the step's Outcome.deferred): copied after each?"""
+    from akrelay.store.recon import PackedItems
+
+    copied = []
+    deferred = 0
+    for reads, left in steps:
+        storage = own.storage(deferred)
+        if isinstance(storage, StoreView):
+            storage.reads = reads  # as though the step had read that many rows of the aggregates
+        copied.append(isinstance(storage, PackedItems))
+        deferred = left
+    return copied
+
+
+def _memory_own_set(size: int):
+    from akrelay.store.recon import MemoryReconIndex, OwnSet
+
+    index = MemoryReconIndex()
+    index.add((1_790_000_000_000 + i, i.to_bytes(32, "big")) for i in range(size))
+    return OwnSet(index, copy_after=1.0)
+
+
+def test_the_initiator_copies_when_a_long_sweep_is_ahead_before_its_reads_pay_for_it() -> None:
+    """100 rows a step, the deferred part shrinking by 50 of 1,000 items a step: 17 steps and 1,700
+    rows ahead, against a copy worth 1,000 rows' reads. The copy comes as soon as the deferred
+    part has shrunk once, after 200 rows read (the reads alone would buy it after 10 steps)."""
+    own = _memory_own_set(1000)
+    copied = _own_set_steps(own, [(100, 900), (100, 850), (100, 800), (100, 750)])
+    assert copied == [False, False, True, True]
+    assert own.view_reads == 200
+
+
+def test_a_short_sweep_or_one_that_does_not_shrink_buys_no_copy_early() -> None:
+    # a short sweep: 20 rows a step, the deferred part halving: a few dozen rows ahead, far below the set
+    own = _memory_own_set(1000)
+    assert _own_set_steps(own, [(20, 400), (20, 200), (20, 100), (20, 0), (20, 0)]) == [False] * 5
+    # a deferred part that never shrinks says nothing about what is ahead; the reads alone decide
+    own = _memory_own_set(1000)
+    assert _own_set_steps(own, [(300, 900), (300, 900), (300, 950), (300, 950), (300, 950)]) == [
+        False, False, False, False, True]  # 1,200 rows read by the fifth step: over the set's 1,000
+    # steps that leave nothing for later (deferred 0) between the shrinking ones keep the trend
+    own = _memory_own_set(1000)
+    assert _own_set_steps(own, [(100, 900), (100, 0), (100, 850), (100, 0)]) == [False, False, False, True]

@@ -415,9 +415,9 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     (``complete`` stays false) at the session deadline or once ``max_need`` ids are known.
     The first ``max_have`` ids we have and the peer lacks are kept in ``result.have_ids``.
     ``answer_limit`` (a peer's ``max_frame_limit``) asks for answers of up to that many bytes.
-    Once the rounds have read about twice as many rows of our aggregates as our set holds,
-    and if it holds at most ``snapshot_cap`` items, our set is copied into memory for the
-    rest of the session (:class:`akrelay.store.recon.OwnSet`).
+    Once the rounds have read, or can be expected to read, about as many rows of our
+    aggregates as our set holds, and if it holds at most ``snapshot_cap`` items, our set is
+    copied into memory for the rest of the session (:class:`akrelay.store.recon.OwnSet`).
     """
     from akrelay.federation.transport import PeerFetchError
 
@@ -438,13 +438,14 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     # our own set: read from the aggregates, and copied into memory once the rounds prove many
     own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap)
 
-    def storage() -> Storage:
-        return fixed if fixed is not None else own.storage()
+    def storage(deferred: int = 0) -> Storage:
+        return fixed if fixed is not None else own.storage(deferred)
 
     with index.recon_snapshot():
         reconciler = Reconciler(storage(), max_rounds=MAX_ROUNDS)
         message: bytes | None = reconciler.initiate()
     need: list[bytes] = []
+    deferred = 0  # what the last step left for later (OwnSet: copy when a long sweep is ahead)
     while message is not None:
         if monotonic() - started > deadline:
             result.error = f"stopped after {deadline:.0f} s ({result.rounds} rounds)"
@@ -459,8 +460,9 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
         result.received += len(reply)
         result.rounds += 1
         with index.recon_snapshot():
-            reconciler.storage = storage()
+            reconciler.storage = storage(deferred)
             outcome = reconciler.reconcile(reply)
+        deferred = outcome.deferred
         result.have += len(outcome.have)
         room = max_have - len(result.have_ids)
         if room > 0:

@@ -438,6 +438,9 @@ class Outcome:
     message: bytes | None
     have: list[bytes] = field(default_factory=list)
     need: list[bytes] = field(default_factory=list)
+    #: our items after the last range the message described, left to the fingerprint of the
+    #: rest of a full frame: the part of the set the reconciliation still has ahead of it
+    deferred: int = 0
 
 
 class Reconciler:
@@ -592,6 +595,7 @@ class Reconciler:
                     # splits in its next message
                     out.add(out.bound(INFINITY) + encode_varint(FINGERPRINT)
                             + storage.fingerprint(written_index, size))
+                    outcome.deferred = size - written_index
                 break
             prev_bound, prev_index = upper_bound, upper
         if out.size == 1 and initiator:

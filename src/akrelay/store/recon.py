@@ -503,7 +503,7 @@ def snapshot_items(index: ReconIndex, *, since: int | None = None, until: int | 
     peer's message in the aggregates (hundreds of reads a round when differences are many);
     over a copy each costs a bisection. The copy is read inside one snapshot, in pages of
     :data:`SNAPSHOT_PAGE` in key order, so it is one state of the log; what arrives later is
-    reconciled next time. The responder never copies: it keeps nothing between rounds.
+    reconciled next time. A responder copies through :class:`ResponderCopy`.
     """
     with index.recon_snapshot():
         return _copy(index, since, until, StoreView(index, since=since, until=until).size(), cap)
@@ -516,8 +516,9 @@ def _copy(index: ReconIndex, since: int | None, until: int | None, size: int, ca
     hi: Item | None = (until, b"") if until is not None else None
     start: Item = (since if since is not None else 0, b"")
 
-    def pages() -> Iterator[Item]:
-        # one page of tuples alive at a time: the copy's peak is about its packed size plus a page
+    def pages() -> Iterator[list[Item]]:
+        # one page of tuples alive at a time: the copy's peak is about its packed size plus a page;
+        # whole pages, flattened in C by chain.from_iterable (a generator step per item costs 0.2 us)
         lo, first, read = start, True, 0
         while True:
             page = index.recon_items(lo, hi, SNAPSHOT_PAGE + (0 if first else 1))
@@ -525,13 +526,13 @@ def _copy(index: ReconIndex, since: int | None, until: int | None, size: int, ca
             read += len(rows)
             if read > cap:
                 raise _TooLarge
-            yield from rows
+            yield rows
             if len(rows) < SNAPSHOT_PAGE:
                 return
             lo, first = page[-1], False
 
     try:
-        return PackedItems(pages())
+        return PackedItems(itertools.chain.from_iterable(pages()))
     except _TooLarge:
         return None
 
@@ -558,21 +559,52 @@ class OwnSet:
         self.view_reads = 0
         self._view: StoreView | None = None
         self._too_large = False
+        self._steps = 0
+        #: (step, deferred, view_reads) when a step last left part of the set for later
+        self._mark: tuple[int, int, int] | None = None
 
-    def storage(self) -> StoreView | PackedItems:
+    def storage(self, deferred: int = 0) -> StoreView | PackedItems:
+        """The set to answer the next step from; ``deferred``: the last step's ``Outcome.deferred``."""
         if self.copy is not None:
             return self.copy
         view = self._view
         if view is not None:
             self.view_reads += view.reads
-            if not self._too_large and self.view_reads >= self.copy_after * view.size():
-                self.copy = _copy(self.index, self.since, self.until, view.size(), self.cap)
+            self._steps += 1
+            size = view.size()
+            if not self._too_large and self.view_reads + self._ahead(deferred) >= self.copy_after * size:
+                self.copy = _copy(self.index, self.since, self.until, size, self.cap)
                 self._too_large = self.copy is None
                 if self.copy is not None:
                     self._view = None
                     return self.copy
         self._view = StoreView(self.index, since=self.since, until=self.until)
         return self._view
+
+    def _ahead(self, deferred: int) -> int:
+        """The rows the views can be expected to read in the steps still ahead.
+
+        Why: a reconciliation of many differences is a sweep through the set, a frame at a
+        time; each full frame leaves what follows its last range to the next (``deferred``).
+        How fast that part shrinks, against how many rows the views read meanwhile, tells
+        how many rows are still ahead, so the copy is bought when the sweep starts, not once
+        its reads have paid for it (measured at 1M: 10,000 differences take 49 steps, and
+        the copy comes at step 7 instead of 19). Until the deferred part has shrunk once,
+        nothing is assumed ahead. A peer that shapes its answers to look like a long sweep
+        gains nothing: it costs us at most the one copy a session may make anyway. The
+        responder keeps to its reads (:class:`ResponderCopy`): there, a forecast that a few
+        cheap messages could steer would buy a copy for every state of the set.
+        """
+        if deferred <= 0:
+            return 0
+        mark = self._mark
+        self._mark = (self._steps, deferred, self.view_reads)
+        if mark is None or deferred >= mark[1]:
+            return 0
+        steps = self._steps - mark[0]
+        shrink = (mark[1] - deferred) / steps
+        reads = (self.view_reads - mark[2]) / steps
+        return int(deferred / shrink * reads)
 
 
 #: Seconds without a message after which a responder's copy is given back (at the next message),

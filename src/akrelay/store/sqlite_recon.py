@@ -153,6 +153,8 @@ class SqliteReconIndex:
         if hi is not None:
             sql += " AND (created_at, hash) < (?, ?)"
             args += hi
-        rows = self._connect().execute(sql + " ORDER BY created_at, hash LIMIT ?", (*args, limit)).fetchall()
-        return [(r[0], bytes(r[1])) for r in rows]
+        # sqlite3 gives an INTEGER as int and a BLOB as bytes: its row tuples are items as they are
+        rows: list[Item] = self._connect().execute(sql + " ORDER BY created_at, hash LIMIT ?",
+                                                   (*args, limit)).fetchall()
+        return rows
 
