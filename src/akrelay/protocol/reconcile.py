@@ -226,7 +226,7 @@ class SortedItems:
 
 
 class PackedItems:
-    """A :class:`Storage` over sorted items packed into bytes: about 48 bytes an item in memory.
+    """A :class:`Storage` over sorted items packed into bytes: about 49 bytes an item in memory.
 
     Why: an initiator reconciles its own set, which cannot change the answer of its peer, so
     it may copy the set once per reconciliation and answer every round from memory instead
@@ -262,7 +262,7 @@ class PackedItems:
             try:
                 keys = [ts.to_bytes(8, "big") + ident for ts, ident in chunk]
             except (OverflowError, AttributeError, TypeError, ValueError):
-                raise ValueError(f"not an item in {_first_bad(chunk)!r}") from None
+                raise ValueError(f"not an item: {_first_bad(chunk)!r}") from None
             if set(map(len, keys)) != {record}:
                 raise ValueError(f"not an item: {_first_bad(chunk)!r}")
             # ascending and distinct, the chunk and its first key after the last one before
