@@ -453,3 +453,12 @@ def test_a_full_frame_reports_how_many_of_our_items_it_left_for_later() -> None:
         outcome = initiator.reconcile(responder.respond(message))
         assert outcome.deferred == 0
         message = outcome.message
+
+
+@pytest.mark.parametrize("items", [[(1, "a" * 32)], [(1.5, ident(1))], [(-1, ident(1))], [(MAX_TIMESTAMP, ident(1))],
+                                   [(1, ident(1)[:31])]])
+def test_sorted_items_refuse_what_is_not_items_as_packed_items_do(items: list) -> None:
+    """One rule for both copies: a text id of the right length is refused, not left to fail in a fingerprint."""
+    for build in (SortedItems, PackedItems):
+        with pytest.raises(ValueError, match="not an item"):
+            build(items)

@@ -199,7 +199,7 @@ class SortedItems:
     def __init__(self, items: Iterable[Item]) -> None:
         ordered = sorted(set(items))
         for ts, ident in ordered:
-            if not 0 <= ts < MAX_TIMESTAMP or len(ident) != ID_SIZE:
+            if not _is_item(ts, ident):
                 raise ValueError(f"not an item: ({ts!r}, {ident!r})")
         self._keys = ordered
         prefix = [0]
@@ -335,16 +335,20 @@ class PackedItems:
 _INFINITE_PREFIX = MAX_TIMESTAMP.to_bytes(8, "big")
 
 
+def _is_item(ts: object, ident: object) -> bool:
+    """An item's timestamp and id: an int below the reserved timestamp, and ``ID_SIZE`` bytes."""
+    return isinstance(ts, int) and 0 <= ts < MAX_TIMESTAMP and isinstance(ident, bytes) and len(ident) == ID_SIZE
+
+
 def _first_bad(chunk: list[Item]) -> object:
     """The first of ``chunk`` that is not an item (for the error message)."""
     for entry in chunk:
         try:
             ts, ident = entry
-            if type(ts) is int and 0 <= ts < MAX_TIMESTAMP and type(ident) is bytes and len(ident) == ID_SIZE:
-                continue
         except (TypeError, ValueError):
-            pass
-        return entry
+            return entry
+        if not _is_item(ts, ident):
+            return entry
     return chunk[0]
 
 
