@@ -28,7 +28,7 @@ import hashlib
 import itertools
 import operator
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, NamedTuple, Protocol, Sequence
 
 from akrelay.protocol.errors import ProtocolError
 
@@ -70,9 +70,12 @@ def _bad(message: str) -> ProtocolError:
 Item = tuple[int, bytes]
 
 
-@dataclass(frozen=True)
-class Bound:
-    """An exclusive upper bound: a timestamp and an id prefix (omitted bytes are zero)."""
+class Bound(NamedTuple):
+    """An exclusive upper bound: a timestamp and an id prefix (omitted bytes are zero).
+
+    A named tuple, not a frozen dataclass: a message holds thousands of bounds, and a frozen
+    dataclass costs about 2.7 us to make against 0.4 us for a tuple.
+    """
 
     timestamp: int
     prefix: bytes = b""
@@ -285,6 +288,7 @@ class PackedItems:
         self._sums = b"".join(sums)
         data, sparse = self._data, self.SPARSE * record
         self._sparse = [data[at:at + record] for at in range(0, len(data), sparse)]
+        self._last = (0, 0, 0, 0)
 
     def size(self) -> int:
         return self._size
@@ -303,12 +307,22 @@ class PackedItems:
         return int.from_bytes(self._data[at:at + 8], "big"), self._data[at + 8:at + self.RECORD]
 
     def lower_bound(self, first: int, last: int, bound: Bound) -> int:
-        ts, prefix = bound.key()
-        target = ts.to_bytes(8, "big") + prefix
+        ts, prefix = bound
+        if ts >= MAX_TIMESTAMP:
+            return last  # the reserved timestamp: beyond every item
+        target = ts.to_bytes(8, "big") + prefix.ljust(ID_SIZE, b"\0")
         block = bisect.bisect_left(self._sparse, target)  # the sparse key before it is below, the one at it not
         lo = (block - 1) * self.SPARSE + 1 if block else 0
-        found = bisect.bisect_left(self, target, lo, min(self._size, block * self.SPARSE))
-        return min(max(found, first), last)
+        hi = min(self._size, block * self.SPARSE)
+        data, record = self._data, self.RECORD
+        while lo < hi:  # within one block: a bisection over slices, without a method call per probe
+            mid = (lo + hi) >> 1
+            at = mid * record
+            if data[at:at + record] < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return min(max(lo, first), last)
 
     def _sum_before(self, index: int) -> int:
         step, record, data = self.STEP, self.RECORD, self._data
@@ -325,7 +339,13 @@ class PackedItems:
         return total
 
     def fingerprint(self, begin: int, end: int) -> bytes:
-        return fingerprint(self._sum_before(end) - self._sum_before(begin), end - begin)
+        # the ends of the last range asked for: the next range starts where it ended, and a
+        # range that differs is often asked for twice (read, then written)
+        last_begin, sum_begin, last_end, sum_end = self._last
+        low = sum_begin if begin == last_begin else sum_end if begin == last_end else self._sum_before(begin)
+        high = sum_end if end == last_end else sum_begin if end == last_begin else self._sum_before(end)
+        self._last = (begin, low, end, high)  # one tuple, swapped whole: safe for threads sharing the copy
+        return fingerprint(high - low, end - begin)
 
     def ids(self, begin: int, end: int) -> Sequence[bytes]:
         data, record = self._data, self.RECORD
@@ -373,6 +393,10 @@ class _Reader:
         return out
 
     def varint(self) -> int:
+        pos = self.pos
+        if pos < len(self.data) and self.data[pos] < 0x80:  # one byte: modes, counts, prefix lengths
+            self.pos = pos + 1
+            return self.data[pos]
         value = 0
         for _ in range(10):
             if self.pos >= len(self.data):
@@ -395,30 +419,45 @@ class _Reader:
 
     def bound(self) -> Bound:
         ts = self.timestamp()
-        length = self.varint()
+        data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] < 0x80:  # the prefix length, in one byte
+            length = data[pos]
+            pos += 1
+        else:
+            length = self.varint()
+            pos = self.pos
         if length > ID_SIZE:
             raise _bad(f"id prefix of {length} bytes (at most {ID_SIZE})")
-        return Bound(ts, self.take(length))
+        if pos + length > len(data):
+            raise _bad("truncated")
+        self.pos = pos + length
+        return Bound(ts, data[pos:pos + length])
 
 
 class _Writer:
-    __slots__ = ("parts", "size", "last_timestamp")
+    __slots__ = ("parts", "size", "last_timestamp", "ranges")
 
     def __init__(self) -> None:
         self.parts: list[bytes] = [bytes([PROTOCOL_VERSION])]
         self.size = 1
         self.last_timestamp = 0
+        #: the upper bound and mode of each range written, in order (what an initiator may resend)
+        self.ranges: list[tuple[Bound, int]] = []
 
-    def mark(self) -> tuple[int, int, int]:
-        return len(self.parts), self.size, self.last_timestamp
+    def mark(self) -> tuple[int, int, int, int]:
+        return len(self.parts), self.size, self.last_timestamp, len(self.ranges)
 
-    def reset(self, mark: tuple[int, int, int]) -> None:
+    def reset(self, mark: tuple[int, int, int, int]) -> None:
         del self.parts[mark[0]:]
+        del self.ranges[mark[3]:]
         self.size, self.last_timestamp = mark[1], mark[2]
 
-    def add(self, chunk: bytes) -> None:
+    def put(self, bound: Bound, mode: int, payload: bytes = b"") -> None:
+        """Write one range: its upper bound, its mode and what the mode carries."""
+        chunk = self.bound(bound) + _ONE_BYTE[mode] + payload
         self.parts.append(chunk)
         self.size += len(chunk)
+        self.ranges.append((bound, mode))
 
     def bound(self, bound: Bound) -> bytes:
         if bound.timestamp == MAX_TIMESTAMP:
@@ -477,11 +516,16 @@ class Reconciler:
         #: ids the initiator has reported: a range learned from an id list can come back inside
         #: the fingerprint that stands for the rest of a full frame, and is then not reported twice
         self._reported: set[bytes] = set()
+        #: the ranges of the initiator's last message (upper bound, mode): where the peer's answer
+        #: stops short of them, the next message resumes them rather than splitting anew
+        self._sent: list[tuple[Bound, int]] = []
+        self._leftover: list[tuple[Bound, int]] = []
 
     def initiate(self) -> bytes:
         """The first message: the whole set, split into buckets (or listed, if small)."""
         out = _Writer()
         self._split(out, 0, self.storage.size(), ZERO, INFINITY)
+        self._sent = out.ranges
         return out.bytes()
 
     def respond(self, message: bytes) -> bytes:
@@ -550,11 +594,15 @@ class Reconciler:
                     skipping = True
                 else:
                     if skipping:
-                        out.add(out.bound(prev_bound) + encode_varint(SKIP))
+                        out.put(prev_bound, SKIP)
                         skipping = False
-                    if initiator and self.initiator_asks and upper - lower < self.list_below:
-                        out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT)
-                                + storage.fingerprint(lower, upper))
+                    resumed = None
+                    if initiator and upper_bound.timestamp == MAX_TIMESTAMP:
+                        resumed = self._resume(out, lower, prev_bound, limit, range_limit)
+                    if resumed is not None:  # our last message again, from where the peer stopped
+                        outcome.deferred = size - resumed
+                    elif initiator and self.initiator_asks and upper - lower < self.list_below:
+                        out.put(upper_bound, FINGERPRINT, storage.fingerprint(lower, upper))
                     else:
                         self._split(out, lower, upper, prev_bound, upper_bound)
                     written_bound, written_index = upper_bound, upper
@@ -578,7 +626,7 @@ class Reconciler:
                             outcome.need.append(i)
                 else:
                     if skipping:
-                        out.add(out.bound(prev_bound) + encode_varint(SKIP))
+                        out.put(prev_bound, SKIP)
                         skipping = False
                     covered, bound = self._list(out, lower, upper, upper_bound, limit)
                     written_bound, written_index = bound, covered
@@ -592,20 +640,75 @@ class Reconciler:
                     if mark_skipping and written_index < prev_index:
                         # what was skipped before it (matched, or an id list the initiator has
                         # already learned from) stays out of the rest: never reconciled twice
-                        out.add(out.bound(prev_bound) + encode_varint(SKIP))
+                        out.put(prev_bound, SKIP)
                         written_bound, written_index = prev_bound, prev_index
                 if written_bound != INFINITY:
                     # one fingerprint for everything not yet described, which the other side
                     # splits in its next message
-                    out.add(out.bound(INFINITY) + encode_varint(FINGERPRINT)
-                            + storage.fingerprint(written_index, size))
+                    out.put(INFINITY, FINGERPRINT, storage.fingerprint(written_index, size))
                     outcome.deferred = size - written_index
                 break
             prev_bound, prev_index = upper_bound, upper
-        if out.size == 1 and initiator:
-            return outcome  # nothing left to ask: reconciled
+        if initiator:
+            # what we sent, and the cuts of our last message that a resume left unsent: the
+            # next resume goes on from there (ahead of the rest's fingerprint, in order)
+            plan = out.ranges
+            if self._leftover and plan and plan[-1][0] == INFINITY:
+                # at most twice a message's ranges kept, whatever a peer makes us resume
+                plan = plan[:-1] + self._leftover[:max(0, 2 * MAX_RANGES - len(plan))]
+            self._sent, self._leftover = plan, []
+            if out.size == 1:
+                return outcome  # nothing left to ask: reconciled
         outcome.message = out.bytes()
         return outcome
+
+    def _resume(self, out: _Writer, lower: int, low: Bound, limit: int, range_limit: int) -> int | None:
+        """Describe the rest of the set, from ``low`` on, with our last message's own ranges there.
+
+        Why: a peer whose answer fills its frame describes everything after it with one
+        fingerprint. Split anew, that rest would be descended from the top again, two rounds
+        and thousands of ranges before the peer splits anything, while our last message had
+        already cut it fine. So the ranges of that message that the peer did not reach are
+        sent again (each with its fingerprint now), as many as twice the ranges the peer did
+        reach (it will reach about as many again), then one fingerprint for all that follows.
+        ``None`` (split as usual) when the peer reached none of them, or when fewer than two
+        are left. Returns the index where that last fingerprint starts.
+        """
+        sent, key = self._sent, low.key()
+        start = 0
+        while start < len(sent) and sent[start][0].key() <= key:
+            start += 1
+        reached = sum(1 for _, mode in sent[:start] if mode != SKIP)
+        ahead = sent[start:]
+        if not reached or sum(1 for bound, mode in ahead if mode != SKIP and bound != INFINITY) < 2:
+            return None
+        storage, size = self.storage, self.storage.size()
+        cap = 2 * reached
+        current = emitted = lower
+        pending: Bound | None = None
+        rest = len(ahead)  # the first of ``ahead`` not written
+        for j, (bound, mode) in enumerate(ahead):
+            if bound.timestamp == MAX_TIMESTAMP or not cap:
+                rest = j
+                break
+            if mode != SKIP and (out.size + 3 * 60 > limit or len(out.parts) + 3 > range_limit):
+                rest = j  # room for this range, a skip before it and the fingerprint of the rest after it
+                break
+            end = storage.lower_bound(current, size, bound)
+            if mode == SKIP:
+                pending = bound
+            else:
+                if pending is not None:
+                    out.put(pending, SKIP)
+                    pending = None
+                out.put(bound, FINGERPRINT, storage.fingerprint(emitted, end))
+                emitted = end
+                cap -= 1
+                rest = j + 1
+            current = end
+        out.put(INFINITY, FINGERPRINT, storage.fingerprint(emitted, size))
+        self._leftover = ahead[rest:]
+        return emitted
 
     def _split(self, out: _Writer, lower: int, upper: int, lower_bound: Bound, upper_bound: Bound) -> None:
         """Describe ``[lower, upper)``: its ids when few, else fingerprints of its buckets (or of ``buckets`` parts)."""
@@ -616,7 +719,7 @@ class Reconciler:
             if prefetch is not None:  # an optional hint: a store-backed view reads a small range in one go
                 prefetch(lower, upper)
             ids = storage.ids(lower, upper)
-            out.add(out.bound(upper_bound) + encode_varint(IDLIST) + encode_varint(len(ids)) + b"".join(ids))
+            out.put(upper_bound, IDLIST, encode_varint(len(ids)) + b"".join(ids))
             return
         if self.aligned and count > ALIGN_ABOVE:
             method = getattr(storage, "aligned_splits", None)
@@ -625,9 +728,9 @@ class Reconciler:
             if splits:
                 current = lower
                 for bound, end in splits:
-                    out.add(out.bound(bound) + encode_varint(FINGERPRINT) + storage.fingerprint(current, end))
+                    out.put(bound, FINGERPRINT, storage.fingerprint(current, end))
                     current = end
-                out.add(out.bound(upper_bound) + encode_varint(FINGERPRINT) + storage.fingerprint(current, upper))
+                out.put(upper_bound, FINGERPRINT, storage.fingerprint(current, upper))
                 return
         if prefetch is not None:
             prefetch(lower, upper)
@@ -637,7 +740,7 @@ class Reconciler:
         for i in range(buckets):
             end = current + per + (1 if i < extra else 0)
             bound = upper_bound if end == upper else minimal_bound(storage.item(end - 1), storage.item(end))
-            out.add(out.bound(bound) + encode_varint(FINGERPRINT) + storage.fingerprint(current, end))
+            out.put(bound, FINGERPRINT, storage.fingerprint(current, end))
             current = end
 
     def _list(self, out: _Writer, lower: int, upper: int, upper_bound: Bound, limit: int) -> tuple[int, Bound]:
@@ -649,5 +752,5 @@ class Reconciler:
             item = self.storage.item(end)
             bound = Bound(item[0], item[1])  # the first item not listed starts the rest
         ids = self.storage.ids(lower, end)
-        out.add(out.bound(bound) + encode_varint(IDLIST) + encode_varint(len(ids)) + b"".join(ids))
+        out.put(bound, IDLIST, encode_varint(len(ids)) + b"".join(ids))
         return end, bound
