@@ -339,6 +339,36 @@ def test_packed_items_refuse_what_is_not_items(monkeypatch: pytest.MonkeyPatch, 
         PackedItems(items)
 
 
+def test_packed_items_from_columns_are_the_items_and_are_checked() -> None:
+    """Handed over as columns (a store's one-statement copy), the items answer as when built from items."""
+    from array import array
+
+    rng = random.Random(5)
+    items = sorted({(rng.randrange(40), rng.randbytes(32)) for _ in range(300)})  # many share a timestamp
+    columns = PackedItems.from_columns(array("Q", [ts for ts, _ in items]), b"".join(i for _, i in items))
+    built, oracle = PackedItems(items), SortedItems(items)
+    n = oracle.size()
+    assert columns.size() == n and [columns.item(k) for k in range(n)] == items
+    for begin in range(0, n + 1, 7):
+        for end in range(begin, n + 1, 5):
+            assert columns.fingerprint(begin, end) == built.fingerprint(begin, end) == oracle.fingerprint(begin, end)
+    for ts, ident_ in items:
+        for bound in (Bound(ts), Bound(ts, ident_), Bound(ts, ident_[:2]), Bound(ts + 1, b"\xff")):
+            assert columns.lower_bound(0, n, bound) == oracle.lower_bound(0, n, bound)
+    ids = b"".join(i for _, i in items)
+    for why, times, idents in [
+        ("not ascending", array("Q", [2, 1]), ident(1) + ident(2)),
+        ("a tie whose ids descend", array("Q", [1, 1]), max(ident(1), ident(2)) + min(ident(1), ident(2))),
+        ("a repeat", array("Q", [1, 1]), ident(1) * 2),
+        ("the reserved timestamp", array("Q", [1, MAX_TIMESTAMP]), ident(1) + ident(2)),
+        ("ids too short", array("Q", [ts for ts, _ in items]), ids[:-1]),
+        ("not unsigned 64-bit", array("q", [ts for ts, _ in items]), ids),
+    ]:
+        with pytest.raises(ValueError):
+            PackedItems.from_columns(times, idents)
+            pytest.fail(why)
+
+
 def test_packed_items_are_checked_and_reconcile_as_an_initiator() -> None:
     with pytest.raises(ValueError):
         PackedItems([(2, ident(1)), (1, ident(2))])  # not ascending

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from array import array
 import itertools
 import operator
 from dataclasses import dataclass, field
@@ -229,113 +230,133 @@ class SortedItems:
 
 
 class PackedItems:
-    """A :class:`Storage` over sorted items packed into bytes: about 49 bytes an item in memory.
+    """A :class:`Storage` over sorted items in two columns: about 44 bytes an item in memory.
 
     Why: an initiator reconciles its own set, which cannot change the answer of its peer, so
     it may copy the set once per reconciliation and answer every round from memory instead
     of from its store's aggregates (and a responder, while its set stays the same). A tuple
-    per item (:class:`SortedItems`) costs about 230 bytes; here each item is 40 bytes (the
-    timestamp as 8 big-endian bytes, then the id, so that bytes order is item order), the id
-    sums are kept every :attr:`STEP` items (32 bytes each), so a fingerprint converts at most
-    ``STEP // 2`` ids per end, and every :attr:`SPARSE`-th key is kept as its own bytes, so
-    that locating a bound is a bisection in C and a few steps within one block.
+    per item (:class:`SortedItems`) costs about 230 bytes. Here the timestamps are one array
+    of unsigned 64-bit integers (8 bytes each), so that a bound is located by a bisection in
+    C, and the ids are one ``bytes`` (32 each); the id sums are kept every :attr:`STEP` items
+    (32 bytes each), so a fingerprint converts at most ``STEP // 2`` ids per end.
 
-    The copy is built a chunk of :attr:`CHUNK` items at a time with list comprehensions and
-    C-level checks (about a microsecond an item), not a Python statement per item.
+    Both columns can be handed over whole (:meth:`from_columns`, what a store that can read
+    them in one statement does), or built from items a chunk of :attr:`CHUNK` at a time with
+    C-level checks. Either way the items are checked: ascending, distinct, each an item.
     """
 
-    RECORD = 8 + ID_SIZE
     STEP = 8
-    SPARSE = 16
     CHUNK = 65_536
 
-    def __init__(self, items: Iterable[Item]) -> None:
-        """``items`` ascending and distinct (as a store's index returns them); checked as they are packed."""
-        step, record = self.STEP, self.RECORD
-        parts: list[bytes] = []
-        sums: list[bytes] = []
-        total = 0
-        previous = b""
-        n = 0
+    def __init__(self, items: Iterable[Item] = (), *, columns: tuple[array[int], bytes] | None = None) -> None:
+        """``items`` ascending and distinct (as a store's index returns them); checked as they are packed.
+
+        ``columns`` instead: see :meth:`from_columns`.
+        """
+        if columns is not None:
+            timestamps, joined = columns
+            if not isinstance(timestamps, array) or timestamps.typecode != "Q" or not isinstance(joined, bytes) \
+                    or len(joined) != ID_SIZE * len(timestamps):
+                raise ValueError("not the columns of items: an array('Q') of timestamps and 32 bytes of id for each")
+            self._setup(timestamps, joined)
+            return
+        timestamps = array("Q")
+        ids: list[bytes] = []
         source = iter(items)
         while True:
             chunk = list(itertools.islice(source, self.CHUNK))
             if not chunk:
                 break
-            try:
-                keys = [ts.to_bytes(8, "big") + ident for ts, ident in chunk]
-            except (OverflowError, AttributeError, TypeError, ValueError):
+            try:  # in C: a pair each, an unsigned 64-bit integer and 32 bytes
+                if set(map(len, chunk)) != {2}:
+                    raise TypeError
+                timestamps.extend(map(_FIRST, chunk))  # refuses what is not an int of 64 bits or fewer
+                if set(map(len, map(_SECOND, chunk))) != {ID_SIZE}:
+                    raise TypeError
+                ids.append(b"".join(map(_SECOND, chunk)))  # refuses text
+            except (OverflowError, TypeError, ValueError):
                 raise ValueError(f"not an item: {_first_bad(chunk)!r}") from None
-            if set(map(len, keys)) != {record}:
-                raise ValueError(f"not an item: {_first_bad(chunk)!r}")
-            # ascending and distinct, the chunk and its first key after the last one before
-            if not all(map(operator.lt, itertools.chain((previous,), keys), keys)):
+            del chunk
+        self._setup(timestamps, b"".join(ids))
+
+    @classmethod
+    def from_columns(cls, timestamps: array[int], ids: bytes) -> PackedItems:
+        """The items whose timestamps are ``timestamps`` (an ``array("Q")``) and ids ``ids`` (32 bytes each), in that order."""
+        return cls(columns=(timestamps, ids))
+
+    def _setup(self, timestamps: array[int], ids: bytes) -> None:
+        """Check the columns (ascending, distinct, no reserved timestamp) and keep the id sums."""
+        n = len(timestamps)
+        if n and timestamps[-1] >= MAX_TIMESTAMP:  # ascending: the last is the largest
+            raise ValueError(f"not an item: the reserved timestamp {MAX_TIMESTAMP}")
+        later = itertools.islice(timestamps, 1, None)
+        if not all(map(operator.le, timestamps, later)):
+            raise ValueError("items must be ascending and distinct")
+        # where two items share a timestamp, their ids must ascend
+        for k in itertools.compress(range(n - 1), map(operator.eq, timestamps, itertools.islice(timestamps, 1, None))):
+            if ids[ID_SIZE * k:ID_SIZE * k + ID_SIZE] >= ids[ID_SIZE * k + ID_SIZE:ID_SIZE * k + 2 * ID_SIZE]:
                 raise ValueError("items must be ascending and distinct")
-            if keys[-1][:8] == _INFINITE_PREFIX:  # the largest timestamp of the chunk is the reserved one
-                raise ValueError(f"not an item: the reserved timestamp {MAX_TIMESTAMP}")
-            below = list(itertools.accumulate([int.from_bytes(ident, "little") for _, ident in chunk], initial=total))
-            sums.extend((below[j] % _MOD).to_bytes(32, "little") for j in range((-n) % step, len(chunk), step))
+        step = self.STEP
+        chunk = max(step, self.CHUNK // step * step)  # whole blocks of STEP items
+        sums: list[bytes] = []
+        total = 0
+        from_bytes = int.from_bytes
+        for start in range(0, n, chunk):  # the sum of the ids before each STEP-th item, a chunk at a time
+            values = [from_bytes(ids[at:at + ID_SIZE], "little")
+                      for at in range(ID_SIZE * start, ID_SIZE * min(n, start + chunk), ID_SIZE)]
+            below = list(itertools.accumulate(values, initial=total))
+            sums.extend((v % _MOD).to_bytes(32, "little") for v in below[:-1:step])
             total = below[-1]
-            n += len(chunk)
-            previous = keys[-1]
-            parts.append(b"".join(keys))
-            del chunk, keys, below
+            del values, below
         if n % step == 0:
             sums.append((total % _MOD).to_bytes(32, "little"))
-        self._data = b"".join(parts)  # immutable: its slices are hashable ids
-        del parts
+        self._ts = timestamps
+        self._ids = ids  # immutable: its slices are hashable ids
         self._size = n
         self._sums = b"".join(sums)
-        data, sparse = self._data, self.SPARSE * record
-        self._sparse = [data[at:at + record] for at in range(0, len(data), sparse)]
         self._last = (0, 0, 0, 0)
 
     def size(self) -> int:
         return self._size
 
-    def __len__(self) -> int:  # with __getitem__: a sequence of packed keys that bisect can search
-        return self._size
-
-    def __getitem__(self, index: int) -> bytes:
-        at = index * self.RECORD
-        return self._data[at:at + self.RECORD]
-
     def item(self, index: int) -> Item:
         if not 0 <= index < self._size:
             raise IndexError(index)
-        at = index * self.RECORD
-        return int.from_bytes(self._data[at:at + 8], "big"), self._data[at + 8:at + self.RECORD]
+        at = ID_SIZE * index
+        return self._ts[index], self._ids[at:at + ID_SIZE]
 
     def lower_bound(self, first: int, last: int, bound: Bound) -> int:
         ts, prefix = bound
         if ts >= MAX_TIMESTAMP:
             return last  # the reserved timestamp: beyond every item
-        target = ts.to_bytes(8, "big") + prefix.ljust(ID_SIZE, b"\0")
-        block = bisect.bisect_left(self._sparse, target)  # the sparse key before it is below, the one at it not
-        lo = (block - 1) * self.SPARSE + 1 if block else 0
-        hi = min(self._size, block * self.SPARSE)
-        data, record = self._data, self.RECORD
-        while lo < hi:  # within one block: a bisection over slices, without a method call per probe
+        times = self._ts
+        lo = bisect.bisect_left(times, ts, first, last)
+        if not prefix.strip(b"\0") or lo >= last or times[lo] != ts:
+            return lo  # no id below the bound at its timestamp (or no item there)
+        # the items at that timestamp whose ids are below the prefix (padded with zeros) come first
+        hi = bisect.bisect_right(times, ts, lo, last)
+        target, ids = prefix.ljust(ID_SIZE, b"\0"), self._ids
+        while lo < hi:
             mid = (lo + hi) >> 1
-            at = mid * record
-            if data[at:at + record] < target:
+            at = ID_SIZE * mid
+            if ids[at:at + ID_SIZE] < target:
                 lo = mid + 1
             else:
                 hi = mid
-        return min(max(lo, first), last)
+        return lo
 
     def _sum_before(self, index: int) -> int:
-        step, record, data = self.STEP, self.RECORD, self._data
+        step, ids = self.STEP, self._ids
         block, offset = divmod(index, step)
         if offset > step // 2 and (block + 1) * step <= self._size:  # nearer the next stored sum: back from it
             block += 1
             total = int.from_bytes(self._sums[32 * block:32 * block + 32], "little")
-            for at in range(index * record, block * step * record, record):
-                total -= int.from_bytes(data[at + 8:at + record], "little")
+            for at in range(ID_SIZE * index, ID_SIZE * block * step, ID_SIZE):
+                total -= int.from_bytes(ids[at:at + ID_SIZE], "little")
             return total
         total = int.from_bytes(self._sums[32 * block:32 * block + 32], "little")
-        for at in range(block * step * record, index * record, record):
-            total += int.from_bytes(data[at + 8:at + record], "little")
+        for at in range(ID_SIZE * block * step, ID_SIZE * index, ID_SIZE):
+            total += int.from_bytes(ids[at:at + ID_SIZE], "little")
         return total
 
     def fingerprint(self, begin: int, end: int) -> bytes:
@@ -348,11 +369,11 @@ class PackedItems:
         return fingerprint(high - low, end - begin)
 
     def ids(self, begin: int, end: int) -> Sequence[bytes]:
-        data, record = self._data, self.RECORD
-        return [data[at + 8:at + record] for at in range(begin * record, max(begin, end) * record, record)]
+        ids = self._ids
+        return [ids[at:at + ID_SIZE] for at in range(ID_SIZE * begin, ID_SIZE * max(begin, end), ID_SIZE)]
 
 
-_INFINITE_PREFIX = MAX_TIMESTAMP.to_bytes(8, "big")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def _is_item(ts: object, ident: object) -> bool:
