@@ -9,6 +9,7 @@ SQLite adds 64-bit integers only; a limb sum stays exact up to 2^31 records per 
 from __future__ import annotations
 
 import sqlite3
+from array import array
 from contextlib import AbstractContextManager, contextmanager
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -91,6 +92,19 @@ def record_item(conn: sqlite3.Connection, event_id: str) -> Item | None:
     return None if row is None else (row[0], event_hash_bytes(event_id))
 
 
+def _timestamps(text: str) -> array[int]:
+    """Comma-separated integers as an ``array("Q")``, parsed about a megabyte at a time (a bounded transient list)."""
+    out = array("Q")
+    start, end_of_text = 0, len(text)
+    while start < end_of_text:
+        end = text.find(",", start + (1 << 20))
+        if end < 0:
+            end = end_of_text
+        out.extend(map(int, text[start:end].split(",")))
+        start = end + 1
+    return out
+
+
 class SqliteReconIndex:
     """:class:`akrelay.store.recon.ReconIndex` over a reader connection; a snapshot is one read transaction."""
 
@@ -146,6 +160,29 @@ class SqliteReconIndex:
         for row in rows:
             out[row[0]] = (row[1], from_limbs(row[2:]))
         return out
+
+    def recon_columns(self, since: int | None, until: int | None) -> tuple[array[int], bytes]:
+        """The items with ``since <= created_at < until`` as two columns: their timestamps and their ids, joined.
+
+        Why: a copy of the set read as rows costs a tuple, an int and a bytes object per item
+        (1.6 s at 1M); aggregated by SQLite into one text and one blob it costs 0.5 s, and the
+        timestamps are parsed in C. The order is the table's key order (checked by the copy,
+        which reads rows instead if it is not).
+        """
+        sql = "SELECT group_concat(created_at), CAST(group_concat(hash, '') AS BLOB) FROM recon_items"
+        where, args = [], []
+        if since is not None:
+            where.append("created_at >= ?")
+            args.append(since)
+        if until is not None:
+            where.append("created_at < ?")
+            args.append(until)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        times, ids = self._connect().execute(sql, args).fetchone()
+        if times is None:
+            return array("Q"), b""
+        return _timestamps(times), ids
 
     def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
         sql = "SELECT created_at, hash FROM recon_items WHERE (created_at, hash) >= (?, ?)"
