@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from array import array
 import itertools
 import operator
+from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, Sequence
 
@@ -376,6 +376,11 @@ class PackedItems:
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
+def _range_key(entry: tuple[Bound, int]) -> tuple[int, bytes]:
+    """The key of a recorded range's upper bound (its prefix padded: how bounds compare)."""
+    return entry[0].key()
+
+
 def _is_item(ts: object, ident: object) -> bool:
     """An item's timestamp and id: an int below the reserved timestamp, and ``ID_SIZE`` bytes."""
     return isinstance(ts, int) and 0 <= ts < MAX_TIMESTAMP and isinstance(ident, bytes) and len(ident) == ID_SIZE
@@ -540,7 +545,6 @@ class Reconciler:
         #: the ranges of the initiator's last message (upper bound, mode): where the peer's answer
         #: stops short of them, the next message resumes them rather than splitting anew
         self._sent: list[tuple[Bound, int]] = []
-        self._leftover: list[tuple[Bound, int]] = []
 
     def initiate(self) -> bytes:
         """The first message: the whole set, split into buckets (or listed, if small)."""
@@ -592,6 +596,8 @@ class Reconciler:
         written_bound, written_index = ZERO, 0
         skipping = False
         ranges = 0
+        #: the cuts of our last message that a resume left unsent
+        leftover: list[tuple[Bound, int]] = []
 
         while not reader.done():
             ranges += 1
@@ -621,7 +627,8 @@ class Reconciler:
                     if initiator and upper_bound.timestamp == MAX_TIMESTAMP:
                         resumed = self._resume(out, lower, prev_bound, limit, range_limit)
                     if resumed is not None:  # our last message again, from where the peer stopped
-                        outcome.deferred = size - resumed
+                        emitted, leftover = resumed
+                        outcome.deferred = size - emitted
                     elif initiator and self.initiator_asks and upper - lower < self.list_below:
                         out.put(upper_bound, FINGERPRINT, storage.fingerprint(lower, upper))
                     else:
@@ -674,16 +681,17 @@ class Reconciler:
             # what we sent, and the cuts of our last message that a resume left unsent: the
             # next resume goes on from there (ahead of the rest's fingerprint, in order)
             plan = out.ranges
-            if self._leftover and plan and plan[-1][0] == INFINITY:
+            if leftover and plan and plan[-1][0] == INFINITY:
                 # at most twice a message's ranges kept, whatever a peer makes us resume
-                plan = plan[:-1] + self._leftover[:max(0, 2 * MAX_RANGES - len(plan))]
-            self._sent, self._leftover = plan, []
+                plan = plan[:-1] + leftover[:max(0, 2 * MAX_RANGES - len(plan))]
+            self._sent = plan
             if out.size == 1:
                 return outcome  # nothing left to ask: reconciled
         outcome.message = out.bytes()
         return outcome
 
-    def _resume(self, out: _Writer, lower: int, low: Bound, limit: int, range_limit: int) -> int | None:
+    def _resume(self, out: _Writer, lower: int, low: Bound, limit: int,
+                range_limit: int) -> tuple[int, list[tuple[Bound, int]]] | None:
         """Describe the rest of the set, from ``low`` on, with our last message's own ranges there.
 
         Why: a peer whose answer fills its frame describes everything after it with one
@@ -693,12 +701,11 @@ class Reconciler:
         sent again (each with its fingerprint now), as many as twice the ranges the peer did
         reach (it will reach about as many again), then one fingerprint for all that follows.
         ``None`` (split as usual) when the peer reached none of them, or when fewer than two
-        are left. Returns the index where that last fingerprint starts.
+        are left. Returns the index where that last fingerprint starts, and the ranges of our
+        last message left unsent (the next resume goes on with them).
         """
-        sent, key = self._sent, low.key()
-        start = 0
-        while start < len(sent) and sent[start][0].key() <= key:
-            start += 1
+        sent = self._sent
+        start = bisect.bisect_right(sent, low.key(), key=_range_key)  # the first range the peer did not reach
         reached = sum(1 for _, mode in sent[:start] if mode != SKIP)
         ahead = sent[start:]
         if not reached or sum(1 for bound, mode in ahead if mode != SKIP and bound != INFINITY) < 2:
@@ -728,8 +735,7 @@ class Reconciler:
                 rest = j + 1
             current = end
         out.put(INFINITY, FINGERPRINT, storage.fingerprint(emitted, size))
-        self._leftover = ahead[rest:]
-        return emitted
+        return emitted, ahead[rest:]
 
     def _split(self, out: _Writer, lower: int, upper: int, lower_bound: Bound, upper_bound: Bound) -> None:
         """Describe ``[lower, upper)``: its ids when few, else fingerprints of its buckets (or of ``buckets`` parts)."""
