@@ -51,6 +51,7 @@ from akrelay.protocol.signer import Signer  # noqa: E402
 from akrelay.relay.config import RelayConfig  # noqa: E402
 from akrelay.relay.core import open_relay  # noqa: E402
 from akrelay.store.recon import bucket_deltas, to_limbs  # noqa: E402
+from akrelay.store.recon_copy import KeptCopy  # noqa: E402
 from akrelay.store.sqlite import SqliteStore  # noqa: E402
 from akrelay.store.sqlite_recon import _LIMB_COLUMNS, _UPSERT  # noqa: E402
 from akrelay.tls import ensure_self_signed  # noqa: E402
@@ -134,7 +135,27 @@ def own_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float]:
+def metric(origin: str, cert: Path, name: str) -> float:
+    """One sample of the peer's ``/metrics`` (0 when absent)."""
+    import ssl
+
+    import httpx
+
+    text = httpx.get(origin + "/metrics", verify=ssl.create_default_context(cafile=str(cert)), timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def wait_for_copy(origin: str, cert: Path, timeout: float = 600.0) -> float:
+    """Seconds until the served peer's keeper has copied its set (its ``akrelay_reconcile_copies_total``)."""
+    started = time.monotonic()
+    while metric(origin, cert, "akrelay_reconcile_copies_total") < 1:
+        if time.monotonic() - started > timeout:
+            raise RuntimeError("the peer's kept copy was not made")
+        time.sleep(0.1)  # a bench polls the server it measures; no test does
+    return time.monotonic() - started
+
+
+def run(base: Path, items: int, differences: int, work: Path, kept_copy: bool) -> dict[str, float]:
     peer_dir, local_dir = work / f"peer-{differences}", work / f"local-{differences}"
     copy_store(base, peer_dir)
     copy_store(base, local_dir)
@@ -148,10 +169,17 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
         relay.submit(make_event(signers[i % 20], i // 20 + 1, created, rng))
     relay.close()
     cert = ensure_self_signed(peer_dir, origin).cert
-    proc = start_serve(peer_dir, port, origin, extra=["--no-merkle-log"])
+    proc = start_serve(peer_dir, port, origin,
+                       extra=["--no-merkle-log"] + ([] if kept_copy else ["--reconcile-copy-max", "0"]))
+    kept = None
     try:
+        peer_copy = wait_for_copy(origin, cert) if kept_copy else 0.0
         local = open_relay(local_dir, RelayConfig(origin="https://127.0.0.1:1"), merkle_log=False,
                            text_indexer=False)
+        if kept_copy:  # as the node's sync component does when it starts: copy the set, keep it current
+            kept = KeptCopy(local.store, local.store.recon)
+            kept.start()
+            assert kept.refresh(600) and kept.copies == 1, kept.status()
         state = FederationState.open_in(local_dir)
         peer = Peer(origin=origin, ca_file=str(cert), allow_private=True)
         engine = SyncEngine(local, state, [peer], SyncOptions(own_origin="https://127.0.0.1:1"))
@@ -161,11 +189,15 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
             endpoints = engine.discover(peer, transport)
             result = ReconcileResult(origin)
             index = local.store.recon
+            from_copy = metric(origin, cert, 'akrelay_reconcile_messages_total{answered_from="copy"}')
             w0, c0, s0 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
             caps = engine.reconcile_caps[origin]  # as sync does: the largest answers the peer advertises
             need = learn(transport, endpoints["reconcile"], index, result, deadline=3600.0,  # not the 120 s cap
-                         answer_limit=caps.max_frame_limit)
+                         answer_limit=caps.max_frame_limit, kept=kept)
             w1, c1, s1 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
+            from_copy = metric(origin, cert, 'akrelay_reconcile_messages_total{answered_from="copy"}') - from_copy
+            if kept_copy:  # every round answered from memory on both sides, or this measures something else
+                assert from_copy == result.rounds and kept is not None and kept.answered >= 1, (from_copy, result)
             assert result.complete and len(need) == differences and result.have == 0, result
             read_before = transport.bytes_read
             for start in range(0, len(need), BATCH_IDS):
@@ -173,11 +205,23 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
                 engine.fetch_and_ingest(peer, transport, endpoints["batch"], ids, st, pass_result)
             w2, c2, s2 = time.perf_counter(), own_cpu(), server_cpu(proc.pid)
             fetched = transport.bytes_read - read_before
+            if kept is not None:  # the keeper takes in what was fetched: counted as reconciliation's cost
+                assert kept.refresh(600)
+                with local.store.recon.recon_snapshot():
+                    from akrelay.store.recon import StoreView
+
+                    assert kept.current(StoreView(local.store.recon)) is not None, kept.status()
+            w3, c3 = time.perf_counter(), own_cpu()
         assert pass_result.accepted == differences, pass_result
         engine.close()
         state.close()
+        local_copy = kept.last_copy_seconds if kept is not None else 0.0
+        if kept is not None:
+            kept.stop()
         local.close()
     finally:
+        if kept is not None:
+            kept.stop()
         stop_serve(proc)
     shutil.rmtree(peer_dir)
     shutil.rmtree(local_dir)
@@ -187,8 +231,9 @@ def run(base: Path, items: int, differences: int, work: Path) -> dict[str, float
     return {"rounds": result.rounds, "sent": result.sent, "received": result.received, "fetched": fetched,
             "ratio": wire / full_pull, "recon_wall": w1 - w0, "recon_cpu": c1 - c0, "recon_server": spent(s0, s1),
             "fetch_wall": w2 - w1, "fetch_cpu": c2 - c1, "fetch_server": spent(s1, s2),
-            "share": (w2 - w1) / (w2 - w0),
-            "cpu_share": ((c2 - c1) + spent(s1, s2)) / ((c2 - c0) + spent(s0, s1) + spent(s1, s2))}
+            "upkeep_wall": w3 - w2, "upkeep_cpu": c3 - c2, "peer_copy": peer_copy, "local_copy": local_copy,
+            "share": (w2 - w1) / (w3 - w0),
+            "cpu_share": ((c2 - c1) + spent(s1, s2)) / ((c3 - c0) + spent(s0, s1) + spent(s1, s2))}
 
 
 def main() -> None:
@@ -196,6 +241,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--differences", type=int, nargs="+", default=[1, 100, 10_000])
     parser.add_argument("--cache", default="/tmp", help="directory where the N-event store is kept between runs")
+    parser.add_argument("--copy", choices=("both", "kept", "none"), default="both",
+                        help="with the kept copy of each side's set (a serving relay's default), without it "
+                             "(--reconcile-copy-max 0), or both side by side (the last line: the kept copy's)")
     args = parser.parse_args()
     base = Path(args.cache) / f"akrelay-bench-reconcile-{args.items}" / "base.sqlite3"
     if not base.exists():
@@ -208,18 +256,26 @@ def main() -> None:
             f.rename(base.parent / f.name.replace("partial.sqlite3", "base.sqlite3"))
         print(f"built the {args.items:,}-event store in {took:.1f} s (cached in {base.parent})", flush=True)
     print(f"items {args.items:,}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    print(f"{'diffs':>7} {'rounds':>6} {'recon B':>10} {'fetch B':>11} {'vs pull':>8} | "
+    parser_copy = args.copy
+    print(f"{'diffs':>7} {'copy':>4} {'rounds':>6} {'recon B':>10} {'fetch B':>11} {'vs pull':>8} | "
           f"{'recon wall':>10} {'cpu here':>8} {'cpu peer':>8} | {'fetch wall':>10} {'cpu here':>8} "
-          f"{'cpu peer':>8} | transfer share: wall, CPU", flush=True)
+          f"{'cpu peer':>8} | {'upkeep':>7} | transfer share: wall, CPU", flush=True)
     last = None
+    modes = {"both": (False, True), "kept": (True,), "none": (False,)}[parser_copy]
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-http-") as tmp:
         for d in args.differences:
-            r = run(base, args.items, d, Path(tmp))
-            last = (d, r)
-            print(f"{d:>7,} {r['rounds']:>6} {r['sent'] + r['received']:>10,} {r['fetched']:>11,} "
-                  f"{r['ratio']:>8.2e} | {r['recon_wall']:>9.2f}s {r['recon_cpu']:>7.2f}s {r['recon_server']:>7.2f}s | "
-                  f"{r['fetch_wall']:>9.2f}s {r['fetch_cpu']:>7.2f}s {r['fetch_server']:>7.2f}s | "
-                  f"{100 * r['share']:.0f} %, {100 * r['cpu_share']:.0f} %   (load {os.getloadavg()[0]:.1f})", flush=True)
+            for kept_copy in modes:
+                r = run(base, args.items, d, Path(tmp), kept_copy)
+                last = (d, r)
+                print(f"{d:>7,} {'kept' if kept_copy else 'none':>4} {r['rounds']:>6} {r['sent'] + r['received']:>10,} "
+                      f"{r['fetched']:>11,} {r['ratio']:>8.2e} | {r['recon_wall']:>9.2f}s {r['recon_cpu']:>7.2f}s "
+                      f"{r['recon_server']:>7.2f}s | {r['fetch_wall']:>9.2f}s {r['fetch_cpu']:>7.2f}s "
+                      f"{r['fetch_server']:>7.2f}s | {r['upkeep_cpu']:>6.2f}s | "
+                      f"{100 * r['share']:.0f} %, {100 * r['cpu_share']:.0f} %   (load {os.getloadavg()[0]:.1f})",
+                      flush=True)
+                if kept_copy:
+                    print(f"{'':>7} copies at start (not in the phases above): peer {r['peer_copy']:.2f} s "
+                          f"(served, wall), here {r['local_copy']:.2f} s", flush=True)
     assert last is not None
     print(f"reconcile_http_transfer_cpu_share_{last[0]}: {100 * last[1]['cpu_share']:.1f} %")
 

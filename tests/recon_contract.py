@@ -368,3 +368,91 @@ class ReconContract:
                     message = outcome.message
             assert have == {i for _, i in extra - items}
             assert need == {i for _, i in dropped}
+
+    def test_a_kept_copy_follows_commits_withholding_showing_and_removal(self, store) -> None:
+        """The kept copy stands for the store's set after each change once its keeper caught up: news is
+        merged in, anything else (withheld, shown again, removed) is copied again; stopped, it answers nothing."""
+        from akrelay.store.recon_copy import KeptCopy
+
+        rng = random.Random(31)
+        envs = list(corpus())
+        half = len(envs) // 2
+        for env in envs[:half]:
+            store.commit(env, 1_790_000_000_000)
+        made: list[int] = []
+        kept = KeptCopy(store, store.recon, rebuild_gap=0.0, rebuild_factor=0.0, on_copy=lambda: made.append(1))
+
+        def current() -> Any:
+            with store.recon.recon_snapshot():
+                return kept.current(StoreView(store.recon))
+
+        def caught_up() -> Any:
+            assert kept.refresh(60)
+            copy = current()
+            assert copy is not None, kept.status()
+            oracle = fetchable(store, envs)
+            n = oracle.size()
+            assert copy.size() == n and list(copy.ids(0, n)) == list(oracle.ids(0, n))
+            for _ in range(20):
+                i = rng.randrange(n + 1)
+                j = rng.randrange(i, n + 1)
+                assert copy.fingerprint(i, j) == oracle.fingerprint(i, j)
+            return copy
+
+        assert current() is None and not kept.refresh(1)  # never started: nothing kept, nothing waited for
+        kept.start()
+        try:
+            caught_up()
+            assert len(made) == 1 and kept.status()["state"] == "kept"
+            for env in envs[half:]:
+                store.commit(env, 1_790_000_000_001)
+            assert current() is None  # behind the store: not used, and the keeper is woken
+            caught_up()
+            assert len(made) == 1 and kept.catch_ups == 1  # news was merged in, not copied again
+            hidden = rng.sample(envs, 3)
+            for env in hidden:
+                assert store.set_withheld(env.id, True)
+            caught_up()
+            assert len(made) == 2  # a withholding is no news in the log: copied again
+            store.set_withheld(hidden[0].id, False)
+            caught_up()
+            assert len(made) == 3
+            for env in rng.sample([e for e in envs if e not in hidden], 2):
+                assert store.remove(env.id)
+            caught_up()
+            assert len(made) == 4
+        finally:
+            kept.stop()
+        assert current() is None and kept.status()["state"] == "off"
+
+    def test_a_kept_copy_copies_again_at_most_once_per_gap_and_never_past_its_cap(self, store) -> None:
+        from akrelay.store.recon_copy import KeptCopy
+
+        envs = list(corpus())
+        for env in envs:
+            store.commit(env, 1_790_000_000_000)
+        now = [0.0]
+        kept = KeptCopy(store, store.recon, rebuild_gap=100.0, rebuild_factor=0.0, clock=lambda: now[0])
+
+        def current() -> Any:
+            with store.recon.recon_snapshot():
+                return kept.current(StoreView(store.recon))
+
+        kept.start()
+        try:
+            assert kept.refresh(60) and current() is not None and kept.copies == 1
+            assert store.set_withheld(envs[0].id, True)
+            assert kept.refresh(60) and current() is None and kept.copies == 1  # within the gap: no second copy
+            now[0] += 101.0
+            assert kept.refresh(60) and current() is not None and kept.copies == 2
+        finally:
+            kept.stop()
+        small = KeptCopy(store, store.recon, cap=3)
+        small.start()
+        try:
+            assert small.refresh(60) and current() is None
+            with store.recon.recon_snapshot():
+                assert small.current(StoreView(store.recon)) is None
+            assert small.status()["state"] == "over the cap" and small.copies == 0
+        finally:
+            small.stop()

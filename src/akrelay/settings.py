@@ -160,6 +160,19 @@ option("no_reconcile", _bool, False,
 option("reconcile_interval", _interval, 3600.0,
        "seconds between two set reconciliations with each peer that advertises it, which heal holes the "
        "after_seq pull leaves (0: only on first contact and with `akrelay sync --reconcile`)", metavar="SECONDS")
+def _copy_cap(text: object) -> int:
+    value = _int(text)
+    if not 0 <= value <= 50_000_000:
+        raise ValueError("must be an integer from 0 through 50000000")
+    return value
+
+
+option("reconcile_copy_max", _copy_cap, 2_000_000,
+       "largest reconciliation set each serving process keeps in memory (about 44 bytes an event), copied at "
+       "start and kept current so that reconciliations are answered from memory (0: never; a larger set is read "
+       "from the store's aggregates)", metavar="N")
+
+
 def _offer_count(text: object) -> int:
     value = _int(text)
     if not 0 <= value <= 100_000:
@@ -200,6 +213,7 @@ class FederationSettings:
     push_poll: float = setting("push_poll")
     no_reconcile: bool = setting("no_reconcile")
     reconcile_interval: float = setting("reconcile_interval")
+    reconcile_copy_max: int = setting("reconcile_copy_max")
     no_offer: bool = setting("no_offer")
     offer_max: int = setting("offer_max")
     no_accept_offers: bool = setting("no_accept_offers")

@@ -192,23 +192,56 @@ def test_a_body_over_the_limit_is_refused_before_it_is_parsed() -> None:
     assert error_of(response) == (413, "payload_too_large")
 
 
-def test_a_message_that_would_read_too_much_is_refused_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No amplification: 4,096 fingerprint ranges over a large set cost a bounded read, then 400."""
-    import akrelay.federation.reconcile as module
-
-    monkeypatch.setattr(module, "DEFAULT_BUDGET", 2000)
-    theirs = [item(n) for n in range(5000)]
-    # many ranges, each a fingerprint that cannot match: every one makes the responder read
+def many_forged_ranges() -> bytes:
+    """4,000 ranges, each a fingerprint that cannot match: every one makes the responder look."""
     parts = [bytes([PROTOCOL_VERSION])]
     for k in range(1, 4000):
         parts.append(encode_varint(997 * 37 if k > 1 else 1_760_000_000_000 + 1) + encode_varint(0)
                      + encode_varint(FINGERPRINT) + b"\x07" * 16)
     parts.append(encode_varint(0) + encode_varint(0) + encode_varint(FINGERPRINT) + b"\x07" * 16)
-    with served(theirs) as client:
-        response = client.post(RECONCILE_PATH, content=b"".join(parts), headers=OCTETS)
+    return b"".join(parts)
+
+
+def test_a_message_that_would_read_too_much_is_refused_not_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No amplification: 4,096 fingerprint ranges over a large set cost a bounded read, then 400
+    (from the store's aggregates: here no copy of the set is kept)."""
+    import akrelay.federation.reconcile as module
+
+    monkeypatch.setattr(module, "DEFAULT_BUDGET", 2000)
+    theirs = [item(n) for n in range(5000)]
+    with served(theirs, reconcile_copy_max=0) as client:
+        response = client.post(RECONCILE_PATH, content=many_forged_ranges(), headers=OCTETS)
     status, code = error_of(response)
     assert (status, code) == (400, "invalid_request")
     assert "index rows" in response.json()["error"]["message"]
+
+
+def test_the_kept_copy_answers_the_same_message_within_its_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the kept copy in memory no row is read: the message costs its own ranges, and the answer
+    is the one the store's aggregates give with no budget (a frame at most)."""
+    import akrelay.federation.reconcile as module
+    from akrelay.components.sync import SyncComponent
+
+    theirs = [item(n) for n in range(5000)]
+    kept: list[object] = []
+    real_start = SyncComponent.start
+
+    def start(self: SyncComponent) -> None:
+        real_start(self)
+        kept.append(self.kept)
+
+    monkeypatch.setattr(SyncComponent, "start", start)
+    message = many_forged_ranges()
+    with served(theirs) as client:
+        copy = kept[0]
+        assert copy is not None and copy.refresh(60)  # type: ignore[attr-defined]
+        answered = copy.answered  # type: ignore[attr-defined]
+        response = client.post(RECONCILE_PATH, content=message, headers=OCTETS)
+        assert copy.answered == answered + 1  # type: ignore[attr-defined]
+    assert response.status_code == 200 and len(response.content) <= module.DEFAULT_FRAME_LIMIT
+    store = MemoryStore()
+    store.recon.add(theirs)
+    assert response.content == module.respond(store.recon, message, budget=10**9)
 
 
 def test_an_initiator_infinity_only_message_is_answered() -> None:

@@ -579,3 +579,58 @@ def test_a_peer_that_always_stops_short_keeps_our_plan_bounded_and_is_cut_off() 
             assert message is not None and len(message) <= MAX_MESSAGE
             assert len(initiator._sent) <= 2 * MAX_RANGES
     assert sum(r is not None for r in resumed) >= 30
+
+
+@pytest.mark.parametrize("chunk", [PackedItems.CHUNK, 4, 5])
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 16, 300])
+def test_packed_items_merged_are_the_union_and_leave_the_old_copy_as_it_was(size: int, chunk: int,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """News merged into a copy (the kept copy's catch-up) answers as a copy of the union would, at
+    every position an item can land (before, among, after the others, sharing timestamps), with
+    chunks of the default size and tiny ones (sums across many chunks, chunks cut in two)."""
+    monkeypatch.setattr(PackedItems, "CHUNK", chunk)
+    rng = random.Random(size)
+    old = sorted({(rng.randrange(60), rng.randbytes(32)) for _ in range(size)})
+    packed = PackedItems(old)
+    before = [packed.fingerprint(0, k) for k in range(size + 1)]
+    for fresh in ([(rng.randrange(60), rng.randbytes(32)) for _ in range(rng.randrange(1, 20))],  # anywhere
+                  [(100 + k, rng.randbytes(32)) for k in range(9)],  # after every item: news
+                  [(0, bytes(32))],  # before every item
+                  old[:3] + [(rng.randrange(60), rng.randbytes(32))]):  # some already there
+        merged = packed.merged(fresh + fresh[:1])  # a repeat within the news too
+        oracle = SortedItems(old + fresh)
+        n = oracle.size()
+        assert merged.size() == n and list(merged.ids(0, n)) == list(oracle.ids(0, n))
+        assert [merged.item(k) for k in range(n)] == [oracle.item(k) for k in range(n)]
+        assert merged.state() == (n, sum(int.from_bytes(i, "little") for i in oracle.ids(0, n)) % 2**256)
+        for begin in range(n + 1):
+            for end in range(begin, n + 1, 3):
+                assert merged.fingerprint(begin, end) == oracle.fingerprint(begin, end), (begin, end)
+        for ts, ident_ in fresh:
+            assert merged.lower_bound(0, n, Bound(ts, ident_)) == oracle.lower_bound(0, n, Bound(ts, ident_))
+    assert [packed.fingerprint(0, k) for k in range(size + 1)] == before and packed.size() == size
+    assert packed.merged(old) is packed and packed.merged([]) is packed  # nothing new: the same copy
+    for bad in [(MAX_TIMESTAMP, bytes(32)), (1, b"short"), (-1, bytes(32)), (1, "x" * 32), "no pair"]:
+        with pytest.raises(ValueError):
+            packed.merged([(5, bytes(32)), bad])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("chunk", [PackedItems.CHUNK, 3])
+def test_packed_items_merged_again_and_again_stay_the_union(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept copy is merged into for as long as its relay runs: many small merges, some into the
+    same chunk, grow it from nothing and it answers as a copy built at once."""
+    monkeypatch.setattr(PackedItems, "CHUNK", chunk)
+    rng = random.Random(chunk)
+    copy, everything = PackedItems(), set()
+    for _ in range(40):
+        fresh = {(rng.choice([rng.randrange(30), 10**6 + len(everything)]), rng.randbytes(32))
+                 for _ in range(rng.randrange(1, 6))}
+        copy = copy.merged(fresh)
+        everything |= fresh
+        oracle = SortedItems(everything)
+        n = oracle.size()
+        assert copy.state() == PackedItems(sorted(everything)).state()
+        for begin in range(0, n + 1, 2):
+            assert copy.fingerprint(begin, n) == oracle.fingerprint(begin, n)
+            assert copy.fingerprint(0, begin) == oracle.fingerprint(0, begin)
+    assert list(copy.ids(0, copy.size())) == [i for _, i in sorted(everything)]

@@ -23,13 +23,20 @@ if TYPE_CHECKING:  # annotations only; the sync loop (HTTP client, schemas) load
     from akrelay.federation.sync import PassResult
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
+    from akrelay.store.recon_copy import KeptCopy
+
+
+def _count_copy() -> None:
+    from akrelay.observability.metrics import metrics
+
+    metrics().reconcile_copies.inc()
 
 
 class SyncComponent:
     """The sync loop over the node's own relay (no second relay on the same data directory)."""
 
     name = "sync"
-    options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count")
+    options: tuple[str, ...] = ("peers", "follow_hints", "hint_hops", "hint_count", "reconcile_copy_max")
 
     def __init__(self, relay: Relay, settings: Settings, *, leadership: Callable[[], Leadership]) -> None:
         """``leadership``: the node backend's election (a data directory's flock, a deployment's lease)."""
@@ -38,6 +45,16 @@ class SyncComponent:
         self.leadership = leadership
         self._loop: BackgroundSync | None = None
         self.push = PushStream(relay, settings)
+        #: this process's copy of the reconciliation set, kept current once started (none: not kept)
+        self.kept: KeptCopy | None = None
+        from akrelay.federation.reconcile import index_of
+
+        index = index_of(relay.store)
+        if index is not None and not settings.federation.no_reconcile and settings.federation.reconcile_copy_max > 0:
+            from akrelay.store.recon_copy import KeptCopy
+
+            self.kept = KeptCopy(relay.store, index, cap=settings.federation.reconcile_copy_max,
+                                 on_copy=_count_copy)
 
     @staticmethod
     def check(settings: Settings) -> None:
@@ -53,10 +70,13 @@ class SyncComponent:
         return bool(self.settings.federation.peers)
 
     def start(self) -> None:
+        """The kept copy's keeper (it copies the set at once), then the sync loop if there are peers."""
+        if self.kept is not None:
+            self.kept.start()
         if self.enabled and self._loop is None:
             from akrelay.federation.runner import BackgroundSync
 
-            self._loop = BackgroundSync(self.settings, self.relay, self.leadership())
+            self._loop = BackgroundSync(self.settings, self.relay, self.leadership(), kept=self.kept)
             self._loop.start()
 
     def stop(self) -> None:
@@ -64,6 +84,8 @@ class SyncComponent:
         loop, self._loop = self._loop, None
         if loop is not None:
             loop.stop()
+        if self.kept is not None:
+            self.kept.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block while the loop runs (``akrelay sync`` in the foreground); whether it still runs."""
@@ -93,7 +115,7 @@ class SyncComponent:
         """The push stream and ``POST /v1/knowledge/reconcile`` (issue 26), served with or without peers."""
         from akrelay.http import reconcile
 
-        return self.push.routes() + reconcile.routes(self.relay, self.settings)
+        return self.push.routes() + reconcile.routes(self.relay, self.settings, kept=self.kept)
 
     def discovery(self) -> dict[str, object]:
         """The push stream, the reconcile endpoint, and up to 32 enabled peer origins (canonical, distinct,

@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # annotations only
     from akrelay.federation.transport import PeerTransport
     from akrelay.relay.core import Relay
     from akrelay.store.base import Store
+    from akrelay.store.recon_copy import KeptCopy
 
 log = logging.getLogger("akrelay.federation.reconcile")
 
@@ -90,6 +91,8 @@ class SyncEngine(Protocol):
 
     #: origin -> what the peer's discovery says of reconciliation (set by discovery, :func:`capabilities`)
     reconcile_caps: dict[str, Capabilities]
+    #: the process's kept copy of our set, when its node keeps one (:mod:`akrelay.store.recon_copy`)
+    kept_copy: KeptCopy | None
 
 RECONCILE_PATH = "/v1/knowledge/reconcile"
 MEDIA_TYPE = "application/octet-stream"
@@ -97,6 +100,8 @@ MEDIA_TYPE = "application/octet-stream"
 PROTOCOL_NAME = "negentropy-v1"
 #: Longest one reconciliation with a peer may take, all rounds together (seconds).
 SESSION_SECONDS = 120.0
+#: Seconds an initiator waits for the kept copy of its set to catch up before its first round.
+KEPT_WAIT = 10.0
 #: Most ids one session learns before it stops and fetches them (a forged "need" list costs this much).
 MAX_NEED = 100_000
 #: The largest ``created_at`` a filter bound may name (the envelope's range, 2^53 - 1).
@@ -245,12 +250,16 @@ def filtered_items(store: Store, window: Filter, *, limit: int | None = None) ->
 
 def respond(index: ReconIndex, message: bytes, *, since: int | None = None, until: int | None = None,
             budget: int | None = None, types: tuple[str, ...] | None = None, store: Store | None = None,
-            frame_limit: int = DEFAULT_FRAME_LIMIT, copies: ResponderCopy | None = None) -> bytes:
+            frame_limit: int = DEFAULT_FRAME_LIMIT, copies: ResponderCopy | None = None,
+            kept: KeptCopy | None = None, answered: Callable[[str], None] | None = None) -> bytes:
     """The answer to one initiator message, read from one snapshot of the index within ``budget`` rows.
 
     With ``types`` the set is read from ``store`` (:func:`filtered_items`, bounded by :data:`MAX_FILTERED`).
     With ``copies`` (one per process, shared by every message), the whole set is answered from a
     copy in memory once large reconciliations have read enough (:class:`akrelay.store.recon.ResponderCopy`).
+    With ``kept`` running (the process's :class:`~akrelay.store.recon_copy.KeptCopy`), the whole set
+    is answered from it whenever it is current, and ``copies`` is not used (the keeper catches up instead).
+    ``answered`` is told what answered: ``"copy"`` (memory) or ``"store"`` (the aggregates).
     """
     budget = DEFAULT_BUDGET if budget is None else budget
     if len(message) > MAX_MESSAGE:
@@ -262,10 +271,17 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
     with index.recon_snapshot():
         try:
             view = StoreView(index, budget=budget, since=since, until=until)
-            whole = since is None and until is None and copies is not None
-            storage = copies.storage(index, view) if copies is not None and whole else view
+            whole = since is None and until is None
+            storage: Storage = view
+            if whole and kept is not None and kept.running:
+                storage = kept.current(view) or view
+            elif whole and copies is not None:
+                storage = copies.storage(index, view)
             try:
-                return Reconciler(storage, frame_limit=frame_limit).respond(message)
+                answer = Reconciler(storage, frame_limit=frame_limit).respond(message)
+                if answered is not None:
+                    answered("store" if storage is view else "copy")
+                return answer
             finally:
                 if copies is not None and storage is view:
                     copies.spent(view)
@@ -405,7 +421,7 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
           deadline: float | None = None, monotonic: Callable[[], float] | None = None,
           progress: Callable[[ReconcileResult], None] | None = None, window: Filter | None = None,
           store: Store | None = None, max_have: int = 0, snapshot_cap: int = SNAPSHOT_CAP,
-          answer_limit: int | None = None) -> list[bytes]:
+          answer_limit: int | None = None, kept: KeptCopy | None = None) -> list[bytes]:
     """Run the initiator against ``url``: the ids the peer has and we lack (``result`` counts the rest).
 
     Until then, each of our steps reads one snapshot of our own index, held only while computing
@@ -417,7 +433,9 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
     ``answer_limit`` (a peer's ``max_frame_limit``) asks for answers of up to that many bytes.
     Once the rounds have read, or can be expected to read, about as many rows of our
     aggregates as our set holds, and if it holds at most ``snapshot_cap`` items, our set is
-    copied into memory for the rest of the session (:class:`akrelay.store.recon.OwnSet`).
+    copied into memory for the rest of the session (:class:`akrelay.store.recon.OwnSet`). With
+    ``kept`` running (the process's :class:`~akrelay.store.recon_copy.KeptCopy`), it is brought up
+    to date first (up to :data:`KEPT_WAIT` seconds) and, when current, answers every round.
     """
     from akrelay.federation.transport import PeerFetchError
 
@@ -436,7 +454,10 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
             raise ValueError("a type filter reads our own set through the store: pass store")
         fixed = filtered_items(store, window)
     # our own set: read from the aggregates, and copied into memory once the rounds prove many
-    own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap)
+    if kept is not None and kept.running and fixed is None and window.since is None and window.until is None:
+        kept.refresh(KEPT_WAIT)
+    own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap,
+                 kept=kept if kept is not None and kept.running and fixed is None else None)
 
     def storage(deferred: int = 0) -> Storage:
         return fixed if fixed is not None else own.storage(deferred)
@@ -573,7 +594,8 @@ def reconcile_peer(engine: SyncEngine, peer: Peer, transport: PeerTransport, url
     started = time.monotonic()
     accepted_before = pass_result.accepted
     need = learn(transport, url, index, result, since=since, until=until, progress=progress, window=window,
-                 store=engine.relay.store, max_have=offer_limit if offer_to else 0, answer_limit=answer_limit)
+                 store=engine.relay.store, max_have=offer_limit if offer_to else 0, answer_limit=answer_limit,
+                 kept=engine.kept_copy)
     for start in range(0, len(need), BATCH_IDS):
         ids = [event_id_of(i) for i in need[start:start + BATCH_IDS]]
         result.batches += 1

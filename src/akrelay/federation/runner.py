@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from akrelay.federation.peers import Peer
     from akrelay.federation.reconcile import Filter, ReconcileResult
     from akrelay.federation.witness import WitnessState
+    from akrelay.store.recon_copy import KeptCopy
 
 log = logging.getLogger("akrelay.federation")
 
@@ -168,10 +169,13 @@ class BackgroundSync(threading.Thread):
     syncing and goes back to waiting for the lease.
     """
 
-    def __init__(self, settings: Settings, relay: Relay, leadership: Leadership, *, retry: float = 2.0) -> None:
+    def __init__(self, settings: Settings, relay: Relay, leadership: Leadership, *, retry: float = 2.0,
+                 kept: KeptCopy | None = None) -> None:
+        """``kept``: the node's kept copy of the reconciliation set, which the engine's reconciliations read."""
         super().__init__(name="akrelay-sync", daemon=True)
         self.settings = settings
         self.relay = relay
+        self.kept = kept
         self.retry = retry
         self.stop_event = threading.Event()
         self.leadership = leadership
@@ -215,6 +219,7 @@ class BackgroundSync(threading.Thread):
                 on_fenced=lambda: lost("a federation state write was refused: a newer leader holds the lease"))
             engine = build_engine(self.settings, self.relay, peer_file, state, shared=self.leadership.shared,
                                   open_witness=self.leadership.open_witness)
+            engine.kept_copy = self.kept
             log.info("akrelay sync: leading %s with %d peer(s)%s", self.leadership.where, len(engine.peers),
                      f" (fencing token {token})" if token is not None else "")
             try:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from akrelay.protocol.documents import RecordShape
     from akrelay.protocol.envelope import Envelope
     from akrelay.relay.core import Relay
+    from akrelay.store.recon_copy import KeptCopy
 
 _R = TypeVar("_R")
 
@@ -218,6 +219,8 @@ class SyncEngine:
         self.push = PushHub(transport_factory)
         #: origin -> what its discovery says of reconciliation: offers, filters, envelope limit (issue 26)
         self.reconcile_caps: dict[str, Capabilities] = {}
+        #: the node's kept copy of our reconciliation set (set by :func:`akrelay.federation.runner.build_engine`)
+        self.kept_copy: KeptCopy | None = None
 
     # -- public API ---------------------------------------------------------
 

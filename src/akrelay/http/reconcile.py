@@ -28,6 +28,13 @@ if TYPE_CHECKING:  # annotations only
     from litestar.handlers import BaseRouteHandler
     from akrelay.relay.core import Relay
     from akrelay.settings import Settings
+    from akrelay.store.recon_copy import KeptCopy
+
+
+def _count(source: str) -> None:
+    from akrelay.observability.metrics import metrics
+
+    metrics().reconcile_messages.labels(source).inc()
 
 
 def enabled(relay: Relay, settings: Settings) -> bool:
@@ -35,7 +42,8 @@ def enabled(relay: Relay, settings: Settings) -> bool:
     return not settings.federation.no_reconcile and index_of(relay.store) is not None
 
 
-def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
+def routes(relay: Relay, settings: Settings, *, kept: KeptCopy | None = None) -> list[BaseRouteHandler]:
+    """The endpoint; ``kept``: the node's kept copy of the set (answers from memory while it is current)."""
     if not enabled(relay, settings):
         return []
     index = index_of(relay.store)
@@ -55,7 +63,8 @@ def routes(relay: Relay, settings: Settings) -> list[BaseRouteHandler]:
         # (or, filtered by type, up to MAX_FILTERED records through the store's term index)
         answer = await anyio.to_thread.run_sync(lambda: respond(index, body, since=window.since, until=window.until,
                                                                 types=window.types, store=relay.store,
-                                                                frame_limit=frame_limit, copies=copies))
+                                                                frame_limit=frame_limit, copies=copies,
+                                                                kept=kept, answered=_count))
         return ASGIResponse(body=answer, status_code=200, media_type=MEDIA_TYPE, headers={"cache-control": "no-store"})
 
     return [reconcile]

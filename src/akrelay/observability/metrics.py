@@ -76,6 +76,12 @@ class _Metrics:
         self.rate_local = Counter("akrelay_rate_limit_local_decisions",
                                   "Tokens decided by a worker's own bucket while Redis was unreachable or refused writes",
                                   ["bucket"], registry=registry)
+        self.reconcile_messages = Counter(
+            "akrelay_reconcile_messages", "Reconciliation messages answered, by what answered them (copy: the kept "
+            "copy in memory; store: the store's aggregates)", ["answered_from"], registry=registry)
+        self.reconcile_copies = Counter(
+            "akrelay_reconcile_copies", "Copies of the whole reconciliation set the keepers made (at start, and after "
+            "a withholding or a removal)", registry=registry)
         self._accepted: dict[str, Counter] = {}
         self._store_calls: dict[str, Histogram] = {}
         self._refused: dict[str, Counter] = {}

@@ -27,6 +27,7 @@ import bisect
 import hashlib
 import itertools
 import operator
+import struct
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, Sequence
@@ -237,46 +238,56 @@ class PackedItems:
     of from its store's aggregates (and a responder, while its set stays the same). A tuple
     per item (:class:`SortedItems`) costs about 230 bytes. Here the timestamps are one array
     of unsigned 64-bit integers (8 bytes each), so that a bound is located by a bisection in
-    C, and the ids are one ``bytes`` (32 each); the id sums are kept every :attr:`STEP` items
-    (32 bytes each), so a fingerprint converts at most ``STEP // 2`` ids per end.
+    C, and the ids are one ``bytes`` (32 each).
+
+    The id sums are kept per *chunk* of about :attr:`CHUNK` consecutive items: the sum of all
+    ids before each chunk, and within it the sum before every :attr:`STEP`-th item (32 bytes
+    each), so a fingerprint converts at most ``STEP // 2`` ids per end. Chunks are what make
+    :meth:`merged` cheap: an item added changes the sums of its own chunk only (a chunk that
+    grows past twice :attr:`CHUNK` is cut in two), whatever its place in the set.
 
     Both columns can be handed over whole (:meth:`from_columns`, what a store that can read
-    them in one statement does), or built from items a chunk of :attr:`CHUNK` at a time with
+    them in one statement does), or built from items a batch of :attr:`BATCH` at a time with
     C-level checks. Either way the items are checked: ascending, distinct, each an item.
     """
 
     STEP = 8
-    CHUNK = 65_536
+    BATCH = 65_536
+    CHUNK = 4096
 
-    def __init__(self, items: Iterable[Item] = (), *, columns: tuple[array[int], bytes] | None = None) -> None:
+    def __init__(self, items: Iterable[Item] = (), *, columns: tuple[array[int], bytes] | None = None,
+                 _chunks: tuple[list[int], list[bytes], list[int]] | None = None) -> None:
         """``items`` ascending and distinct (as a store's index returns them); checked as they are packed.
 
-        ``columns`` instead: see :meth:`from_columns`.
+        ``columns`` instead: see :meth:`from_columns` (``_chunks``: their sums, from :meth:`merged`).
         """
         if columns is not None:
             timestamps, joined = columns
             if not isinstance(timestamps, array) or timestamps.typecode != "Q" or not isinstance(joined, bytes) \
                     or len(joined) != ID_SIZE * len(timestamps):
                 raise ValueError("not the columns of items: an array('Q') of timestamps and 32 bytes of id for each")
-            self._setup(timestamps, joined)
+            if _chunks is not None:
+                self._adopt(timestamps, joined, *_chunks)
+            else:
+                self._setup(timestamps, joined)
             return
         timestamps = array("Q")
         ids: list[bytes] = []
         source = iter(items)
         while True:
-            chunk = list(itertools.islice(source, self.CHUNK))
-            if not chunk:
+            batch = list(itertools.islice(source, self.BATCH))
+            if not batch:
                 break
             try:  # in C: a pair each, an unsigned 64-bit integer and 32 bytes
-                if set(map(len, chunk)) != {2}:
+                if set(map(len, batch)) != {2}:
                     raise TypeError
-                timestamps.extend(map(_FIRST, chunk))  # refuses what is not an int of 64 bits or fewer
-                if set(map(len, map(_SECOND, chunk))) != {ID_SIZE}:
+                timestamps.extend(map(_FIRST, batch))  # refuses what is not an int of 64 bits or fewer
+                if set(map(len, map(_SECOND, batch))) != {ID_SIZE}:
                     raise TypeError
-                ids.append(b"".join(map(_SECOND, chunk)))  # refuses text
+                ids.append(b"".join(map(_SECOND, batch)))  # refuses text
             except (OverflowError, TypeError, ValueError):
-                raise ValueError(f"not an item: {_first_bad(chunk)!r}") from None
-            del chunk
+                raise ValueError(f"not an item: {_first_bad(batch)!r}") from None
+            del batch
         self._setup(timestamps, b"".join(ids))
 
     @classmethod
@@ -296,25 +307,107 @@ class PackedItems:
         for k in itertools.compress(range(n - 1), map(operator.eq, timestamps, itertools.islice(timestamps, 1, None))):
             if ids[ID_SIZE * k:ID_SIZE * k + ID_SIZE] >= ids[ID_SIZE * k + ID_SIZE:ID_SIZE * k + 2 * ID_SIZE]:
                 raise ValueError("items must be ascending and distinct")
-        step = self.STEP
-        chunk = max(step, self.CHUNK // step * step)  # whole blocks of STEP items
+        starts = list(range(0, n, self.CHUNK))
         sums: list[bytes] = []
-        total = 0
-        from_bytes = int.from_bytes
-        for start in range(0, n, chunk):  # the sum of the ids before each STEP-th item, a chunk at a time
-            values = [from_bytes(ids[at:at + ID_SIZE], "little")
-                      for at in range(ID_SIZE * start, ID_SIZE * min(n, start + chunk), ID_SIZE)]
-            below = list(itertools.accumulate(values, initial=total))
-            sums.extend((v % _MOD).to_bytes(32, "little") for v in below[:-1:step])
-            total = below[-1]
-            del values, below
-        if n % step == 0:
-            sums.append((total % _MOD).to_bytes(32, "little"))
+        totals: list[int] = []
+        for begin in starts:
+            local, total = self._chunk_sums(ids, begin, min(n, begin + self.CHUNK))
+            sums.append(local)
+            totals.append(total)
+        self._adopt(timestamps, ids, starts, sums, totals)
+
+    def _adopt(self, timestamps: array[int], ids: bytes, starts: list[int], sums: list[bytes],
+               totals: list[int]) -> None:
         self._ts = timestamps
         self._ids = ids  # immutable: its slices are hashable ids
-        self._size = n
-        self._sums = b"".join(sums)
+        self._size = len(timestamps)
+        #: per chunk: its first index, the sums before its STEP-th items (bytes), the sum of its ids
+        self._starts, self._sums, self._totals = starts, sums, totals
+        self._bases = list(itertools.accumulate(totals[:-1], initial=0)) if totals else []
         self._last = (0, 0, 0, 0)
+
+    @classmethod
+    def _chunk_sums(cls, ids: bytes, begin: int, end: int) -> tuple[bytes, int]:
+        """The sums before every STEP-th item of ``[begin, end)`` (and at its end, when that is one), and its total."""
+        step, count = cls.STEP, end - begin
+        # each id as four 64-bit limbs, unpacked in C; the running sums of each limb are small
+        # ints, added in C too, and put together only at every STEP-th item (four times faster
+        # than an int.from_bytes per id)
+        words = struct.unpack_from(f"<{4 * count}Q", ids, ID_SIZE * begin)
+        limbs = [list(itertools.accumulate(words[k::4], initial=0)) for k in range(4)]
+        totals = [limb[-1] for limb in limbs]
+        # 0, STEP, 2 * STEP, ... up to and with the end when it is a multiple
+        stored = zip(*(limb[::step] for limb in limbs))
+        packed = b"".join(((a + (b << 64) + (c << 128) + (d << 192)) % _MOD).to_bytes(32, "little")
+                          for a, b, c, d in stored)
+        return packed, totals[0] + (totals[1] << 64) + (totals[2] << 128) + (totals[3] << 192)
+
+    def merged(self, items: Iterable[Item]) -> PackedItems:
+        """A new copy with ``items`` added (those already here are skipped); this one is unchanged.
+
+        Why: a copy kept current (:class:`akrelay.store.recon_copy.KeptCopy`) takes in what was
+        accepted since it was made without reading the whole set again. Both columns are
+        rebuilt from slices (in C); only the chunks that receive an item have their sums
+        computed again, so a few items cost about a chunk each wherever they fall.
+        """
+        given = list(items)
+        bad = [entry for entry in given if not (isinstance(entry, tuple) and len(entry) == 2 and _is_item(*entry))]
+        if bad:
+            raise ValueError(f"not an item: {bad[0]!r}")
+        times, ids, n = self._ts, self._ids, self._size
+        new_ts, new_ids = array("Q"), list[bytes]()
+        at = 0
+        #: the old index each added item goes before, ascending (several may share one)
+        places: list[int] = []
+        for ts, ident in sorted(set(given)):
+            index = self.lower_bound(at, n, Bound(ts, ident))
+            if index < n and times[index] == ts and ids[ID_SIZE * index:ID_SIZE * index + ID_SIZE] == ident:
+                continue  # already here
+            new_ts.extend(times[at:index])
+            new_ts.append(ts)
+            new_ids += (ids[ID_SIZE * at:ID_SIZE * index], ident)
+            places.append(index)
+            at = index
+        if not places:
+            return self
+        new_ts.extend(times[at:])
+        new_ids.append(ids[ID_SIZE * at:])
+        # by construction ascending and distinct: each item went where the lower bound put it
+        joined = b"".join(new_ids)
+        out_starts: list[int] = []
+        out_sums: list[bytes] = []
+        out_totals: list[int] = []
+        starts = self._starts or [0]
+        # the chunk each added item joins: the last that starts at or before its old index
+        grown: dict[int, int] = {}
+        for place in places:
+            chunk = bisect.bisect_right(starts, place) - 1
+            grown[chunk] = grown.get(chunk, 0) + 1
+        shift = 0
+        for chunk, begin in enumerate(starts):
+            added = grown.get(chunk, 0)
+            old_end = starts[chunk + 1] if chunk + 1 < len(starts) else n
+            begin += shift
+            end = old_end + shift + added
+            shift += added
+            if not added:
+                out_starts.append(begin)
+                out_sums.append(self._sums[chunk])
+                out_totals.append(self._totals[chunk])
+                continue
+            pieces = max(1, (end - begin) // self.CHUNK) if end - begin >= 2 * self.CHUNK else 1
+            for k in range(pieces):  # a chunk grown past twice the size is cut into chunks of about CHUNK
+                lo = begin + k * (end - begin) // pieces
+                hi = begin + (k + 1) * (end - begin) // pieces
+                local, total = self._chunk_sums(joined, lo, hi)
+                out_starts.append(lo)
+                out_sums.append(local)
+                out_totals.append(total)
+        return PackedItems(columns=(new_ts, joined), _chunks=(out_starts, out_sums, out_totals))
+
+    def state(self) -> tuple[int, int]:
+        """The count and id sum of all the items (what :meth:`akrelay.store.recon.StoreView.state` reads)."""
+        return self._size, self._sum_before(self._size) % _MOD
 
     def size(self) -> int:
         return self._size
@@ -346,18 +439,24 @@ class PackedItems:
         return lo
 
     def _sum_before(self, index: int) -> int:
-        step, ids = self.STEP, self._ids
-        block, offset = divmod(index, step)
-        if offset > step // 2 and (block + 1) * step <= self._size:  # nearer the next stored sum: back from it
+        starts = self._starts
+        if not starts:
+            return 0
+        chunk = bisect.bisect_right(starts, index) - 1
+        begin = starts[chunk]
+        end = starts[chunk + 1] if chunk + 1 < len(starts) else self._size
+        sums, step, ids = self._sums[chunk], self.STEP, self._ids
+        block, offset = divmod(index - begin, step)
+        if offset > step // 2 and begin + (block + 1) * step <= end:  # nearer the next stored sum: back from it
             block += 1
-            total = int.from_bytes(self._sums[32 * block:32 * block + 32], "little")
-            for at in range(ID_SIZE * index, ID_SIZE * block * step, ID_SIZE):
+            total = int.from_bytes(sums[32 * block:32 * block + 32], "little")
+            for at in range(ID_SIZE * index, ID_SIZE * (begin + block * step), ID_SIZE):
                 total -= int.from_bytes(ids[at:at + ID_SIZE], "little")
-            return total
-        total = int.from_bytes(self._sums[32 * block:32 * block + 32], "little")
-        for at in range(ID_SIZE * block * step, ID_SIZE * index, ID_SIZE):
+            return self._bases[chunk] + total
+        total = int.from_bytes(sums[32 * block:32 * block + 32], "little")
+        for at in range(ID_SIZE * (begin + block * step), ID_SIZE * index, ID_SIZE):
             total += int.from_bytes(ids[at:at + ID_SIZE], "little")
-        return total
+        return self._bases[chunk] + total
 
     def fingerprint(self, begin: int, end: int) -> bytes:
         # the ends of the last range asked for: the next range starts where it ended, and a

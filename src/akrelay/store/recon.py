@@ -560,6 +560,14 @@ class _TooLarge(Exception):
     """The set grew past the cap while it was copied (a backend without snapshots)."""
 
 
+class KeptSet(Protocol):
+    """What :class:`OwnSet` asks of a process's kept copy (:class:`akrelay.store.recon_copy.KeptCopy`)."""
+
+    def current(self, view: StoreView) -> PackedItems | None:
+        """The copy if it is the set ``view`` reads, else ``None``."""
+        ...
+
+
 class OwnSet:
     """The initiator's own set for one reconciliation: its aggregates while that is cheap, then a copy.
 
@@ -571,8 +579,10 @@ class OwnSet:
     """
 
     def __init__(self, index: ReconIndex, *, since: int | None = None, until: int | None = None,
-                 cap: int = SNAPSHOT_CAP, copy_after: float = COPY_AFTER) -> None:
+                 cap: int = SNAPSHOT_CAP, copy_after: float = COPY_AFTER, kept: KeptSet | None = None) -> None:
+        """``kept``: the process's kept copy (:mod:`akrelay.store.recon_copy`), used for the whole session if current."""
         self.index, self.since, self.until, self.cap, self.copy_after = index, since, until, cap, copy_after
+        self.kept = kept if since is None and until is None else None
         self.copy: PackedItems | None = None
         #: rows read by the views so far (the copy's own reads not counted)
         self.view_reads = 0
@@ -586,6 +596,12 @@ class OwnSet:
         """The set to answer the next step from; ``deferred``: the last step's ``Outcome.deferred``."""
         if self.copy is not None:
             return self.copy
+        if self.kept is not None:
+            kept = self.kept.current(StoreView(self.index))
+            if kept is not None:
+                self.copy = kept
+                self._view = None
+                return kept
         view = self._view
         if view is not None:
             self.view_reads += view.reads

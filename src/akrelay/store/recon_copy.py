@@ -1,0 +1,235 @@
+"""The reconciliation set kept in memory by a serving process, current as of the last message (issue 26).
+
+Why: a reconciliation of thousands of differences spends most of its time locating bounds
+in the store's aggregates, and copying the set (about 1.7 s at 1M items on SQLite) only
+once it has read enough to prove the copy worth it (:class:`~akrelay.store.recon.OwnSet`,
+:class:`~akrelay.store.recon.ResponderCopy`). A process that serves or syncs for hours
+can instead copy the set once, when it starts, and keep the copy current: then every
+message of every reconciliation, on both sides, is answered from memory, and the time of
+a large reconciliation goes to transferring the events it finds.
+
+How it stays current without a thread per commit: the copy remembers the log ``seq`` it
+covers. When a message finds that the store's set (its count and id sum, one aggregate
+read inside the message's snapshot) is not the copy's, the message is answered from the
+aggregates as before, and the keeper thread is woken: it reads the records accepted since
+(``iter_records``), merges the fetchable ones into a new copy (:meth:`PackedItems.merged
+<akrelay.protocol.reconcile.PackedItems.merged>`; the old one stays valid for the messages
+using it) and adopts it if its state is the store's. A set that changed otherwise (a record
+withheld or removed, or a seq committed out of order) is copied again, at most once per
+:data:`REBUILD_GAP` seconds (and never sooner than ten times the last copy took), so that
+churn costs a bounded share of one core. Only a set of at most ``cap`` items is kept
+(about 44 bytes an item); a larger one is answered from the aggregates.
+
+The owner is the node's sync component (:class:`akrelay.components.sync.SyncComponent`):
+:meth:`start` starts the keeper, which copies the set at once; :meth:`stop` stops it.
+Nothing here starts in a constructor, and a copy that was never started answers nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from akrelay.protocol.reconcile import PackedItems
+from akrelay.store.base import Store, event_hash_bytes
+from akrelay.store.recon import SNAPSHOT_CAP, ReconIndex, StoreView, _copy
+
+log = logging.getLogger("akrelay.reconcile")
+
+#: Records read per page while catching up; past :data:`CATCH_UP_MAX` the set is copied again instead.
+CATCH_UP_PAGE = 5_000
+CATCH_UP_MAX = 200_000
+#: Seconds between two copies of the whole set at least (a withholding, a removal, churn).
+REBUILD_GAP = 30.0
+#: ... and never sooner than this many times the last copy took (a share of one core at most).
+REBUILD_FACTOR = 10.0
+#: Catch-up attempts per wake-up when commits land between the read of the log and the check.
+ATTEMPTS = 3
+#: Seconds the keeper waits after a failure (a store outage) before it tries again.
+RETRY = 5.0
+
+
+class KeptCopy:
+    """The whole set in memory, copied at :meth:`start` and caught up from the log when a message finds it behind."""
+
+    def __init__(self, store: Store, index: ReconIndex, *, cap: int = SNAPSHOT_CAP, rebuild_gap: float = REBUILD_GAP,
+                 rebuild_factor: float = REBUILD_FACTOR, clock: Callable[[], float] = time.monotonic,
+                 on_copy: Callable[[], None] | None = None) -> None:
+        """A copy of the whole set follows another after ``max(rebuild_gap, rebuild_factor * the last one's
+        seconds)``; ``on_copy`` is called after each (the node counts them in the metrics)."""
+        self.store, self.index, self.cap, self.rebuild_gap, self.clock = store, index, cap, rebuild_gap, clock
+        self.rebuild_factor = rebuild_factor
+        self.on_copy = on_copy
+        #: (the copy, its state, the log seq it covers): swapped whole, read without a lock
+        self._held: tuple[PackedItems, tuple[int, int], int] | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done = threading.Condition()
+        #: refreshes asked for, and the last of them a finished pass began after (under ``_done``)
+        self._asked = self._served = 0
+        self._thread: threading.Thread | None = None
+        self._rebuild_due = True
+        self._next_rebuild = float("-inf")
+        #: what ``peers status`` and the metrics say of it
+        self.copies = 0
+        self.catch_ups = 0
+        self.answered = 0
+        self.behind = 0
+        self.last_copy_seconds = 0.0
+        self.over_cap = False
+        self.error: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the keeper; it copies the set at once (a few seconds of one thread at 1M items)."""
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="akrelay-recon-copy", daemon=True)
+        self._wake.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the keeper (a copy in progress finishes its statement first) and drop the copy."""
+        thread, self._thread = self._thread, None
+        self._stopping.set()
+        self._wake.set()
+        if thread is not None:
+            thread.join()
+        self._held = None
+        with self._done:
+            self._done.notify_all()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    # -- answering -------------------------------------------------------------------------
+    def current(self, view: StoreView) -> PackedItems | None:
+        """The copy if it is the set ``view`` reads (call inside the view's snapshot); else ``None``, and catch up."""
+        held = self._held
+        if held is not None and held[1] == view.state():
+            self.answered += 1
+            return held[0]
+        if self._thread is not None:
+            self.behind += 1
+            self._wake.set()
+        return None
+
+    def refresh(self, timeout: float) -> bool:
+        """Wake the keeper and wait up to ``timeout`` seconds for it to catch up once; whether it did.
+
+        For an initiator, which is about to read its own set every round: the first message
+        is then answered from a current copy rather than from the aggregates.
+        """
+        if self._thread is None:
+            return False
+        with self._done:
+            self._asked += 1
+            target = self._asked  # served only by a pass that begins after this (one under way read the log before)
+            self._wake.set()
+            deadline = self.clock() + timeout
+            while self._served < target and self._thread is not None:
+                left = deadline - self.clock()
+                if left <= 0:
+                    return False
+                self._done.wait(left)
+            return self._served >= target
+
+    def status(self) -> dict[str, object]:
+        """What an operator sees (``peers status``, the metrics): items, copies, catch-ups, messages answered."""
+        held = self._held
+        state = ("off" if self._thread is None else "over the cap" if self.over_cap
+                 else "copying" if held is None else "kept")
+        return {"state": state, "items": held[1][0] if held is not None else 0, "seq": held[2] if held else 0,
+                "copies": self.copies, "catch_ups": self.catch_ups, "answered": self.answered,
+                "behind": self.behind, "last_copy_seconds": round(self.last_copy_seconds, 3), "cap": self.cap,
+                "error": self.error}
+
+    # -- the keeper ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait()
+            if self._stopping.is_set():
+                break
+            self._wake.clear()
+            with self._done:
+                serving = self._asked
+            try:
+                self._update()
+                self.error = None
+            except Exception as exc:  # noqa: BLE001 - a store outage: said, and tried again later
+                self.error = f"{type(exc).__name__}: {exc}"[:300]
+                log.warning("reconciliation copy: %s; answering from the store's aggregates meanwhile", self.error)
+                self._stopping.wait(RETRY)
+            finally:
+                with self._done:
+                    self._served = serving
+                    self._done.notify_all()
+
+    def _update(self) -> None:
+        if self._held is None or self._rebuild_due:
+            self._rebuild()
+            return
+        for _ in range(ATTEMPTS):
+            held = self._held
+            assert held is not None
+            copy, _, seq = held
+            fresh, last, read = [], seq, 0
+            while read <= CATCH_UP_MAX:
+                page = self.store.iter_records(last, CATCH_UP_PAGE)
+                if not page:
+                    break
+                fresh += [(r.envelope.created_at, event_hash_bytes(r.id)) for r in page if not r.withheld]
+                last, read = page[-1].seq, read + len(page)
+                if len(page) < CATCH_UP_PAGE:
+                    break
+            else:
+                self._rebuild()  # more news than a copy costs
+                return
+            if fresh:
+                copy = copy.merged(fresh)
+                self.catch_ups += 1
+            with self.index.recon_snapshot():
+                state = StoreView(self.index).state()
+            mine = copy.state()
+            self._held = (copy, mine, last)
+            if mine == state:
+                return
+            if last == seq:  # nothing new in the log, and still not the store's set
+                break
+        self._rebuild_due = True
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        now = self.clock()
+        if now < self._next_rebuild:
+            self._rebuild_due = True
+            return
+        started = time.monotonic()
+        seq = self.store.checkpoint()  # before the copy: what follows is caught up next time (merging skips repeats)
+        with self.index.recon_snapshot():
+            view = StoreView(self.index)
+            size, state = view.size(), view.state()
+            copy = _copy(self.index, None, None, size, self.cap) if size <= self.cap else None
+        took = time.monotonic() - started
+        self.last_copy_seconds = took
+        self._next_rebuild = self.clock() + max(self.rebuild_gap, self.rebuild_factor * took)
+        self._rebuild_due = False
+        if copy is None or copy.state() != state:
+            self.over_cap = copy is None
+            if self.over_cap:
+                log.info("reconciliation copy: the set holds %s items, more than --reconcile-copy-max %s; "
+                         "answered from the store's aggregates", f"{size:,}", f"{self.cap:,}")
+            self._held = None
+            self._rebuild_due = not self.over_cap
+            return
+        self.over_cap = False
+        self.copies += 1
+        self._held = (copy, state, seq)
+        log.info("reconciliation copy: %s items kept in memory (about %.0f MB), copied in %.2f s",
+                 f"{size:,}", size * 44 / 1e6, took)
+        if self.on_copy is not None:
+            self.on_copy()
