@@ -456,3 +456,18 @@ class ReconContract:
             assert small.status()["state"] == "over the cap" and small.copies == 0
         finally:
             small.stop()
+
+    def test_news_are_the_records_after_a_seq_as_items(self, store) -> None:
+        """A backend's optional ``recon_news`` says what ``iter_records`` does, withheld records as ``None``."""
+        news = getattr(store.recon, "recon_news", None)
+        if news is None:
+            pytest.skip("this backend has no recon_news: the kept copy reads iter_records")
+        envs = list(corpus())
+        for env in envs:
+            store.commit(env, 1_790_000_000_000)
+        store.set_withheld(envs[3].id, True)
+        store.remove(envs[5].id)
+        expected = [(r.seq, None if r.withheld else (r.envelope.created_at, event_hash_bytes(r.id)))
+                    for r in store.iter_records(2, 10_000)]
+        assert news(2, 10_000) == expected and expected[1][1] is None  # envs[3] is the second after seq 2
+        assert news(2, 4) == expected[:4] and news(10**9, 10) == []

@@ -634,3 +634,14 @@ def test_packed_items_merged_again_and_again_stay_the_union(chunk: int, monkeypa
             assert copy.fingerprint(begin, n) == oracle.fingerprint(begin, n)
             assert copy.fingerprint(0, begin) == oracle.fingerprint(0, begin)
     assert list(copy.ids(0, copy.size())) == [i for _, i in sorted(everything)]
+
+
+def test_packed_items_boundary_is_the_minimal_bound_between_neighbours() -> None:
+    """The responder's split by counts asks the copy for the bound between two items; it must be
+    the bound :func:`minimal_bound` makes of them, ties of timestamps included."""
+    rng = random.Random(8)
+    items = sorted({(rng.randrange(50), rng.randbytes(32)) for _ in range(400)})
+    items += [(99, bytes([7]) * 31 + bytes([k])) for k in range(3)]  # ids that share 31 bytes
+    packed = PackedItems(items)
+    for k in range(1, len(items)):
+        assert packed.boundary(k) == reconcile.minimal_bound(items[k - 1], items[k]), k

@@ -130,7 +130,8 @@ def id_sum(ids: Iterable[bytes]) -> int:
 
 def fingerprint(total: int, count: int) -> bytes:
     """The fingerprint of a range from its id sum and item count."""
-    digest = hashlib.sha256((total % _MOD).to_bytes(32, "little") + encode_varint(count)).digest()
+    digest = hashlib.sha256((total % _MOD).to_bytes(32, "little")
+                            + (_ONE_BYTE[count] if count < 0x80 else encode_varint(count))).digest()
     return digest[:FINGERPRINT_SIZE]
 
 
@@ -192,6 +193,8 @@ class Storage(Protocol):
 
     def ids(self, begin: int, end: int) -> Sequence[bytes]: ...
 
+    # Optional: ``boundary(index)``, :func:`minimal_bound` of the items at ``index - 1`` and
+    # ``index``, for a storage that can tell it without making both items.
     # Optional: ``prefetch(begin, end)``, called before a range is split or listed, lets a
     # view that reads from a store fetch a small range in one read instead of item by item.
     # Optional: ``aligned_splits(lower, upper, low, high, parts)`` (``low`` / ``high`` the
@@ -240,23 +243,25 @@ class PackedItems:
     of unsigned 64-bit integers (8 bytes each), so that a bound is located by a bisection in
     C, and the ids are one ``bytes`` (32 each).
 
-    The id sums are kept per *chunk* of about :attr:`CHUNK` consecutive items: the sum of all
-    ids before each chunk, and within it the sum before every :attr:`STEP`-th item (32 bytes
-    each), so a fingerprint converts at most ``STEP // 2`` ids per end. Chunks are what make
-    :meth:`merged` cheap: an item added changes the sums of its own chunk only (a chunk that
-    grows past twice :attr:`CHUNK` is cut in two), whatever its place in the set.
+    The id sums are kept per *chunk* of about :attr:`CHUNK` consecutive items, and within a
+    chunk per *block* of about :attr:`STEP` items: the sum of all the ids before each block
+    (a Python int: nothing to convert when it is read), so a fingerprint converts at most half
+    a block of ids per end. Blocks are what make :meth:`merged` cheap: an item added joins the
+    block it falls in, whose sum grows by the item's id alone (a block that grows past twice
+    :attr:`STEP` is cut again, a chunk past twice :attr:`CHUNK` too), and the sums after it
+    move by additions, with no id converted again, wherever the item falls.
 
     Both columns can be handed over whole (:meth:`from_columns`, what a store that can read
     them in one statement does), or built from items a batch of :attr:`BATCH` at a time with
     C-level checks. Either way the items are checked: ascending, distinct, each an item.
     """
 
-    STEP = 8
+    STEP = 8  # a built copy's blocks; inlined in _sum_before
     BATCH = 65_536
     CHUNK = 4096
 
     def __init__(self, items: Iterable[Item] = (), *, columns: tuple[array[int], bytes] | None = None,
-                 _chunks: tuple[list[int], list[bytes], list[int]] | None = None) -> None:
+                 _chunks: tuple[list[int], list[list[int] | None], list[list[int]]] | None = None) -> None:
         """``items`` ascending and distinct (as a store's index returns them); checked as they are packed.
 
         ``columns`` instead: see :meth:`from_columns` (``_chunks``: their sums, from :meth:`merged`).
@@ -308,47 +313,47 @@ class PackedItems:
             if ids[ID_SIZE * k:ID_SIZE * k + ID_SIZE] >= ids[ID_SIZE * k + ID_SIZE:ID_SIZE * k + 2 * ID_SIZE]:
                 raise ValueError("items must be ascending and distinct")
         starts = list(range(0, n, self.CHUNK))
-        sums: list[bytes] = []
-        totals: list[int] = []
+        sums: list[list[int]] = []
+        base = 0
         for begin in starts:
-            local, total = self._chunk_sums(ids, begin, min(n, begin + self.CHUNK))
-            sums.append(local)
-            totals.append(total)
-        self._adopt(timestamps, ids, starts, sums, totals)
+            local = self._block_sums(ids, begin, min(n, begin + self.CHUNK))
+            sums.append([base + v for v in local])
+            base += local[-1]
+        self._adopt(timestamps, ids, starts, [None] * len(starts), sums)
 
-    def _adopt(self, timestamps: array[int], ids: bytes, starts: list[int], sums: list[bytes],
-               totals: list[int]) -> None:
+    def _adopt(self, timestamps: array[int], ids: bytes, starts: list[int], blocks: list[list[int] | None],
+               sums: list[list[int]]) -> None:
         self._ts = timestamps
         self._ids = ids  # immutable: its slices are hashable ids
         self._size = len(timestamps)
-        #: per chunk: its first index, the sums before its STEP-th items (bytes), the sum of its ids
-        self._starts, self._sums, self._totals = starts, sums, totals
-        self._bases = list(itertools.accumulate(totals[:-1], initial=0)) if totals else []
+        #: per chunk: its first index; where its blocks start, from its start (``None``: every
+        #: STEP items, as built); the sum of all the ids before each block, and before its end
+        self._starts, self._blocks, self._sums = starts, blocks, sums
         self._last = (0, 0, 0, 0)
 
     @classmethod
-    def _chunk_sums(cls, ids: bytes, begin: int, end: int) -> tuple[bytes, int]:
-        """The sums before every STEP-th item of ``[begin, end)`` (and at its end, when that is one), and its total."""
+    def _block_sums(cls, ids: bytes, begin: int, end: int) -> list[int]:
+        """The sums of the ids of ``[begin, end)`` before each STEP-th item from ``begin``, and before ``end``."""
         step, count = cls.STEP, end - begin
         # each id as four 64-bit limbs, unpacked in C; the running sums of each limb are small
-        # ints, added in C too, and put together only at every STEP-th item (four times faster
+        # ints, added in C too, and put together only at every STEP-th item (a third faster
         # than an int.from_bytes per id)
         words = struct.unpack_from(f"<{4 * count}Q", ids, ID_SIZE * begin)
         limbs = [list(itertools.accumulate(words[k::4], initial=0)) for k in range(4)]
-        totals = [limb[-1] for limb in limbs]
-        # 0, STEP, 2 * STEP, ... up to and with the end when it is a multiple
-        stored = zip(*(limb[::step] for limb in limbs))
-        packed = b"".join(((a + (b << 64) + (c << 128) + (d << 192)) % _MOD).to_bytes(32, "little")
-                          for a, b, c, d in stored)
-        return packed, totals[0] + (totals[1] << 64) + (totals[2] << 128) + (totals[3] << 192)
+        out = [a + (b << 64) + (c << 128) + (d << 192) for a, b, c, d in zip(*(limb[::step] for limb in limbs))]
+        if count % step:
+            a, b, c, d = (limb[-1] for limb in limbs)
+            out.append(a + (b << 64) + (c << 128) + (d << 192))
+        return out
 
     def merged(self, items: Iterable[Item]) -> PackedItems:
         """A new copy with ``items`` added (those already here are skipped); this one is unchanged.
 
         Why: a copy kept current (:class:`akrelay.store.recon_copy.KeptCopy`) takes in what was
         accepted since it was made without reading the whole set again. Both columns are
-        rebuilt from slices (in C); only the chunks that receive an item have their sums
-        computed again, so a few items cost about a chunk each wherever they fall.
+        rebuilt from slices (in C); each item added is converted once and joins its block,
+        and the sums after it move by additions: 10,000 items added to 1M cost about the
+        copying of the columns, not a conversion of every id.
         """
         given = list(items)
         bad = [entry for entry in given if not (isinstance(entry, tuple) and len(entry) == 2 and _is_item(*entry))]
@@ -357,8 +362,8 @@ class PackedItems:
         times, ids, n = self._ts, self._ids, self._size
         new_ts, new_ids = array("Q"), list[bytes]()
         at = 0
-        #: the old index each added item goes before, ascending (several may share one)
-        places: list[int] = []
+        #: (the old index it goes before, its id's value) of each item added, ascending
+        places: list[tuple[int, int]] = []
         for ts, ident in sorted(set(given)):
             index = self.lower_bound(at, n, Bound(ts, ident))
             if index < n and times[index] == ts and ids[ID_SIZE * index:ID_SIZE * index + ID_SIZE] == ident:
@@ -366,7 +371,7 @@ class PackedItems:
             new_ts.extend(times[at:index])
             new_ts.append(ts)
             new_ids += (ids[ID_SIZE * at:ID_SIZE * index], ident)
-            places.append(index)
+            places.append((index, int.from_bytes(ident, "little")))
             at = index
         if not places:
             return self
@@ -374,36 +379,77 @@ class PackedItems:
         new_ids.append(ids[ID_SIZE * at:])
         # by construction ascending and distinct: each item went where the lower bound put it
         joined = b"".join(new_ids)
-        out_starts: list[int] = []
-        out_sums: list[bytes] = []
-        out_totals: list[int] = []
         starts = self._starts or [0]
         # the chunk each added item joins: the last that starts at or before its old index
-        grown: dict[int, int] = {}
+        grown: dict[int, list[tuple[int, int]]] = {}
         for place in places:
-            chunk = bisect.bisect_right(starts, place) - 1
-            grown[chunk] = grown.get(chunk, 0) + 1
-        shift = 0
+            grown.setdefault(_bisect_right(starts, place[0]) - 1, []).append(place)
+        out_starts: list[int] = []
+        out_blocks: list[list[int] | None] = []
+        out_sums: list[list[int]] = []
+        shift = 0  # items added before the chunk
+        moved = 0  # the sum of their ids
         for chunk, begin in enumerate(starts):
-            added = grown.get(chunk, 0)
-            old_end = starts[chunk + 1] if chunk + 1 < len(starts) else n
-            begin += shift
-            end = old_end + shift + added
-            shift += added
+            old_sums = self._sums[chunk] if self._sums else [0, 0]
+            added = grown.get(chunk)
             if not added:
-                out_starts.append(begin)
-                out_sums.append(self._sums[chunk])
-                out_totals.append(self._totals[chunk])
+                out_starts.append(begin + shift)
+                out_blocks.append(self._blocks[chunk])
+                out_sums.append(old_sums if not moved else [v + moved for v in old_sums])
                 continue
-            pieces = max(1, (end - begin) // self.CHUNK) if end - begin >= 2 * self.CHUNK else 1
-            for k in range(pieces):  # a chunk grown past twice the size is cut into chunks of about CHUNK
-                lo = begin + k * (end - begin) // pieces
-                hi = begin + (k + 1) * (end - begin) // pieces
-                local, total = self._chunk_sums(joined, lo, hi)
-                out_starts.append(lo)
-                out_sums.append(local)
-                out_totals.append(total)
-        return PackedItems(columns=(new_ts, joined), _chunks=(out_starts, out_sums, out_totals))
+            new_begin = begin + shift
+            sizes, totals = self._grow(chunk, begin, added, old_sums)
+            # blocks grown past twice STEP are cut again, their ids read from the new column
+            cut_sizes: list[int] = []
+            cut_totals: list[int] = []
+            at = new_begin
+            for size, total in zip(sizes, totals):
+                if size <= 2 * self.STEP:
+                    cut_sizes.append(size)
+                    cut_totals.append(total)
+                else:
+                    local = self._block_sums(joined, at, at + size)
+                    cut_sizes += [min(self.STEP, size - k) for k in range(0, size, self.STEP)]
+                    cut_totals += [b - a for a, b in zip(local, local[1:])]
+                at += size
+            first_sum = old_sums[0] + moved
+            shift += len(added)
+            moved += sum(value for _, value in added)
+            # chunks of about CHUNK items, at block boundaries, when this one grew past twice that
+            offsets = list(itertools.accumulate(cut_sizes, initial=0))
+            block_sums = list(itertools.accumulate(cut_totals, initial=first_sum))
+            pieces = max(1, offsets[-1] // self.CHUNK) if offsets[-1] >= 2 * self.CHUNK else 1
+            first = 0
+            for k in range(1, pieces + 1):
+                last = len(cut_sizes) if k == pieces else bisect.bisect_left(offsets, k * offsets[-1] // pieces)
+                if last <= first:
+                    continue  # blocks larger than a chunk's share (only with a tiny CHUNK): no empty chunk
+                origin = offsets[first]
+                out_starts.append(new_begin + origin)
+                out_blocks.append([o - origin for o in offsets[first:last]])
+                out_sums.append(block_sums[first:last + 1])
+                first = last
+        return PackedItems(columns=(new_ts, joined), _chunks=(out_starts, out_blocks, out_sums))
+
+    def _grow(self, chunk: int, begin: int, added: list[tuple[int, int]],
+              old_sums: list[int]) -> tuple[list[int], list[int]]:
+        """The sizes and id sums of ``chunk``'s blocks once ``added`` (old index, id value) joined them."""
+        end = self._starts[chunk + 1] if chunk + 1 < len(self._starts) else self._size
+        blocks = self._blocks[chunk] if self._starts else [0]
+        if blocks is None:
+            blocks = list(range(0, end - begin, self.STEP))
+        if not blocks:
+            blocks = [0]
+        sizes = [b - a for a, b in zip(blocks, blocks[1:])] + [end - begin - blocks[-1]]
+        totals = [b - a for a, b in zip(old_sums, old_sums[1:])]
+        if len(totals) < len(sizes):  # an empty set: one empty block
+            totals.append(0)
+        for place, value in added:
+            # the block that holds the item now at ``place`` (an item at the chunk's end joins its last block)
+            block = min(_bisect_right(blocks, place - begin) - 1, len(sizes) - 1)
+            sizes[block] += 1
+            totals[block] += value
+        return sizes, totals
 
     def state(self) -> tuple[int, int]:
         """The count and id sum of all the items (what :meth:`akrelay.store.recon.StoreView.state` reads)."""
@@ -438,25 +484,43 @@ class PackedItems:
                 hi = mid
         return lo
 
+    def boundary(self, index: int) -> Bound:
+        """:func:`minimal_bound` of the items at ``index - 1`` and ``index`` (most differ in their timestamps)."""
+        times = self._ts
+        ts = times[index]
+        if times[index - 1] != ts:
+            return Bound(ts)
+        return minimal_bound(self.item(index - 1), self.item(index))
+
     def _sum_before(self, index: int) -> int:
         starts = self._starts
-        if not starts:
-            return 0
-        chunk = bisect.bisect_right(starts, index) - 1
-        begin = starts[chunk]
-        end = starts[chunk + 1] if chunk + 1 < len(starts) else self._size
-        sums, step, ids = self._sums[chunk], self.STEP, self._ids
-        block, offset = divmod(index - begin, step)
-        if offset > step // 2 and begin + (block + 1) * step <= end:  # nearer the next stored sum: back from it
-            block += 1
-            total = int.from_bytes(sums[32 * block:32 * block + 32], "little")
-            for at in range(ID_SIZE * index, ID_SIZE * (begin + block * step), ID_SIZE):
+        chunk = _bisect_right(starts, index) - 1
+        if chunk < 0:
+            return 0  # no items
+        first = starts[chunk]
+        sums, ids, blocks = self._sums[chunk], self._ids, self._blocks[chunk]
+        if blocks is None:  # as built: a block every 8 items (STEP, inlined: this runs for every fingerprint)
+            block, offset = divmod(index - first, 8)
+            low = first + 8 * block
+            back = offset > 4
+            if back:  # the next stored sum is 8 items on, unless the chunk ends before
+                high = low + 8
+                back = high <= (starts[chunk + 1] if chunk + 1 < len(starts) else self._size)
+        else:
+            block = _bisect_right(blocks, index - first) - 1
+            low = first + blocks[block]
+            high = first + blocks[block + 1] if block + 1 < len(blocks) else (
+                starts[chunk + 1] if chunk + 1 < len(starts) else self._size)
+            back = 2 * (index - low) > high - low
+        if back:  # nearer the next stored sum: back from it
+            total = sums[block + 1]
+            for at in range(ID_SIZE * index, ID_SIZE * high, ID_SIZE):
                 total -= int.from_bytes(ids[at:at + ID_SIZE], "little")
-            return self._bases[chunk] + total
-        total = int.from_bytes(sums[32 * block:32 * block + 32], "little")
-        for at in range(ID_SIZE * (begin + block * step), ID_SIZE * index, ID_SIZE):
+            return total
+        total = sums[block]
+        for at in range(ID_SIZE * low, ID_SIZE * index, ID_SIZE):
             total += int.from_bytes(ids[at:at + ID_SIZE], "little")
-        return self._bases[chunk] + total
+        return total
 
     def fingerprint(self, begin: int, end: int) -> bytes:
         # the ends of the last range asked for: the next range starts where it ended, and a
@@ -473,6 +537,7 @@ class PackedItems:
 
 
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_bisect_right = bisect.bisect_right
 
 
 def _range_key(entry: tuple[Bound, int]) -> tuple[int, bytes]:
@@ -500,26 +565,27 @@ def _first_bad(chunk: list[Item]) -> object:
 # ---- wire format ------------------------------------------------------------------------------
 
 class _Reader:
-    __slots__ = ("data", "pos", "last_timestamp")
+    __slots__ = ("data", "pos", "last_timestamp", "end")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
         self.last_timestamp = 0
+        self.end = len(data)
 
     def done(self) -> bool:
-        return self.pos >= len(self.data)
+        return self.pos >= self.end
 
     def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
+        pos = self.pos
+        if pos + n > self.end:
             raise _bad("truncated")
-        out = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return out
+        self.pos = pos + n
+        return self.data[pos:pos + n]
 
     def varint(self) -> int:
         pos = self.pos
-        if pos < len(self.data) and self.data[pos] < 0x80:  # one byte: modes, counts, prefix lengths
+        if pos < self.end and self.data[pos] < 0x80:  # one byte: modes, counts, prefix lengths
             self.pos = pos + 1
             return self.data[pos]
         value = 0
@@ -545,7 +611,7 @@ class _Reader:
     def bound(self) -> Bound:
         ts = self.timestamp()
         data, pos = self.data, self.pos
-        if pos < len(data) and data[pos] < 0x80:  # the prefix length, in one byte
+        if pos < self.end and data[pos] < 0x80:  # the prefix length, in one byte
             length = data[pos]
             pos += 1
         else:
@@ -553,21 +619,23 @@ class _Reader:
             pos = self.pos
         if length > ID_SIZE:
             raise _bad(f"id prefix of {length} bytes (at most {ID_SIZE})")
-        if pos + length > len(data):
+        if pos + length > self.end:
             raise _bad("truncated")
         self.pos = pos + length
         return Bound(ts, data[pos:pos + length])
 
 
 class _Writer:
-    __slots__ = ("parts", "size", "last_timestamp", "ranges")
+    __slots__ = ("parts", "size", "last_timestamp", "ranges", "record")
 
-    def __init__(self) -> None:
+    def __init__(self, *, record: bool = True) -> None:
         self.parts: list[bytes] = [bytes([PROTOCOL_VERSION])]
         self.size = 1
         self.last_timestamp = 0
-        #: the upper bound and mode of each range written, in order (what an initiator may resend)
+        #: the upper bound and mode of each range written, in order (what an initiator may resend);
+        #: kept only with ``record`` (a responder resends nothing)
         self.ranges: list[tuple[Bound, int]] = []
+        self.record = record
 
     def mark(self) -> tuple[int, int, int, int]:
         return len(self.parts), self.size, self.last_timestamp, len(self.ranges)
@@ -579,19 +647,18 @@ class _Writer:
 
     def put(self, bound: Bound, mode: int, payload: bytes = b"") -> None:
         """Write one range: its upper bound, its mode and what the mode carries."""
-        chunk = self.bound(bound) + _ONE_BYTE[mode] + payload
+        timestamp, prefix = bound
+        if timestamp == MAX_TIMESTAMP:
+            ts = b"\0"
+        else:
+            ts = encode_varint(timestamp - self.last_timestamp + 1)
+        self.last_timestamp = timestamp
+        # a prefix is at most ID_SIZE bytes: its length is one byte
+        chunk = ts + _ONE_BYTE[len(prefix)] + prefix + _ONE_BYTE[mode] + payload
         self.parts.append(chunk)
         self.size += len(chunk)
-        self.ranges.append((bound, mode))
-
-    def bound(self, bound: Bound) -> bytes:
-        if bound.timestamp == MAX_TIMESTAMP:
-            self.last_timestamp = MAX_TIMESTAMP
-            ts = encode_varint(0)
-        else:
-            ts = encode_varint(bound.timestamp - self.last_timestamp + 1)
-            self.last_timestamp = bound.timestamp
-        return ts + encode_varint(len(bound.prefix)) + bound.prefix
+        if self.record:
+            self.ranges.append((bound, mode))
 
     def bytes(self) -> bytes:
         return b"".join(self.parts)
@@ -683,7 +750,7 @@ class Reconciler:
         size = storage.size()
         reader = _Reader(message)
         reader.take(1)
-        out = _Writer()
+        out = _Writer(record=initiator)
         outcome = Outcome(None)
         limit = self.frame_limit - 200
         # ranges written, counting the version byte's part: at most MAX_RANGES in all after the
@@ -695,6 +762,7 @@ class Reconciler:
         written_bound, written_index = ZERO, 0
         skipping = False
         ranges = 0
+        prev_key = ZERO.key()
         #: the cuts of our last message that a resume left unsent
         leftover: list[tuple[Bound, int]] = []
 
@@ -703,8 +771,10 @@ class Reconciler:
             if ranges > MAX_RANGES:
                 raise _bad(f"more than {MAX_RANGES} ranges")
             upper_bound = reader.bound()
-            if ranges > 1 and upper_bound.key() <= prev_bound.key():
+            key = upper_bound.key()
+            if ranges > 1 and key <= prev_key:
                 raise _bad("range bounds are not ascending")
+            prev_key = key
             mode = reader.varint()
             lower = prev_index
             upper = storage.lower_bound(prev_index, size, upper_bound)
@@ -863,9 +933,15 @@ class Reconciler:
         buckets = min(self.buckets, count)
         per, extra = divmod(count, buckets)
         current = lower
+        boundary = getattr(storage, "boundary", None)
         for i in range(buckets):
             end = current + per + (1 if i < extra else 0)
-            bound = upper_bound if end == upper else minimal_bound(storage.item(end - 1), storage.item(end))
+            if end == upper:
+                bound = upper_bound
+            elif boundary is not None:
+                bound = boundary(end)
+            else:
+                bound = minimal_bound(storage.item(end - 1), storage.item(end))
             out.put(bound, FINGERPRINT, storage.fingerprint(current, end))
             current = end
 

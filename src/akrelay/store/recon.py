@@ -127,6 +127,9 @@ class ReconIndex(Protocol):
     # Optional: ``recon_columns(since, until) -> (array("Q") of timestamps, bytes of ids)``, the
     # items with ``since <= created_at < until`` in key order as two columns, for a copy of the set
     # read in one statement (SQLite); a backend without it is copied a page of items at a time.
+    # Optional: ``recon_news(after_seq, limit) -> [(seq, item or None)]``, the records after a seq
+    # as items (``None``: withheld), for a kept copy's catch-up without parsing envelopes (SQLite);
+    # otherwise it reads the store's ``iter_records``.
 
 
 class BucketSums:

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable
 
-from akrelay.protocol.reconcile import PackedItems
+from akrelay.protocol.reconcile import Item, PackedItems
 from akrelay.store.base import Store, event_hash_bytes
 from akrelay.store.recon import SNAPSHOT_CAP, ReconIndex, StoreView, _copy
 
@@ -177,13 +177,14 @@ class KeptCopy:
             held = self._held
             assert held is not None
             copy, _, seq = held
-            fresh, last, read = [], seq, 0
+            fresh: list[Item] = []
+            last, read = seq, 0
             while read <= CATCH_UP_MAX:
-                page = self.store.iter_records(last, CATCH_UP_PAGE)
+                page = self._news(last)
                 if not page:
                     break
-                fresh += [(r.envelope.created_at, event_hash_bytes(r.id)) for r in page if not r.withheld]
-                last, read = page[-1].seq, read + len(page)
+                fresh += [item for _, item in page if item is not None]
+                last, read = page[-1][0], read + len(page)
                 if len(page) < CATCH_UP_PAGE:
                     break
             else:
@@ -202,6 +203,15 @@ class KeptCopy:
                 break
         self._rebuild_due = True
         self._rebuild()
+
+    def _news(self, after: int) -> list[tuple[int, Item | None]]:
+        """A page of the records after ``after``: ``(seq, item or None when it is not fetchable)``."""
+        news = getattr(self.index, "recon_news", None)
+        if news is not None:
+            page: list[tuple[int, Item | None]] = news(after, CATCH_UP_PAGE)
+            return page
+        return [(r.seq, None if r.withheld else (r.envelope.created_at, event_hash_bytes(r.id)))
+                for r in self.store.iter_records(after, CATCH_UP_PAGE)]
 
     def _rebuild(self) -> None:
         now = self.clock()

@@ -184,6 +184,14 @@ class SqliteReconIndex:
             return array("Q"), b""
         return _timestamps(times), ids
 
+    def recon_news(self, after_seq: int, limit: int) -> list[tuple[int, Item | None]]:
+        """``(seq, item or None when withheld)`` of up to ``limit`` records after ``after_seq``: what a kept copy
+        takes in (:mod:`akrelay.store.recon_copy`), read from the records' own columns, no envelope parsed."""
+        rows = self._connect().execute("SELECT seq, created_at, id, withheld FROM records WHERE seq > ? "
+                                       "ORDER BY seq LIMIT ?", (after_seq, limit)).fetchall()
+        return [(seq, None if withheld else (created_at, event_hash_bytes(event_id)))
+                for seq, created_at, event_id, withheld in rows]
+
     def recon_items(self, lo: Item, hi: Item | None, limit: int) -> list[Item]:
         sql = "SELECT created_at, hash FROM recon_items WHERE (created_at, hash) >= (?, ?)"
         args: tuple[object, ...] = lo
