@@ -10,6 +10,7 @@ showing again and removal, and a reconciliation over it must find exactly the di
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any, Callable
 
 import pytest
@@ -447,6 +448,11 @@ class ReconContract:
             assert kept.refresh(60) and current() is not None and kept.copies == 2
         finally:
             kept.stop()
+        kept.start()  # started again inside the gap: a restart copies at once
+        try:
+            assert kept.refresh(60) and current() is not None and kept.copies == 3
+        finally:
+            kept.stop()
         small = KeptCopy(store, store.recon, cap=3)
         small.start()
         try:
@@ -471,3 +477,88 @@ class ReconContract:
                     for r in store.iter_records(2, 10_000)]
         assert news(2, 10_000) == expected and expected[1][1] is None  # envs[3] is the second after seq 2
         assert news(2, 4) == expected[:4] and news(10**9, 10) == []
+
+
+    def test_a_kept_copy_under_writes_catches_up_without_copying_again(self, store) -> None:
+        """Commits that land between the keeper's read of the news and its check of the set are news
+        too: the keeper takes them in at its next wake-up, and never copies the whole set for them."""
+        from akrelay.store.recon_copy import KeptCopy
+
+        envs = list(corpus())
+        for env in envs[:10]:
+            store.commit(env, 1_790_000_000_000)
+        kept = KeptCopy(store, store.recon, rebuild_gap=10**9, rebuild_factor=0.0, clock=lambda: 0.0)
+        pending = iter(envs[10:])
+        inside: list[bool] = []
+
+        def busy(real: Callable[..., Any]) -> Callable[..., Any]:
+            def read(*args: Any) -> Any:
+                out = real(*args)
+                if inside or threading.current_thread().name != "akrelay-recon-copy":
+                    return out  # the store's own reads (a Redis commit reads the log too)
+                env = next(pending, None)
+                if env is not None:  # a commit right after the keeper read the news
+                    inside.append(True)
+                    try:
+                        store.commit(env, 1_790_000_000_001)
+                    finally:
+                        inside.clear()
+                return out
+            return read
+
+        kept.start()
+        try:
+            assert kept.refresh(60) and kept.copies == 1
+            with patch.object(store.recon, "recon_news", busy(store.recon.recon_news), create=False) \
+                    if hasattr(store.recon, "recon_news") else patch.object(store, "iter_records",
+                                                                            busy(store.iter_records)):
+                store.commit(envs[10], 1_790_000_000_001)
+                next(pending)
+                for _ in range(len(envs)):
+                    assert kept.refresh(60)
+                    with store.recon.recon_snapshot():
+                        if kept.current(StoreView(store.recon)) is not None:
+                            break
+                with store.recon.recon_snapshot():
+                    copy = kept.current(StoreView(store.recon))
+            assert copy is not None and copy.size() == fetchable(store, envs).size() == len(envs)
+            assert kept.copies == 1 and kept.catch_ups >= 2  # all of it merged in, nothing copied again
+        finally:
+            kept.stop()
+
+    def test_without_a_held_kept_copy_the_responder_copy_answers_and_own_set_uses_a_current_one(self, store) -> None:
+        import akrelay.store.recon as recon
+        from akrelay.federation.reconcile import respond
+        from akrelay.store.recon_copy import KeptCopy
+
+        rng = random.Random(12)
+        items = {(1_790_000_000_000 + rng.randrange(10**8), rng.randbytes(32)) for _ in range(2000)}
+        self.add_items(store, items)
+        ours = SortedItems(rng.sample(sorted(items), 1900))
+        small = KeptCopy(store, store.recon, cap=10)  # past its cap: it holds nothing
+        copies = recon.ResponderCopy(copy_after=0.0)
+        small.start()
+        try:
+            assert small.refresh(60) and not small.holds
+            message = Reconciler(ours, frame_limit=4096).initiate()
+            assert respond(store.recon, message, kept=small, copies=copies) == respond(store.recon, message)
+            with store.recon.recon_snapshot():
+                copies.spent(StoreView(store.recon))
+            respond(store.recon, message, kept=small, copies=copies)
+            assert copies.copies == 1  # the responder's own copy served, as without a kept copy
+        finally:
+            small.stop()
+        kept = KeptCopy(store, store.recon)
+        kept.start()
+        try:
+            assert kept.refresh(60)
+            own = recon.OwnSet(store.recon, kept=kept)
+            with store.recon.recon_snapshot():
+                first = own.storage()
+            with store.recon.recon_snapshot():
+                assert own.storage(5) is first and isinstance(first, reconcile.PackedItems)
+            windowed = recon.OwnSet(store.recon, since=1, kept=kept)  # a window is never the kept copy
+            with store.recon.recon_snapshot():
+                assert isinstance(windowed.storage(), StoreView)
+        finally:
+            kept.stop()

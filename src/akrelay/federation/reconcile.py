@@ -258,7 +258,8 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
     With ``copies`` (one per process, shared by every message), the whole set is answered from a
     copy in memory once large reconciliations have read enough (:class:`akrelay.store.recon.ResponderCopy`).
     With ``kept`` running (the process's :class:`~akrelay.store.recon_copy.KeptCopy`), the whole set
-    is answered from it whenever it is current, and ``copies`` is not used (the keeper catches up instead).
+    is answered from it whenever it is current; ``copies`` then serves only while it holds no copy at
+    all (past its cap, still copying), since one that is behind is being caught up.
     ``answered`` is told what answered: ``"copy"`` (memory) or ``"store"`` (the aggregates).
     """
     budget = DEFAULT_BUDGET if budget is None else budget
@@ -274,7 +275,13 @@ def respond(index: ReconIndex, message: bytes, *, since: int | None = None, unti
             whole = since is None and until is None
             storage: Storage = view
             if whole and kept is not None and kept.running:
-                storage = kept.current(view) or view
+                current = kept.current(view)
+                if current is not None:
+                    storage = current
+                elif not kept.holds and copies is not None:
+                    # no kept copy (past its cap, still copying, failed): the responder's copy as before;
+                    # one that is behind is being caught up, and a second copy would only double the memory
+                    storage = copies.storage(index, view)
             elif whole and copies is not None:
                 storage = copies.storage(index, view)
             try:

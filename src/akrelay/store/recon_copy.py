@@ -72,7 +72,7 @@ class KeptCopy:
         self._thread: threading.Thread | None = None
         self._rebuild_due = True
         self._next_rebuild = float("-inf")
-        #: what ``peers status`` and the metrics say of it
+        #: what the status and the tests read (``answered`` and ``behind`` are statistics: threads may race them)
         self.copies = 0
         self.catch_ups = 0
         self.answered = 0
@@ -87,6 +87,7 @@ class KeptCopy:
         if self._thread is not None:
             return
         self._stopping.clear()
+        self._rebuild_due, self._next_rebuild = True, float("-inf")  # a restart copies at once
         self._thread = threading.Thread(target=self._run, name="akrelay-recon-copy", daemon=True)
         self._wake.set()
         self._thread.start()
@@ -105,6 +106,11 @@ class KeptCopy:
     @property
     def running(self) -> bool:
         return self._thread is not None
+
+    @property
+    def holds(self) -> bool:
+        """Whether a copy is held (current or behind): ``False`` while copying, past the cap, or stopped."""
+        return self._held is not None
 
     # -- answering -------------------------------------------------------------------------
     def current(self, view: StoreView) -> PackedItems | None:
@@ -130,9 +136,9 @@ class KeptCopy:
             self._asked += 1
             target = self._asked  # served only by a pass that begins after this (one under way read the log before)
             self._wake.set()
-            deadline = self.clock() + timeout
+            deadline = time.monotonic() + timeout  # not ``clock``: a test's frozen clock must not make it wait for ever
             while self._served < target and self._thread is not None:
-                left = deadline - self.clock()
+                left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._done.wait(left)
@@ -170,39 +176,57 @@ class KeptCopy:
                     self._done.notify_all()
 
     def _update(self) -> None:
-        if self._held is None or self._rebuild_due:
+        if self._held is None or (self._rebuild_due and self.clock() >= self._next_rebuild):
             self._rebuild()
             return
+        # SQLite reads the news on the snapshot's own connection: the news and the state are
+        # then one state of the store, and what the news do not explain is no news at all
+        together = hasattr(self.index, "recon_news")
         for _ in range(ATTEMPTS):
             held = self._held
             assert held is not None
             copy, _, seq = held
-            fresh: list[Item] = []
-            last, read = seq, 0
-            while read <= CATCH_UP_MAX:
-                page = self._news(last)
-                if not page:
-                    break
-                fresh += [item for _, item in page if item is not None]
-                last, read = page[-1][0], read + len(page)
-                if len(page) < CATCH_UP_PAGE:
-                    break
-            else:
+            if together:
+                with self.index.recon_snapshot():
+                    news = self._read_news(seq)
+                    state = StoreView(self.index).state()
+            else:  # the store's reads take locks the snapshot may hold: first the news, then the state
+                news = self._read_news(seq)
+                with self.index.recon_snapshot():
+                    state = StoreView(self.index).state()
+            if news is None:
+                self._rebuild_due = True
                 self._rebuild()  # more news than a copy costs
                 return
+            fresh, last = news
             if fresh:
                 copy = copy.merged(fresh)
                 self.catch_ups += 1
-            with self.index.recon_snapshot():
-                state = StoreView(self.index).state()
             mine = copy.state()
             self._held = (copy, mine, last)
             if mine == state:
                 return
-            if last == seq:  # nothing new in the log, and still not the store's set
-                break
-        self._rebuild_due = True
-        self._rebuild()
+            if last == seq or together:  # not the store's set, and no news to explain why: copy again
+                self._rebuild_due = True
+                self._rebuild()
+                return
+        # every attempt found news and still not the store's set: commits land between the reads;
+        # the copy keeps what it took in, and the next message that finds it behind wakes us again
+
+    def _read_news(self, seq: int) -> tuple[list[Item], int] | None:
+        """The fetchable items accepted after ``seq`` and the last seq read; ``None`` past :data:`CATCH_UP_MAX`."""
+        fresh: list[Item] = []
+        last, read = seq, 0
+        while True:
+            page = self._news(last)
+            if not page:
+                return fresh, last
+            fresh += [item for _, item in page if item is not None]
+            last, read = page[-1][0], read + len(page)
+            if read > CATCH_UP_MAX:
+                return None
+            if len(page) < CATCH_UP_PAGE:
+                return fresh, last
 
     def _news(self, after: int) -> list[tuple[int, Item | None]]:
         """A page of the records after ``after``: ``(seq, item or None when it is not fetchable)``."""
