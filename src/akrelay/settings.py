@@ -168,7 +168,7 @@ def _copy_cap(text: object) -> int:
 
 
 option("reconcile_copy_max", _copy_cap, 2_000_000,
-       "largest reconciliation set each serving process keeps in memory (about 44 bytes an event), copied at "
+       "largest reconciliation set each serving process keeps in memory (about 50 bytes an event), copied at "
        "start and kept current so that reconciliations are answered from memory (0: never; a larger set is read "
        "from the store's aggregates)", metavar="N")
 

@@ -487,7 +487,7 @@ class StoreView:
 
 
 #: Items an initiator copies into memory for one reconciliation (:func:`snapshot_items`) at most:
-#: about 44 MB at 1M (63 MB at peak while SQLite's columns are copied, 95 MB where pages are); a larger set is
+#: about 50 MB at 1M (63 MB at peak while SQLite's columns are copied, 95 MB where pages are); a larger set is
 #: read from the aggregates every round instead.
 SNAPSHOT_CAP = 2_000_000
 #: Items read from the index in one page while copying it.
@@ -657,7 +657,7 @@ class ResponderCopy:
     per bound; a reconciliation of thousands of differences sends a hundred thousand bounds.
     Once the views' reads over the last :data:`RESPONDER_IDLE` seconds add up to
     :data:`COPY_AFTER` times the set's size, the message that crosses it copies the set
-    (:func:`_copy`, at most ``cap`` items, about 44 bytes an item), and later messages are
+    (:func:`_copy`, at most ``cap`` items, about 50 bytes an item), and later messages are
     answered from the copy for as long as the set's count and id sum are those it was copied
     at (one read each time). This is no state between rounds: it is the same answer, from a
     cache of the index that any peer's messages share; a change of the set, or a quiet

@@ -18,7 +18,7 @@ using it) and adopts it if its state is the store's. A set that changed otherwis
 withheld or removed, or a seq committed out of order) is copied again, at most once per
 :data:`REBUILD_GAP` seconds (and never sooner than ten times the last copy took), so that
 churn costs a bounded share of one core. Only a set of at most ``cap`` items is kept
-(about 44 bytes an item); a larger one is answered from the aggregates.
+(about 50 bytes an item; twice that for a moment while news is merged in); a larger one is answered from the aggregates.
 
 The owner is the node's sync component (:class:`akrelay.components.sync.SyncComponent`):
 :meth:`start` starts the keeper, which copies the set at once; :meth:`stop` stops it.
@@ -145,7 +145,7 @@ class KeptCopy:
             return self._served >= target
 
     def status(self) -> dict[str, object]:
-        """What an operator sees (``peers status``, the metrics): items, copies, catch-ups, messages answered."""
+        """Its state for tests and a debugger (operators read the metrics and the log): items, copies, catch-ups."""
         held = self._held
         state = ("off" if self._thread is None else "over the cap" if self.over_cap
                  else "copying" if held is None else "kept")
@@ -264,6 +264,6 @@ class KeptCopy:
         self.copies += 1
         self._held = (copy, state, seq)
         log.info("reconciliation copy: %s items kept in memory (about %.0f MB), copied in %.2f s",
-                 f"{size:,}", size * 44 / 1e6, took)
+                 f"{size:,}", size * 50 / 1e6, took)
         if self.on_copy is not None:
             self.on_copy()
