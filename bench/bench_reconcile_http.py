@@ -256,12 +256,11 @@ def main() -> None:
             f.rename(base.parent / f.name.replace("partial.sqlite3", "base.sqlite3"))
         print(f"built the {args.items:,}-event store in {took:.1f} s (cached in {base.parent})", flush=True)
     print(f"items {args.items:,}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    parser_copy = args.copy
     print(f"{'diffs':>7} {'copy':>4} {'rounds':>6} {'recon B':>10} {'fetch B':>11} {'vs pull':>8} | "
           f"{'recon wall':>10} {'cpu here':>8} {'cpu peer':>8} | {'fetch wall':>10} {'cpu here':>8} "
           f"{'cpu peer':>8} | {'upkeep':>7} | transfer share: wall, CPU", flush=True)
     last = None
-    modes = {"both": (False, True), "kept": (True,), "none": (False,)}[parser_copy]
+    modes = {"both": (False, True), "kept": (True,), "none": (False,)}[args.copy]
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-http-") as tmp:
         for d in args.differences:
             for kept_copy in modes:

@@ -562,6 +562,17 @@ class ReconContract:
                 first = own.storage()
             with store.recon.recon_snapshot():
                 assert own.storage(5) is first and isinstance(first, reconcile.PackedItems)
+            asked: list[int] = []
+
+            class Behind:
+                def current(self, view: StoreView) -> None:
+                    asked.append(1)
+
+            stale = recon.OwnSet(store.recon, kept=Behind())
+            for step in range(3):
+                with store.recon.recon_snapshot():
+                    assert isinstance(stale.storage(step), StoreView)
+            assert asked == [1]  # a kept copy that is not the set at the first step is not asked every round
             windowed = recon.OwnSet(store.recon, since=1, kept=kept)  # a window is never the kept copy
             with store.recon.recon_snapshot():
                 assert isinstance(windowed.storage(), StoreView)
@@ -608,6 +619,20 @@ class ReconContract:
             assert store.set_withheld(envs[0].id, True)
             store.commit(envs[26], 1_790_000_000_002)
             assert current() is None  # news, and a withholding they cannot explain
+            assert kept.refresh(60)  # the keeper: the same verdict, and no copy within the gap
+            reads: list[int] = []
+            real = store.recon.recon_news
+
+            def counted(*args: Any) -> Any:
+                if threading.current_thread().name != "akrelay-recon-copy":
+                    reads.append(1)
+                return real(*args)
+
+            with patch.object(store.recon, "recon_news", counted):
+                assert current() is None
+                tried = len(reads)
+                assert current() is None and current() is None
+                assert len(reads) == tried <= 1  # merged in vain once: later messages do not read the news again
             assert store.set_withheld(envs[0].id, False)
         finally:
             kept.stop()

@@ -461,10 +461,10 @@ def learn(transport: PeerTransport, url: str, index: ReconIndex, result: Reconci
             raise ValueError("a type filter reads our own set through the store: pass store")
         fixed = filtered_items(store, window)
     # our own set: read from the aggregates, and copied into memory once the rounds prove many
-    if kept is not None and kept.running and fixed is None and window.since is None and window.until is None:
-        kept.refresh(KEPT_WAIT)
-    own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap,
-                 kept=kept if kept is not None and kept.running and fixed is None else None)
+    usable = kept if kept is not None and kept.running and fixed is None else None
+    own = OwnSet(index, since=window.since, until=window.until, cap=snapshot_cap, kept=usable)
+    if usable is not None and own.kept is not None:  # the whole set through the kept copy: up to date first
+        usable.refresh(KEPT_WAIT)
 
     def storage(deferred: int = 0) -> Storage:
         return fixed if fixed is not None else own.storage(deferred)

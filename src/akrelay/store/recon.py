@@ -583,7 +583,8 @@ class OwnSet:
 
     def __init__(self, index: ReconIndex, *, since: int | None = None, until: int | None = None,
                  cap: int = SNAPSHOT_CAP, copy_after: float = COPY_AFTER, kept: KeptSet | None = None) -> None:
-        """``kept``: the process's kept copy (:mod:`akrelay.store.recon_copy`), used for the whole session if current."""
+        """``kept``: the process's kept copy (:mod:`akrelay.store.recon_copy`), used for the whole session if it is
+        current at the first step."""
         self.index, self.since, self.until, self.cap, self.copy_after = index, since, until, cap, copy_after
         self.kept = kept if since is None and until is None else None
         self.copy: PackedItems | None = None
@@ -600,10 +601,11 @@ class OwnSet:
         if self.copy is not None:
             return self.copy
         if self.kept is not None:
-            kept = self.kept.current(StoreView(self.index))
+            # asked once, at the first step (the initiator brought it up to date just before): a copy
+            # that is not the set then stays out of this session, rather than being tried every round
+            kept, self.kept = self.kept.current(StoreView(self.index)), None
             if kept is not None:
                 self.copy = kept
-                self._view = None
                 return kept
         view = self._view
         if view is not None:

@@ -10,11 +10,12 @@ a large reconciliation goes to transferring the events it finds.
 
 How it stays current without a thread per commit: the copy remembers the log ``seq`` it
 covers. When a message finds that the store's set (its count and id sum, one aggregate
-read inside the message's snapshot) is not the copy's, the message is answered from the
-aggregates as before, and the keeper thread is woken: it reads the records accepted since
-(``iter_records``), merges the fetchable ones into a new copy (:meth:`PackedItems.merged
-<akrelay.protocol.reconcile.PackedItems.merged>`; the old one stays valid for the messages
-using it) and adopts it if its state is the store's. A set that changed otherwise (a record
+read inside the message's snapshot) is not the copy's, it merges a few news itself where
+it can read them in its snapshot (:meth:`KeptCopy._take_news`); otherwise it is answered
+from the aggregates as before, and the keeper thread is woken: it reads the records
+accepted since (``recon_news`` or ``iter_records``), merges the fetchable ones into a new
+copy (:meth:`PackedItems.merged <akrelay.protocol.reconcile.PackedItems.merged>`; the old
+one stays valid for the messages using it) and adopts it if its state is the store's. A set that changed otherwise (a record
 withheld or removed, or a seq committed out of order) is copied again, at most once per
 :data:`REBUILD_GAP` seconds (and never sooner than ten times the last copy took), so that
 churn costs a bounded share of one core. Only a set of at most ``cap`` items is kept
@@ -66,6 +67,9 @@ class KeptCopy:
         self.on_copy = on_copy
         #: (the copy, its state, the log seq it covers): swapped whole, read without a lock
         self._held: tuple[PackedItems, tuple[int, int], int] | None = None
+        #: the held copy whose news a message merged in vain (a change they do not explain): not tried
+        #: again by every message until the keeper holds another one
+        self._news_failed: tuple[PackedItems, tuple[int, int], int] | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Condition()
@@ -145,15 +149,17 @@ class KeptCopy:
         answers exactly as the store would; the keeper goes on from the merged copy.
         """
         news = getattr(self.index, "recon_news", None)
-        if news is None:
+        if news is None or held is self._news_failed:
             return None
         copy, _, seq = held
         page: list[tuple[int, Item | None]] = news(seq, NEWS_AT_ONCE + 1)
-        if not page or len(page) > NEWS_AT_ONCE:
+        merged = (copy.merged([item for _, item in page if item is not None])
+                  if page and len(page) <= NEWS_AT_ONCE else None)
+        if merged is None or merged.state() != state:
+            # no news, too many, or something else changed too (a withholding, a removal): the
+            # keeper's to mend, and read in one snapshot the verdict holds until it holds another copy
+            self._news_failed = held
             return None
-        merged = copy.merged([item for _, item in page if item is not None])
-        if merged.state() != state:
-            return None  # something else changed too (a withholding, a removal): the keeper copies again
         with self._done:  # never step back: keep whichever of two messages' merges covers more of the log
             if self._held is None or self._held[2] <= page[-1][0]:
                 self._held = (merged, state, page[-1][0])
@@ -239,9 +245,10 @@ class KeptCopy:
                 copy = copy.merged(fresh)
                 self.catch_ups += 1
             mine = copy.state()
-            with self._done:  # a message may have merged more news meanwhile (:meth:`_take_news`): keep that
-                if self._held is None or self._held[2] <= last:
-                    self._held = (copy, mine, last)
+            if last != seq:  # something taken in (the same copy stays the same object: see ``_news_failed``)
+                with self._done:  # a message may have merged more news meanwhile (:meth:`_take_news`): keep that
+                    if self._held is None or self._held[2] <= last:
+                        self._held = (copy, mine, last)
             if mine == state:
                 return
             if last == seq or together:  # not the store's set, and no news to explain why: copy again
